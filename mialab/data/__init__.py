@@ -1,0 +1,1 @@
+"""Benchmark families, member/non-member pools and per-seed splits."""

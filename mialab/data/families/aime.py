@@ -1,0 +1,101 @@
+"""AIME problems with full solutions, post-training (SFT contamination) style.
+
+Source: one or more JSON/JSONL files or hub ids (an entry may be ``{source, year}`` to give the
+year of a file without a year column) with ``problem``, ``solution``, ``year``,
+``aime_number``, ``problem_number`` (the DeepScaleR / AIMO shape). Prefix rule: the full problem
+plus the first ``solution_prefix_ratio`` (default 0.25) of the solution's words; the suffix is the
+rest of the solution. ``max_words`` optionally caps the solution (the tiny world uses short texts).
+
+Membership rules:
+- ``years``: ``member_years`` are members, ``nonmember_years`` non-members (the paper: 2021-2024
+  vs 2025). A year whose rows carry no solution cannot form a candidate: that is an error naming
+  the year, unless ``missing_solution: drop`` says to drop those rows (logged in ``source``).
+- ``random``: a seeded random partition of the rows within ``years`` (the tiny world: members
+  and non-members from the same era, so length and topic do not give membership away).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from mialab.data.membership import random_partition
+from mialab.data.prefix import split_words, truncate_words
+from mialab.data.registry import register_family
+from mialab.data.sources import read_table, require_columns
+
+_COLUMNS = ["problem", "solution", "year", "aime_number", "problem_number"]
+
+
+def _read_sources(sources: str | dict | list) -> pd.DataFrame:
+    """Concatenate sources; an entry is a path/hub id or ``{source: ..., year: Y}`` for files
+    that carry no year column (e.g. a single-year answers-only file)."""
+    frames = []
+    for entry in sources if isinstance(sources, list) else [sources]:
+        src = entry["source"] if isinstance(entry, dict) else entry
+        df = read_table(src)
+        if isinstance(entry, dict) and "year" in entry:
+            df["year"] = int(entry["year"])
+        require_columns(df, ["problem", "year"], source=src)
+        if "solution" not in df.columns:
+            df["solution"] = None
+        for col in ("aime_number", "problem_number"):
+            if col not in df.columns:
+                df[col] = range(len(df)) if col == "problem_number" else 0
+        df["_source"] = src
+        frames.append(df[_COLUMNS + ["_source"]])
+    return pd.concat(frames, ignore_index=True)
+
+
+def _year_range(years) -> list[int]:
+    """``[a, b]`` in config means the inclusive range a..b; a longer list is taken as is."""
+    if years is None:
+        return []
+    years = list(years)
+    return list(range(years[0], years[1] + 1)) if len(years) == 2 else years
+
+
+@register_family("aime")
+def load_pool(spec: dict) -> pd.DataFrame:
+    """AIME candidates labelled by the configured membership rule."""
+    raw = _read_sources(spec["source"])
+    raw["year"] = raw["year"].astype(int)
+    rule = spec.get("membership", {"rule": "years", "member_years": [2021, 2024], "nonmember_years": [2025, 2025]})
+    kind = rule.get("rule", "years")
+    if kind == "years":
+        members, non = set(_year_range(rule["member_years"])), set(_year_range(rule["nonmember_years"]))
+        raw = raw[raw["year"].isin(members | non)].copy()
+        raw["label"] = raw["year"].isin(members).astype("int8")
+    elif kind == "random":
+        raw = raw[raw["year"].isin(_year_range(rule["years"]))].copy() if "years" in rule else raw.copy()
+    else:
+        raise ValueError(f"aime: unknown membership rule {kind!r}; known: years, random")
+
+    no_solution = raw["solution"].isna() | (raw["solution"].astype(str).str.strip() == "")
+    if no_solution.any():
+        years = sorted(raw.loc[no_solution, "year"].unique().tolist())
+        if spec.get("missing_solution", "error") != "drop":
+            raise ValueError(
+                f"aime: {int(no_solution.sum())} problem(s) from year(s) {years} have no solution, so no suffix "
+                "to reconstruct; use sources with solutions, other non-member years, or set missing_solution: drop"
+            )
+        raw = raw[~no_solution]
+    raw = raw.drop_duplicates("problem").reset_index(drop=True)
+
+    ratio = float(spec.get("solution_prefix_ratio", 0.25))
+    solution = raw["solution"].map(lambda s: truncate_words(" ".join(str(s).split()), spec.get("max_words")))
+    cut = solution.map(lambda s: split_words(s, ratio))
+    pool = pd.DataFrame({
+        "id": [f"aime-{y}-{a}-{p}" for y, a, p in zip(raw["year"], raw["aime_number"], raw["problem_number"])],
+        "prefix": raw["problem"].str.strip() + "\n\n" + cut.str[0],
+        "suffix": cut.str[1],
+        "source": raw["_source"],
+        "group": raw["year"].astype(str),
+    })
+    pool["text"] = pool["prefix"] + " " + pool["suffix"]
+    if kind == "years":
+        pool["label"] = raw["label"].to_numpy()
+    else:
+        pool["label"] = random_partition(pool["id"], float(rule.get("fraction", 0.5)), int(rule.get("seed", 0)))
+    if pool["id"].duplicated().any():
+        raise ValueError(f"aime: duplicate problem ids {pool.loc[pool['id'].duplicated(), 'id'].head(3).tolist()}")
+    return pool

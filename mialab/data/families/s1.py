@@ -1,0 +1,90 @@
+"""S1 / S1.1 distillation (ADRA appendix B.4; Muennighoff et al. 2025): one problem, two teachers.
+
+Source (hub ``simplescaling/s1K-1.1`` or a local file of its shape): ``question`` and, per
+teacher, a thinking trace and a final attempt: ``gemini_thinking_trajectory`` /
+``gemini_attempt`` (Gemini-2.0-Flash, S1) and ``deepseek_thinking_trajectory`` /
+``deepseek_attempt`` (DeepSeek-R1, S1.1); ``teachers`` maps other names to other columns (a
+list-valued trace, as in the original s1K, is joined by newlines). The student is distilled on
+one teacher's traces: ``member_teacher`` (``s1``: gemini, ``s1_1``: deepseek) gives the members,
+``nonmember_teacher`` (default: the other one) the non-members.
+
+Prefix rule: the problem only. Member and non-member share that prefix and differ in the suffix,
+the teacher's trace followed by its attempt (``include_attempt``, default true); ``max_words``
+optionally caps the suffix (whitespace is normalised, as in the other families). Both rows of a
+problem share ``pair_id``; ``group`` names the teacher. ``text`` is the problem and the suffix
+joined by a blank line.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+
+from mialab.data.families._common import as_text, content_id, drop_blank, drop_duplicate_texts
+from mialab.data.prefix import truncate_words
+from mialab.data.registry import register_family
+from mialab.data.sources import read_table, require_columns
+
+log = logging.getLogger(__name__)
+
+TEACHERS = {
+    "gemini": ["gemini_thinking_trajectory", "gemini_attempt"],
+    "deepseek": ["deepseek_thinking_trajectory", "deepseek_attempt"],
+}
+
+
+def teacher_rows(raw: pd.DataFrame, *, family: str, teacher: str, columns: list[str], qcol: str, label: int,
+                 include_attempt: bool, max_words: int | None, source: str) -> pd.DataFrame:
+    """One candidate per problem: the problem as prefix, this teacher's output as suffix."""
+    parts = columns if include_attempt else columns[:1]
+    suffix = raw[parts].apply(lambda r: " ".join(" ".join(as_text(r[c]).split()) for c in parts), axis=1)
+    suffix = suffix.map(lambda s: truncate_words(s, max_words))
+    prefix = raw[qcol].astype(str).str.strip()
+    rows = pd.DataFrame({"prefix": prefix, "suffix": suffix, "text": prefix + "\n\n" + suffix,
+                         "label": label, "source": source, "group": teacher,
+                         "pair_id": prefix.map(lambda q: content_id(f"{family}-pair", q))})
+    rows["id"] = [content_id(family, t) for t in rows["text"]]
+    return rows
+
+
+def s1_pool(spec: dict, *, family: str, member_teacher: str) -> pd.DataFrame:
+    """Paired candidates: ``member_teacher``'s trace (label 1) and the other teacher's (label 0)."""
+    src = spec["source"]
+    teachers = spec.get("teachers", TEACHERS)
+    member = spec.get("member_teacher", member_teacher)
+    others = [t for t in teachers if t != member]
+    nonmember = spec.get("nonmember_teacher", others[0] if len(others) == 1 else None)
+    for name in (member, nonmember):
+        if name not in teachers:
+            raise KeyError(f"{family}: unknown or unset teacher {name!r}; known teachers: {sorted(teachers)}")
+    if member == nonmember:
+        raise ValueError(f"{family}: member and non-member teacher are both {member!r}")
+    qcol = spec.get("question_column", "question")
+    include_attempt = bool(spec.get("include_attempt", True))
+    needed = [qcol] + [c for t in (member, nonmember) for c in (teachers[t] if include_attempt else teachers[t][:1])]
+    raw = read_table(src, split=spec.get("hub_split", "train"))
+    require_columns(raw, needed, source=src)
+    raw = drop_blank(raw, needed, family=family)
+    repeated = raw[qcol].duplicated()
+    if repeated.any():
+        log.warning("%s: dropped %d repeated problem(s) (a pair needs one row per problem)", family, int(repeated.sum()))
+    raw = raw[~repeated].reset_index(drop=True)
+    common = dict(family=family, qcol=qcol, include_attempt=include_attempt, max_words=spec.get("max_words"),
+                  source=src)
+    pool = pd.concat([teacher_rows(raw, teacher=member, columns=teachers[member], label=1, **common),
+                      teacher_rows(raw, teacher=nonmember, columns=teachers[nonmember], label=0, **common)],
+                     ignore_index=True)
+    return drop_duplicate_texts(pool, family=family)
+
+
+@register_family("s1")
+def load_s1(spec: dict) -> pd.DataFrame:
+    """S1: Gemini-2.0-Flash traces are the members by default."""
+    return s1_pool(spec, family="s1", member_teacher="gemini")
+
+
+@register_family("s1_1")
+def load_s1_1(spec: dict) -> pd.DataFrame:
+    """S1.1: DeepSeek-R1 traces are the members by default."""
+    return s1_pool(spec, family="s1_1", member_teacher="deepseek")

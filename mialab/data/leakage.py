@@ -1,0 +1,185 @@
+"""Leakage and distribution-shift checks of a split, run before any model sees it.
+
+A membership benchmark is only meaningful when members and non-members differ in membership
+alone (Duan et al. 2024; Das et al. 2025; Maini et al. 2024). Per split:
+
+- *cross-class duplicates*: exact duplicates (case- and whitespace-insensitive), near duplicates
+  by word n-gram Jaccard overlap (``ngram_n`` = 5, ``jaccard_threshold`` = 0.5), and embedding
+  near neighbours (faiss inner-product range search over :func:`mialab.embeddings.encode`
+  vectors, ``cosine_threshold`` = 0.95). Rows that share a ``pair_id`` are paired by design and
+  not compared. Any cross-class duplicate raises :class:`LeakageError` unless
+  ``allow_duplicates`` is set (then they are only reported).
+- *blind baseline*: a bag-of-n-grams logistic regression (scikit-learn; word 1-2 grams, TF-IDF)
+  that separates members from non-members from the text alone, without the target model.
+  Stratified ``folds``-fold cross-validated AUROC, seeded; ``warning`` when the mean exceeds
+  ``warn_above`` (0.6): the split is then separable by topic or date, not by membership.
+- *length shift*: words per text per class (mean, std, quantiles) and the AUROC of length alone
+  (members scored by their length), flagged when it is further than 0.1 from 0.5.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import StratifiedKFold, cross_val_score
+from sklearn.pipeline import make_pipeline
+
+from mialab.data.schema import validate_split
+
+PAIR_COLUMNS = ["member_id", "nonmember_id"]
+
+
+class LeakageError(ValueError):
+    """Members and non-members share (near-)duplicate texts."""
+
+
+def _classes(split: pd.DataFrame, column: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    split = validate_split(split, name="split to check")
+    if column not in split.columns:
+        raise KeyError(f"split has no column {column!r}")
+    return split[split["label"] == 1].reset_index(drop=True), split[split["label"] == 0].reset_index(drop=True)
+
+
+def _drop_same_pair(pairs: pd.DataFrame, members: pd.DataFrame, nonmembers: pd.DataFrame) -> pd.DataFrame:
+    """Remove (member, non-member) pairs that share a ``pair_id`` (paired by design)."""
+    if "pair_id" not in members.columns or pairs.empty:
+        return pairs
+    m = members.set_index("id")["pair_id"]
+    n = nonmembers.set_index("id")["pair_id"]
+    same = m.loc[pairs["member_id"]].to_numpy() == n.loc[pairs["nonmember_id"]].to_numpy()
+    return pairs[~same].reset_index(drop=True)
+
+
+def normalise(text: str) -> str:
+    """Case- and whitespace-insensitive key for exact-duplicate detection."""
+    return " ".join(text.lower().split())
+
+
+def exact_duplicates(split: pd.DataFrame, *, column: str = "text") -> pd.DataFrame:
+    """(member_id, non-member_id) pairs whose texts are equal up to case and whitespace."""
+    members, nonmembers = _classes(split, column)
+    m = pd.DataFrame({"member_id": members["id"], "key": members[column].map(normalise)})
+    n = pd.DataFrame({"nonmember_id": nonmembers["id"], "key": nonmembers[column].map(normalise)})
+    pairs = m.merge(n, on="key")[PAIR_COLUMNS]
+    return _drop_same_pair(pairs, members, nonmembers)
+
+
+def ngram_near_duplicates(split: pd.DataFrame, *, n: int = 5, threshold: float = 0.5,
+                          column: str = "text") -> pd.DataFrame:
+    """Cross-class pairs whose sets of word ``n``-grams have Jaccard overlap >= ``threshold``.
+
+    Intersections come from a sparse product of binary n-gram indicator matrices; texts shorter
+    than ``n`` words have no n-grams and match nothing.
+    """
+    members, nonmembers = _classes(split, column)
+    vec = CountVectorizer(ngram_range=(n, n), binary=True, lowercase=True, token_pattern=r"(?u)\b\w+\b")
+    try:
+        grams = vec.fit_transform(pd.concat([members[column], nonmembers[column]])).tocsr()
+    except ValueError:  # no text has n words: no n-grams anywhere
+        return pd.DataFrame(columns=[*PAIR_COLUMNS, "jaccard"])
+    a, b = grams[: len(members)], grams[len(members):]
+    inter = (a @ b.T).tocoo()
+    size_a = np.asarray(a.sum(axis=1)).ravel()
+    size_b = np.asarray(b.sum(axis=1)).ravel()
+    jacc = inter.data / (size_a[inter.row] + size_b[inter.col] - inter.data)
+    keep = jacc >= threshold
+    pairs = pd.DataFrame({"member_id": members["id"].to_numpy()[inter.row[keep]],
+                          "nonmember_id": nonmembers["id"].to_numpy()[inter.col[keep]],
+                          "jaccard": jacc[keep]})
+    return _drop_same_pair(pairs.sort_values(PAIR_COLUMNS).reset_index(drop=True), members, nonmembers)
+
+
+def embedding_near_duplicates(split: pd.DataFrame, *, threshold: float = 0.95, column: str = "text",
+                              model: str | None = None, embeddings: np.ndarray | None = None) -> pd.DataFrame:
+    """Cross-class pairs with embedding cosine >= ``threshold`` (faiss range search).
+
+    ``embeddings`` (rows aligned with ``split``, L2-normalised) skips encoding; otherwise texts are
+    encoded with :func:`mialab.embeddings.encode` (``model``, default all-MiniLM-L6-v2).
+    """
+    import faiss
+
+    split = validate_split(split, name="split to check")
+    members, nonmembers = _classes(split, column)
+    if embeddings is None:
+        from mialab.embeddings import DEFAULT_MODEL, encode
+
+        embeddings = encode(split[column].tolist(), model=model or DEFAULT_MODEL)
+    emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+    if emb.shape[0] != len(split) or not np.isfinite(emb).all():
+        raise ValueError(f"embeddings: need {len(split)} finite rows, got shape {emb.shape}")
+    is_member = (split["label"] == 1).to_numpy()
+    index = faiss.IndexFlatIP(emb.shape[1])
+    index.add(emb[~is_member])
+    lims, dist, idx = index.range_search(emb[is_member], float(threshold))
+    rows = np.repeat(np.arange(is_member.sum()), np.diff(lims).astype(np.int64))
+    pairs = pd.DataFrame({"member_id": members["id"].to_numpy()[rows],
+                          "nonmember_id": nonmembers["id"].to_numpy()[idx], "cosine": dist})
+    pairs = pairs[pairs["cosine"] >= threshold]  # range_search keeps > radius; keep the documented >=
+    return _drop_same_pair(pairs.sort_values(PAIR_COLUMNS).reset_index(drop=True), members, nonmembers)
+
+
+def blind_baseline(split: pd.DataFrame, *, column: str = "text", folds: int = 5, seed: int = 0,
+                   ngram_range: tuple[int, int] = (1, 2), warn_above: float = 0.6) -> dict:
+    """Cross-validated AUROC of a bag-of-n-grams logistic regression that never sees the model."""
+    split = validate_split(split, name="split to check")
+    y = split["label"].to_numpy().astype(int)
+    k = min(folds, int(np.bincount(y).min()))
+    if k < 2:
+        raise ValueError(f"blind baseline: each class needs at least 2 rows, got {np.bincount(y).tolist()}")
+    clf = make_pipeline(TfidfVectorizer(ngram_range=tuple(ngram_range), sublinear_tf=True, lowercase=True),
+                        LogisticRegression(solver="liblinear"))
+    cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+    scores = cross_val_score(clf, split[column].tolist(), y, cv=cv, scoring="roc_auc")
+    return {"auroc": float(scores.mean()), "auroc_std": float(scores.std(ddof=1)),
+            "folds": k, "warn_above": warn_above, "warning": bool(scores.mean() > warn_above)}
+
+
+def length_report(split: pd.DataFrame, *, column: str = "text", tolerance: float = 0.1) -> dict:
+    """Words per text per class and the AUROC of length alone (members scored by length)."""
+    split = validate_split(split, name="split to check")
+    words = split[column].str.split().str.len().to_numpy()
+    y = split["label"].to_numpy().astype(int)
+    levels = (0.05, 0.25, 0.5, 0.75, 0.95)
+    per_class = {}
+    for lab, name in ((1, "members"), (0, "nonmembers")):
+        w = words[y == lab].astype(float)
+        per_class[name] = {"n": int(len(w)), "mean": float(w.mean()),
+                           "std": float(w.std(ddof=1)) if len(w) > 1 else 0.0,
+                           **{f"q{int(p * 100):02d}": float(v) for p, v in zip(levels, np.quantile(w, levels))}}
+    auc = float(roc_auc_score(y, words))
+    return {**per_class, "length_auroc": auc, "warning": bool(abs(auc - 0.5) > tolerance)}
+
+
+def check_split(split: pd.DataFrame, *, column: str = "text", ngram_n: int = 5, jaccard_threshold: float = 0.5,
+                cosine_threshold: float = 0.95, embed: bool = True, embedding_model: str | None = None,
+                embeddings: np.ndarray | None = None, allow_duplicates: bool = False, seed: int = 0,
+                folds: int = 5, warn_above: float = 0.6) -> dict:
+    """Every check above; a small JSON-ready dict for the report.
+
+    Raises :class:`LeakageError` on any cross-class duplicate unless ``allow_duplicates``.
+    ``embed=False`` skips the embedding check (no encoder needed).
+    """
+    dups = {
+        "exact": exact_duplicates(split, column=column),
+        "ngram": ngram_near_duplicates(split, n=ngram_n, threshold=jaccard_threshold, column=column),
+    }
+    if embed:
+        dups["embedding"] = embedding_near_duplicates(split, threshold=cosine_threshold, column=column,
+                                                      model=embedding_model, embeddings=embeddings)
+    found = {kind: len(df) for kind, df in dups.items()}
+    if any(found.values()) and not allow_duplicates:
+        kind = next(k for k, v in found.items() if v)
+        example = dups[kind].iloc[0]
+        raise LeakageError(f"cross-class duplicates found {found}; e.g. ({kind}) member {example['member_id']!r} "
+                           f"~ non-member {example['nonmember_id']!r}; set allow_duplicates to only report them")
+    return {
+        "n_members": int((split["label"] == 1).sum()),
+        "n_nonmembers": int((split["label"] == 0).sum()),
+        "duplicates": {kind: {"count": len(df), "pairs": df.head(20).to_dict("records")} for kind, df in dups.items()},
+        "thresholds": {"ngram_n": ngram_n, "jaccard": jaccard_threshold, "cosine": cosine_threshold},
+        "blind_baseline": blind_baseline(split, column=column, folds=folds, seed=seed, warn_above=warn_above),
+        "length": length_report(split, column=column),
+    }

@@ -1,0 +1,1 @@
+"""AUROC and TPR at low FPR, per-seed and aggregated tables, ROC plots."""

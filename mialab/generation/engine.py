@@ -1,0 +1,163 @@
+"""Rollout engine: N sampled continuations per candidate prefix, one interface, several backends.
+
+A backend (registered by name: ``hf`` = transformers ``generate``, ``vllm`` = vLLM in its own
+venv) turns tokenised prompts into sampled completions. The engine builds the prompts
+(:mod:`mialab.generation.prompts`), calls the backend and returns the rollouts as a DataFrame in
+the rollout schema ``id, sample, text, n_tokens, finish_reason``: ``sample`` numbers the N
+rollouts of an id from 0, ``text`` is the decoded completion (special tokens skipped, the given
+assistant prefix not included), ``n_tokens`` counts generated tokens without the final EOS and
+``finish_reason`` is ``stop`` (EOS generated) or ``length`` (``max_new_tokens`` reached).
+
+Sampling defaults are those of ADRA's rollouts (Table 14): temperature 1.0, top-p 0.95, top-k 50.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
+
+import numpy as np
+import pandas as pd
+
+from mialab.generation.prompts import prompt_text, prompt_token_ids
+
+ROLLOUT_COLUMNS = ("id", "sample", "text", "n_tokens", "finish_reason")
+FINISH_REASONS = ("stop", "length")
+BACKEND_MODULES = ("mialab.generation.hf_backend", "mialab.generation.vllm_backend")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How rollouts are sampled; ``temperature == 0`` means greedy decoding."""
+
+    n: int = 1
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 0.95
+    top_k: int = 50
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.max_new_tokens < 1:
+            raise ValueError(f"need n >= 1 and max_new_tokens >= 1, got {self.n}, {self.max_new_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ValueError(f"invalid sampling parameters {self}")
+
+
+class Completion(NamedTuple):
+    """One sampled continuation: generated token ids (final EOS removed) and why it ended."""
+
+    token_ids: list[int]
+    finish_reason: str
+
+
+class RolloutBackend(Protocol):
+    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
+                 stop_ids: frozenset[int]) -> list[list[Completion]]:
+        """``sampling.n`` completions for each tokenised prompt, in prompt order."""
+
+
+BackendFactory = Callable[..., RolloutBackend]
+_BACKENDS: dict[str, BackendFactory] = {}
+
+
+def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
+    """Decorator: make a backend factory ``(model_path, **options) -> RolloutBackend`` available by name."""
+
+    def deco(factory: BackendFactory) -> BackendFactory:
+        if name in _BACKENDS and _BACKENDS[name] is not factory:
+            raise ValueError(f"rollout backend {name!r} registered twice")
+        _BACKENDS[name] = factory
+        return factory
+
+    return deco
+
+
+def known_backends() -> list[str]:
+    """Names of every rollout backend, sorted."""
+    for module in BACKEND_MODULES:
+        importlib.import_module(module)
+    return sorted(_BACKENDS)
+
+
+def get_backend(name: str) -> BackendFactory:
+    """The backend factory called ``name``; an unknown name fails with the list of known ones."""
+    known = known_backends()
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise KeyError(f"unknown rollout backend {name!r}; known backends: {', '.join(known)}") from None
+
+
+def stop_token_ids(model_path: str, tokenizer) -> frozenset[int]:
+    """EOS ids that end a rollout: the model's generation config ones, else the tokenizer's."""
+    from transformers import GenerationConfig
+
+    ids: set[int] = set()
+    if (Path(model_path) / "generation_config.json").exists():
+        eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+        ids.update([eos] if isinstance(eos, int) else (eos or []))
+    if not ids and tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    if not ids:
+        raise ValueError(f"no EOS token id found for {model_path}")
+    return frozenset(ids)
+
+
+def cut_at_stop(token_ids: Sequence[int], stop_ids: frozenset[int]) -> Completion:
+    """Cut generated ids at the first stop id (dropped): ``stop``; no stop id: ``length``."""
+    for i, t in enumerate(token_ids):
+        if t in stop_ids:
+            return Completion(list(token_ids[:i]), "stop")
+    return Completion(list(token_ids), "length")
+
+
+@contextlib.contextmanager
+def progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr; yields ``advance(k)``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True)) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda k: bar.advance(task, k)
+
+
+def rollouts_frame(ids: Sequence, completions: Sequence[Sequence[Completion]], tokenizer) -> pd.DataFrame:
+    """The rollout-schema DataFrame of the completions of ``ids`` (decoded with ``tokenizer``)."""
+    rows = []
+    for cid, samples in zip(ids, completions, strict=True):
+        for k, c in enumerate(samples):
+            if c.finish_reason not in FINISH_REASONS:
+                raise ValueError(f"unexpected finish reason {c.finish_reason!r} for id {cid!r}")
+            rows.append((cid, k, tokenizer.decode(c.token_ids, skip_special_tokens=True), len(c.token_ids),
+                         c.finish_reason))
+    frame = pd.DataFrame(rows, columns=list(ROLLOUT_COLUMNS))
+    return frame.astype({"sample": np.int64, "n_tokens": np.int64})
+
+
+def generate_rollouts(split: pd.DataFrame, backend: RolloutBackend, tokenizer, *, template: str,
+                      sampling: SamplingConfig, chat: bool, stop_ids: frozenset[int],
+                      assistant_prefix_ratio: float = 0.0) -> pd.DataFrame:
+    """Rollouts (rollout schema) of every row of ``split`` (columns id, prefix, suffix)."""
+    texts = [prompt_text(tokenizer, template, p, s, chat=chat, assistant_prefix_ratio=assistant_prefix_ratio)
+             for p, s in zip(split["prefix"], split["suffix"])]
+    prompts = [prompt_token_ids(tokenizer, t) for t in texts]
+    completions = backend.generate(prompts, sampling, stop_ids)
+    return rollouts_frame(list(split["id"]), completions, tokenizer)
+
+
+def run_rollouts(split: pd.DataFrame, *, model: str, backend: str = "hf", template: str = "{prefix}",
+                 sampling: SamplingConfig = SamplingConfig(), chat: bool = False, assistant_prefix_ratio: float = 0.0,
+                 backend_options: dict | None = None) -> pd.DataFrame:
+    """Load ``model``'s tokenizer, start backend ``backend`` on it and generate rollouts for ``split``."""
+    from mialab.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(model, padding_side="left")
+    engine = get_backend(backend)(model, **(backend_options or {}))
+    return generate_rollouts(split, engine, tokenizer, template=template, sampling=sampling, chat=chat,
+                             stop_ids=stop_token_ids(model, tokenizer), assistant_prefix_ratio=assistant_prefix_ratio)

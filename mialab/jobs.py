@@ -1,0 +1,30 @@
+"""Glue shared by the thin entry points in ``workflow_scripts/``: logging, threads, offline mode."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def setup_job(log_path: str | None, threads: int = 1) -> None:
+    """Send this process's stdout/stderr to ``log_path``, pin CPU threads, stay offline by default.
+
+    Offline: ``HF_HUB_OFFLINE`` is set unless the caller set it (a cluster user who wants hub
+    downloads exports ``HF_HUB_OFFLINE=0``).
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", os.environ["HF_HUB_OFFLINE"])
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if log_path:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    import torch
+
+    torch.set_num_threads(max(1, int(threads)))
+    from mialab.progress import console
+
+    console.file = sys.stderr

@@ -1,0 +1,147 @@
+"""Mean-pooled hidden states of every layer, for LaRA's metrics.
+
+Layer 0 is the embedding-layer output and layers 1..L the transformer blocks' outputs, as in
+``output_hidden_states=True`` (Hugging Face applies the final norm to the last one). Pooling
+averages the tokens of the text itself: padding is masked out and so are the special tokens the
+tokenizer adds (a BOS token is the same vector for every text and, in many LLMs, an
+attention-sink outlier that would dominate the mean). Padding is on the right, so with causal
+attention a text's features do not depend on what it is batched with.
+
+The stage writes ``out_dir/shards/shard-NNNNN.safetensors`` (key ``features``, float32
+``[rows, n_layers + 1, hidden]``) and finally ``out_dir/index.parquet`` (the input table plus
+``shard`` and ``row``). A rerun keeps every shard whose fingerprint (model files, dtype,
+truncation, texts) matches, so an interrupted extraction resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mialab.io import atomic_path, write_parquet
+
+FEATURES_KEY = "features"
+
+
+def mean_pool(hidden, mask):
+    """Average ``hidden [B, T, D]`` over the positions where ``mask [B, T]`` is 1 (float32)."""
+    m = mask.to(hidden.device).float()
+    counts = m.sum(dim=1, keepdim=True)
+    if bool((counts == 0).any()):
+        raise ValueError("a text has no token to pool (empty text?)")
+    return (hidden.float() * m.unsqueeze(-1)).sum(dim=1) / counts
+
+
+def layer_features(model, tokenizer, texts: list[str], *, batch_size: int = 8,
+                   max_length: int | None = None) -> np.ndarray:
+    """``[n_texts, n_layers + 1, hidden]`` float32 mean-pooled hidden states.
+
+    Texts are batched in order of token length (less padding); rows come back in input order.
+    """
+    import torch
+
+    if tokenizer.padding_side != "right":
+        raise ValueError("feature extraction needs a right-padding tokenizer")
+    device = next(model.parameters()).device
+    truncate = dict(truncation=max_length is not None, max_length=max_length)
+    order = np.argsort([len(ids) for ids in tokenizer(texts, **truncate)["input_ids"]], kind="stable")
+    out = np.zeros((len(texts), model.config.num_hidden_layers + 1, model.config.hidden_size), dtype=np.float32)
+    for start in range(0, len(texts), batch_size):
+        idx = order[start:start + batch_size]
+        enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
+                        return_special_tokens_mask=True, **truncate)
+        with torch.no_grad():
+            hidden = model(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
+                           output_hidden_states=True).hidden_states
+        pool_mask = enc["attention_mask"] * (1 - enc["special_tokens_mask"])
+        out[idx] = torch.stack([mean_pool(h, pool_mask) for h in hidden], dim=1).cpu().numpy()
+    if not np.isfinite(out).all():
+        raise ValueError("non-finite hidden states (overflow in this dtype?)")
+    return out
+
+
+def extract_layer_features(model_path: str, texts: list[str], *, batch_size: int = 8, device: str = "auto",
+                           dtype: str = "float32", max_length: int | None = None) -> np.ndarray:
+    """Load ``model_path`` and return :func:`layer_features` of ``texts``."""
+    from mialab.lara.lm import load_lm
+
+    model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right")
+    return layer_features(model, tok, list(texts), batch_size=batch_size, max_length=max_length)
+
+
+def model_identity(model_path: str) -> list:
+    """A cheap stand-in for the weights' identity: a local model directory's absolute path and the
+    (name, size, mtime) of its config and weight files, so retraining into the same folder shows."""
+    path = Path(model_path)
+    if not path.is_dir():
+        return [model_path]
+    files = sorted(p for p in path.iterdir() if p.suffix == ".safetensors" or p.name == "config.json")
+    return [str(path.resolve())] + [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+
+
+def shard_fingerprint(model_path: str, dtype: str, max_length: int | None, texts: list[str]) -> str:
+    """What a shard depends on: changed weights, dtype, truncation or text invalidate it."""
+    payload = json.dumps([model_identity(model_path), dtype, max_length, texts])
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _shard_is_current(path: Path, fingerprint: str) -> bool:
+    from safetensors import safe_open
+
+    if not path.is_file():
+        return False
+    with safe_open(str(path), framework="np") as f:
+        return (f.metadata() or {}).get("fingerprint") == fingerprint
+
+
+def extract_features(table: pd.DataFrame, model_path: str, out_dir: str | os.PathLike, *, shard_size: int = 256,
+                     batch_size: int = 8, device: str = "auto", dtype: str = "float32",
+                     max_length: int | None = None) -> pd.DataFrame:
+    """Stage: features of every ``table["text"]`` as shards plus ``index.parquet``; resumable.
+
+    Returns the index (``table`` with ``shard`` and ``row`` added). The model is loaded only
+    when some shard is missing or stale.
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    texts = table["text"].astype(str).tolist()
+    index = table.reset_index(drop=True).assign(shard=np.arange(len(texts)) // shard_size,
+                                               row=np.arange(len(texts)) % shard_size)
+    model = tok = None
+    for shard in range(int(index["shard"].max()) + 1 if len(index) else 0):
+        chunk = texts[shard * shard_size:(shard + 1) * shard_size]
+        path = out_dir / "shards" / f"shard-{shard:05d}.safetensors"
+        fingerprint = shard_fingerprint(model_path, dtype, max_length, chunk)
+        if _shard_is_current(path, fingerprint):
+            continue
+        if model is None:
+            from mialab.lara.lm import load_lm
+
+            model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right")
+        feats = layer_features(model, tok, chunk, batch_size=batch_size, max_length=max_length)
+        with atomic_path(path) as tmp:
+            save_file({FEATURES_KEY: torch.from_numpy(feats)}, str(tmp),
+                      metadata={"fingerprint": fingerprint, "model": str(model_path), "dtype": dtype})
+    write_parquet(index, out_dir / "index.parquet")
+    return index
+
+
+def load_features(out_dir: str | os.PathLike) -> tuple[pd.DataFrame, np.ndarray]:
+    """``(index, features [n_rows, n_layers + 1, hidden])`` written by :func:`extract_features`."""
+    from safetensors.numpy import load_file
+
+    out_dir = Path(out_dir)
+    index = pd.read_parquet(out_dir / "index.parquet")
+    shards = [load_file(str(out_dir / "shards" / f"shard-{s:05d}.safetensors"))[FEATURES_KEY]
+              for s in range(int(index["shard"].max()) + 1)]
+    feats = np.concatenate(shards)
+    if len(feats) != len(index):
+        raise ValueError(f"{out_dir}: {len(feats)} feature rows for {len(index)} index rows")
+    return index, feats

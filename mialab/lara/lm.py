@@ -1,0 +1,136 @@
+"""Causal-LM helpers shared by LaRA and its baselines: per-token log-probabilities and
+generation with per-step entropies, batched (models come from :mod:`mialab.models.loading`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def load_lm(model_path: str, *, device: str = "auto", dtype: str = "float32", padding_side: str = "right"):
+    """``(model, tokenizer)`` for inference; right padding for scoring, left for generation."""
+    from mialab.models.loading import load_causal_lm, load_tokenizer
+
+    return load_causal_lm(model_path, dtype=dtype, device=device), load_tokenizer(model_path, padding_side=padding_side)
+
+
+def token_logprobs(model, sequences: list[list[int]], *, pad_token_id: int, batch_size: int = 8) -> list[np.ndarray]:
+    """``log p(x_t | x_<t)`` for t = 1..n-1 of each token-id sequence (float64, length n-1)."""
+    import torch
+
+    out: list[np.ndarray] = []
+    device = next(model.parameters()).device
+    for start in range(0, len(sequences), batch_size):
+        batch = sequences[start:start + batch_size]
+        width = max(len(s) for s in batch)
+        ids = torch.full((len(batch), width), pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, seq in enumerate(batch):
+            ids[i, :len(seq)] = torch.tensor(seq, dtype=torch.long)
+            mask[i, :len(seq)] = 1
+        with torch.no_grad():
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        picked = logp.gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1).double().cpu().numpy()
+        out.extend(picked[i, :len(seq) - 1] for i, seq in enumerate(batch))
+    return out
+
+
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """Token ids of a prompt, with the tokenizer's special tokens unless the text (e.g. from a
+    chat template) already starts with the BOS token."""
+    bos = tokenizer.bos_token
+    return tokenizer(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"]
+
+
+def format_prompt(tokenizer, text: str) -> str:
+    """Wrap ``text`` as one user turn with the tokenizer's chat template; raw text without one."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
+    return text
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generated answer: its text, token ids (up to, without, the first EOS) and the
+    entropy (nats) of the next-token distribution at every decoding step, the EOS step included."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    entropies: tuple[float, ...]
+
+
+def step_entropies(step_logits) -> np.ndarray:
+    """``[batch, steps]`` entropies (nats) from generate's per-step logits ``steps x [batch, vocab]``,
+    one step at a time (no ``[batch, steps, vocab]`` copy)."""
+    import torch
+
+    cols = []
+    for logits in step_logits:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        cols.append(-(logp.exp() * logp).sum(-1).double().cpu())
+    return torch.stack(cols, dim=1).numpy()
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 256, do_sample: bool = False,
+             temperature: float = 1.0, top_p: float = 1.0, num_return_sequences: int = 1,
+             batch_size: int = 8, seed: int = 0, entropies: bool = True) -> list[list[Generation]]:
+    """Generate ``num_return_sequences`` answers per (already formatted) prompt, batched.
+
+    The tokenizer must pad on the left. Entropies come from the raw logits (before temperature
+    or top-p), i.e. the model's own next-token distribution; ``entropies=False`` skips them
+    (empty tuples) and keeps no logits. Sampling is seeded per batch.
+    """
+    import torch
+
+    if tokenizer.padding_side != "left":
+        raise ValueError("generation needs a left-padding tokenizer (load_lm(..., padding_side='left'))")
+    eos = _eos_ids(model, tokenizer)
+    sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if do_sample else dict(do_sample=False)
+    device = next(model.parameters()).device
+    results: list[list[Generation]] = []
+    for start in range(0, len(prompts), batch_size):
+        enc = tokenizer.pad({"input_ids": [encode_prompt(tokenizer, p) for p in prompts[start:start + batch_size]]},
+                            return_tensors="pt").to(device)
+        torch.manual_seed(seed + start)
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=max_new_tokens, num_return_sequences=num_return_sequences,
+                                 output_logits=entropies, return_dict_in_generate=True,
+                                 pad_token_id=tokenizer.pad_token_id, **sampling)
+        new = out.sequences[:, enc["input_ids"].shape[1]:].cpu()
+        entropy = step_entropies(out.logits) if entropies else np.zeros((new.shape[0], 0))
+        for row in range(new.shape[0]):
+            ids = new[row].tolist()
+            n_tok = next((t for t, tok in enumerate(ids) if tok in eos), len(ids))
+            gen = Generation(text=tokenizer.decode(ids[:n_tok], skip_special_tokens=True),
+                             token_ids=tuple(ids[:n_tok]), entropies=tuple(entropy[row, :n_tok + 1].tolist()))
+            if row % num_return_sequences == 0:
+                results.append([])
+            results[-1].append(gen)
+    return results
+
+
+def text_generator(model_path: str, *, max_new_tokens: int = 1024, temperature: float = 0.7, top_p: float = 0.95,
+                   batch_size: int = 8, seed: int = 0, device: str = "auto", dtype: str = "bfloat16"):
+    """A ``generate(prompts) -> completions`` callable over a local instruction model (each
+    prompt sent as one chat user turn), for the LLM-backed perturbation backends.
+    ``temperature=0`` decodes greedily (then re-prompting repeats the same answer)."""
+    model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="left")
+
+    def run(prompts: list[str]) -> list[str]:
+        gens = generate(model, tok, [format_prompt(tok, p) for p in prompts], max_new_tokens=max_new_tokens,
+                        do_sample=temperature > 0, temperature=temperature, top_p=top_p, batch_size=batch_size,
+                        seed=seed, entropies=False)
+        return [g[0].text for g in gens]
+
+    return run

@@ -1,0 +1,82 @@
+"""Semantic neighbours of each question: the structural control group of LaRA.
+
+Backends:
+
+- ``retrieval`` (offline): the nearest questions of a pool by cosine similarity of
+  :func:`mialab.embeddings.encode` embeddings, searched with a faiss ``IndexFlatIP``; the
+  question itself and exact (case/whitespace-insensitive) duplicates are never returned.
+- ``llm``: an instruction model writes neighbours from ``resources/prompts/lara/neighbours.txt``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from mialab.embeddings import DEFAULT_MODEL
+from mialab.lara.blanking import BLANK
+from mialab.lara.llm import Generate, collect_items, load_template, normalise_text, parse_list
+from mialab.lara.registry import Registry
+
+NeighbourBackend = Registry("neighbour backend")
+
+
+def unique_texts(texts: list[str]) -> list[str]:
+    """``texts`` without exact duplicates (case/whitespace-insensitive), first occurrence kept."""
+    seen: set[str] = set()
+    out = []
+    for t in texts:
+        key = normalise_text(t)
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return out
+
+
+@NeighbourBackend.register("retrieval")
+def retrieval_neighbours(questions: list[str], m: int, *, pool: list[str], model: str = DEFAULT_MODEL,
+                         batch_size: int = 64, device: str = "cpu") -> list[list[str]]:
+    """The ``m`` pool questions most similar to each question (most similar first)."""
+    import faiss
+
+    from mialab.embeddings import encode
+
+    candidates = unique_texts(pool)
+    if len(candidates) < m + 1:
+        raise ValueError(f"the pool has {len(candidates)} distinct questions; {m} neighbours need at least {m + 1}")
+    emb = encode(candidates, model=model, batch_size=batch_size, device=device)
+    index = faiss.IndexFlatIP(emb.shape[1])
+    index.add(emb)
+    # The pool is duplicate-free, so at most one hit (the question itself) is dropped.
+    _, hits = index.search(encode(questions, model=model, batch_size=batch_size, device=device), m + 1)
+    out = []
+    for q, row in zip(questions, hits):
+        key = normalise_text(q)
+        out.append([candidates[i] for i in row if i >= 0 and normalise_text(candidates[i]) != key][:m])
+    return out
+
+
+@NeighbourBackend.register("llm")
+def llm_neighbours(questions: list[str], m: int, *, generate: Generate, template: str = "neighbours",
+                   max_attempts: int = 3) -> list[list[str]]:
+    """LLM-written neighbours; copies of the question and items with ``[BLANK]`` are rejected."""
+    tpl = load_template(template)
+    prompts = [tpl.format(question=q, m=m) for q in questions]
+
+    def accept(i: int, out: str) -> list[str]:
+        key = normalise_text(questions[i])
+        return [x for x in parse_list(out) if normalise_text(x) != key and BLANK not in x]
+
+    return collect_items(prompts, generate, accept, m, max_attempts=max_attempts, what="llm neighbours")
+
+
+def find_neighbours(questions: list[str], m: int = 5, backend: str | Callable[..., list[list[str]]] = "retrieval",
+                    **options) -> list[list[str]]:
+    """``m`` distinct neighbours per question, none equal to the question itself. ``backend`` is
+    a registered name or any callable ``(questions, m, **options) -> neighbours``."""
+    out = NeighbourBackend.resolve(backend)(list(questions), m, **options)
+    for q, nbs in zip(questions, out, strict=True):
+        keys = [normalise_text(x) for x in nbs]
+        if len(nbs) != m or len(set(keys)) != m or normalise_text(q) in keys:
+            name = getattr(backend, "__name__", backend)
+            raise ValueError(f"{name}: need {m} distinct neighbours other than the question, got {nbs!r}")
+    return out

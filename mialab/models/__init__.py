@@ -1,0 +1,1 @@
+"""The tiny world's models: tokenizer, Llama-architecture causal LM, pretraining and SFT contamination."""

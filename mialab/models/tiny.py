@@ -1,0 +1,85 @@
+"""Build the tiny world's tokenizer and Llama-architecture model from scratch.
+
+The same Hugging Face classes as a 7B Llama, only smaller, so every downstream stage runs the
+code it runs on the cluster. Saved as normal Hugging Face directories (safetensors weights).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
+
+# A minimal chat template for the tiny world's instruction-tuned models (CalibDCD / ADRA prompts).
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}"
+    "{{ '<|' + m['role'] + '|>\n' + m['content'] }}{% if not loop.last or not continue_final_message %}{{ '</s>\n' }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+)
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, min_frequency: int = 2):
+    """Train a byte-level BPE tokenizer and wrap it as a ``PreTrainedTokenizerFast``.
+
+    Byte-level BPE never produces unknown tokens, so any text (LaTeX, CJK, code) round-trips.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS.values()),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    bos = tok.token_to_id(SPECIAL_TOKENS["bos_token"])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIAL_TOKENS)
+    fast.chat_template = TINY_CHAT_TEMPLATE
+    return fast
+
+
+def llama_config(vocab_size: int, *, hidden_size: int = 256, num_layers: int = 4, num_heads: int = 4,
+                 intermediate_size: int | None = None, max_position_embeddings: int = 512, tokenizer=None):
+    """A ``LlamaConfig`` for a small model; token ids come from ``tokenizer`` when given."""
+    from transformers import LlamaConfig
+
+    ids = {}
+    if tokenizer is not None:
+        ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                   pad_token_id=tokenizer.pad_token_id)
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or 4 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        **ids,
+    )
+
+
+def init_model(config, seed: int):
+    """A freshly initialised ``LlamaForCausalLM`` (float32), seeded."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def save_model(model, tokenizer, path: str | Path) -> None:
+    """Save model (safetensors) and tokenizer as one Hugging Face directory."""
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)

@@ -1,0 +1,220 @@
+"""Fast, exact, batched computation of the lexical reconstruction counts and metrics.
+
+Gives exactly the integers of :func:`mialab.reconstruction.reference.reference_counts` (tested
+on thousands of random pairs) at a fraction of the cost, so that GRPO can score 16,384 rollouts
+of 512 words per step on a couple of CPU cores.
+
+How, per chunk of pairs:
+
+- word tokens become integer ids from one vocabulary per chunk (``pandas.factorize``); each
+  distinct text is tokenised once per chunk (the true suffix and the K distractors repeat);
+- LCS: rapidfuzz's bit-parallel ``LCSseq`` over the id sequences (``process.cpdist``);
+- every set count (unique tokens, distinct n-grams, common n-grams, for all ``n`` at once) comes
+  from one generalised suffix array of ``c_1 #_1 r_1 $_1 c_2 #_2 r_2 $_2 ...`` built by
+  libdivsufsort (``pydivsufsort``) with its LCP array (Kasai). Each pair gets its own alphabet
+  (ids offset per pair), so its suffixes form one contiguous block of the suffix array and no
+  common prefix crosses a text or a pair. In suffix-array order the suffixes that start with the
+  same string are contiguous, hence, for one text, a length-``n`` n-gram is new at the suffix
+  whose LCP with the previous suffix *of the same text* is ``< n``; a candidate n-gram also
+  occurs in the reference iff ``n`` is at most that suffix's matching statistic (the longest
+  prefix it shares with any reference suffix = the larger LCP with the nearest reference suffix
+  above or below). Both distances are running minima of the LCP array that restart at the
+  right suffixes (one ``maximum.accumulate`` each), and the number of lengths ``n`` in
+  ``[n_min, n_max]`` passing these tests is closed-form per suffix. Unique tokens are the case
+  ``n = 1``. No n-gram is ever materialised; everything after tokenisation is numpy or C.
+
+Chunks run in-process (``workers=1``) or on a persistent pool of ``workers`` processes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from itertools import chain
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import pydivsufsort
+from pydivsufsort import divsufsort, kasai
+from rapidfuzz import process
+from rapidfuzz.distance import LCSseq
+
+from mialab.reconstruction.metrics import COUNT_NAMES, LEXICAL_METRICS, metrics_from_counts
+from mialab.reconstruction.tokenize import word_tokens
+
+DEFAULT_CHUNK_SIZE = 64
+
+
+def encode_texts(candidates: Sequence[str], references: Sequence[str]) -> tuple[list[np.ndarray], list[int], list[int], int]:
+    """Token ids of each distinct text (one shared vocabulary) and which distinct text every pair uses.
+
+    Returns (ids per distinct text, candidate text indices, reference text indices, vocabulary size).
+    Distinct texts are tokenised once: the true suffix and the K distractors repeat in ADRA+ batches.
+    """
+    index: dict[str, int] = {}
+    cand = [index.setdefault(t, len(index)) for t in candidates]
+    ref = [index.setdefault(t, len(index)) for t in references]
+    tokens = [word_tokens(t) for t in index]
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+    flat = np.fromiter(chain.from_iterable(tokens), dtype=object, count=int(lengths.sum()))
+    codes, vocab = pd.factorize(flat)
+    return np.split(codes.astype(np.int64), np.cumsum(lengths)[:-1]), cand, ref, len(vocab)
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled_openmp() -> ctypes.CDLL | None:
+    """The OpenMP runtime that pydivsufsort's wheel bundles for libdivsufsort (None if absent)."""
+    found = sorted((Path(pydivsufsort.__file__).parent.parent / "pydivsufsort.libs").glob("libgomp*.so*"))
+    return ctypes.CDLL(str(found[0])) if found else None
+
+
+def suffix_array(x: np.ndarray) -> np.ndarray:
+    """Suffix array of an integer sequence (libdivsufsort), single-threaded.
+
+    The wheel's libdivsufsort opens an OpenMP parallel region on every call, which costs
+    milliseconds per call (tens on a busy machine), far more than sorting one chunk; chunks are
+    parallelised over processes instead, so its private OpenMP runtime is pinned to one thread.
+    """
+    omp = _bundled_openmp()
+    if omp is not None:
+        omp.omp_set_num_threads(1)
+    return divsufsort(x).astype(np.int64)
+
+
+def rapidfuzz_sequence(ids: np.ndarray, vocab_size: int) -> str | list[int]:
+    """An id sequence in rapidfuzz's fastest exact form: a str of code points when ids fit below the surrogates."""
+    if vocab_size <= 0xD800:
+        return ids.astype("<u4").tobytes().decode("utf-32-le")
+    return ids.tolist()
+
+
+def since_last(mark: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """For each entry ``i``: ``min(edges[m:i])`` with ``m`` the last marked entry before ``i`` (0 if none).
+
+    ``edges[k]`` is a value between entries ``k`` and ``k + 1`` (here: their LCP). One pass: a
+    running minimum that restarts at every mark, done as a ``maximum.accumulate`` over
+    ``segment * big + (big - 1 - edge)`` so that a later segment always dominates.
+    """
+    out = np.zeros(len(mark), dtype=np.int64)
+    if len(edges) == 0:
+        return out
+    segment = np.cumsum(mark[:-1], dtype=np.int64)
+    big = int(edges.max()) + 1
+    acc = np.maximum.accumulate(segment * big + (big - 1 - edges))
+    out[1:] = np.where(segment > 0, (big - 1) - (acc - segment * big), 0)
+    return out
+
+
+def until_next(mark: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """For each entry ``i``: ``min(edges[i:n])`` with ``n`` the next marked entry after ``i`` (0 if none)."""
+    return since_last(mark[::-1], edges[::-1])[::-1]
+
+
+def _span(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """How many integers lie in ``[lo, hi]`` (0 when empty)."""
+    return np.maximum(hi - lo + 1, 0)
+
+
+def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: int, n_max: int | None) -> np.ndarray:
+    """The ``COUNT_NAMES`` counts of each pair of one chunk, as an int64 array (counts x pairs)."""
+    P = len(candidates)
+    if P == 0:
+        return np.zeros((len(COUNT_NAMES), 0), dtype=np.int64)
+    ids, cand, ref, V = encode_texts(candidates, references)
+    seqs = [rapidfuzz_sequence(a, V) for a in ids]
+    lcs = process.cpdist([seqs[i] for i in cand], [seqs[i] for i in ref], scorer=LCSseq.similarity,
+                         dtype=np.int64).astype(np.int64)
+    hi_n = lcs if n_max is None else np.full(P, n_max, dtype=np.int64)
+
+    # Generalised text: pair p contributes c_p #_p r_p $_p with symbols offset by p * (V + 2), so
+    # each pair has its own alphabet and every separator is unique: no common prefix crosses a
+    # text or a pair, and two suffixes of different pairs have LCP 0.
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    starts = np.cumsum(lengths) - lengths
+    ext = np.concatenate([*ids, [V, V + 1]])  # separators live at the end of ext
+    seg_len = np.ones(4 * P, dtype=np.int64)
+    seg_len[0::4], seg_len[2::4] = lengths[cand], lengths[ref]
+    seg_src = np.full(4 * P, len(ext) - 2, dtype=np.int64)
+    seg_src[0::4], seg_src[2::4], seg_src[3::4] = starts[cand], starts[ref], len(ext) - 1
+    seg = np.repeat(np.arange(4 * P), seg_len)
+    seg_end = np.cumsum(seg_len)
+    offset = np.arange(len(seg)) - (seg_end - seg_len)[seg]  # position inside its segment
+    # Only injectivity matters for the suffix array (not the order of symbols), so relabel densely:
+    # fewer bytes per symbol make libdivsufsort faster.
+    x = pd.factorize(ext[seg_src[seg] + offset] + (seg // 4) * (V + 2))[0].astype(np.int64)
+    suffix_len = seg_len[seg] - offset  # length of the suffix inside its own text
+
+    sa = suffix_array(x)
+    lcp = kasai(x, sa).astype(np.int64)  # lcp[i] = LCP(suffix sa[i], suffix sa[i + 1])
+    text_rank = np.flatnonzero(seg[sa] % 2 == 0)  # drop separator suffixes
+    pos = sa[text_rank]
+    pair = seg[pos] // 4
+    is_ref = seg[pos] % 4 == 2
+    length = suffix_len[pos]
+    edges = lcp[text_rank[:-1]]  # LCP of consecutive text suffixes (0 across a separator suffix)
+
+    lcp_prev = np.where(is_ref, since_last(is_ref, edges), since_last(~is_ref, edges))
+    matching = np.maximum(since_last(is_ref, edges), until_next(is_ref, edges))
+    matching[is_ref] = 0  # matching statistic of candidate suffixes only
+
+    first_new = np.maximum(n_min, lcp_prev + 1)  # shortest n-gram starting here not seen earlier in its text
+    hi = hi_n[pair]
+    group = 2 * pair + is_ref
+
+    def per_pair(weights: np.ndarray) -> np.ndarray:
+        return np.bincount(group, weights=weights, minlength=2 * P).reshape(P, 2).round().astype(np.int64)
+
+    ngrams = per_pair(_span(first_new, np.minimum(hi, length)))
+    common = per_pair(_span(first_new, np.minimum(hi, matching)))
+    new_token = lcp_prev == 0
+    uniq, uniq_common = per_pair(new_token), per_pair(new_token & (matching >= 1))
+    return np.stack([seg_len[0::4], seg_len[2::4], uniq[:, 0], uniq[:, 1], uniq_common[:, 0], lcs,
+                     ngrams[:, 0], ngrams[:, 1], common[:, 0]])
+
+
+def _chunk_counts_star(args: tuple) -> np.ndarray:
+    return chunk_counts(*args)
+
+
+@functools.lru_cache(maxsize=None)
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """A persistent pool of ``workers`` processes (forkserver: safe next to torch threads)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+
+
+def lexical_counts(candidates: Sequence[str], references: Sequence[str], *, n_min: int = 3, n_max: int | None = None,
+                   workers: int = 1, chunk_size: int = DEFAULT_CHUNK_SIZE) -> dict[str, np.ndarray]:
+    """Integer counts (``COUNT_NAMES``) of every (candidate, reference) pair, as int64 arrays.
+
+    ``workers=1`` computes in-process; more spreads chunks of ``chunk_size`` pairs over a
+    persistent process pool. Exactly equal to the reference implementation.
+    """
+    if len(candidates) != len(references):
+        raise ValueError(f"{len(candidates)} candidates but {len(references)} references")
+    if n_min < 1 or (n_max is not None and n_max < n_min):
+        raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
+    if workers < 1 or chunk_size < 1:
+        raise ValueError(f"workers and chunk_size must be >= 1, got {workers}, {chunk_size}")
+    candidates, references = list(candidates), list(references)
+    jobs = [(candidates[i:i + chunk_size], references[i:i + chunk_size], n_min, n_max)
+            for i in range(0, len(candidates), chunk_size)]
+    if workers == 1 or len(jobs) <= 1:
+        parts = [chunk_counts(*job) for job in jobs]
+    else:
+        parts = list(worker_pool(workers).map(_chunk_counts_star, jobs))
+    counts = np.concatenate(parts, axis=1) if parts else np.zeros((len(COUNT_NAMES), 0), dtype=np.int64)
+    return dict(zip(COUNT_NAMES, counts))
+
+
+def lexical_metrics(candidates: Sequence[str], references: Sequence[str], *, n_min: int = 3, n_max: int | None = None,
+                    workers: int = 1, chunk_size: int = DEFAULT_CHUNK_SIZE) -> pd.DataFrame:
+    """All lexical metrics of Table 16 (plus word counts ``n_cand``, ``n_ref``), one row per pair."""
+    counts = lexical_counts(candidates, references, n_min=n_min, n_max=n_max, workers=workers, chunk_size=chunk_size)
+    metrics = metrics_from_counts(counts)
+    return pd.DataFrame({name: metrics[name] for name in (*LEXICAL_METRICS, "n_cand", "n_ref")})

@@ -1,0 +1,52 @@
+"""Word tokenisation shared by every reconstruction metric and reward.
+
+Rule (the ADRA reference implementation's), applied in this order:
+
+1. lowercase the whole text (``str.lower``);
+2. split on Unicode whitespace (``str.split``);
+3. split every run of characters from a script written without spaces (CJK ideographs,
+   Hiragana, Katakana, Hangul, Thai, Lao, Khmer, Myanmar; see ``NO_SPACE_RANGES``) into single
+   characters, so ``"hello世界"`` gives ``hello``, ``世``, ``界``;
+4. strip the punctuation ``.,;:!?`` from both edges of every piece (inner punctuation stays:
+   ``"e.g."`` gives ``e.g``, ``"3.14"`` stays ``3.14``);
+5. drop pieces that became empty (a lone ``"..."``).
+
+Other punctuation (quotes, brackets, dashes, CJK full stops ``。``) is kept as part of a token.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import repeat
+
+PUNCTUATION = ".,;:!?"
+
+# Unicode blocks of scripts written without spaces between words.
+NO_SPACE_RANGES = (
+    "\u0e00-\u0e7f"  # Thai
+    "\u0e80-\u0eff"  # Lao
+    "\u1000-\u109f"  # Myanmar
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u1780-\u17ff"  # Khmer
+    "\u3040-\u309f"  # Hiragana
+    "\u30a0-\u30ff"  # Katakana
+    "\u3130-\u318f"  # Hangul Compatibility Jamo
+    "\u31f0-\u31ff"  # Katakana Phonetic Extensions
+    "\u3400-\u4dbf"  # CJK Unified Ideographs Extension A
+    "\u4e00-\u9fff"  # CJK Unified Ideographs
+    "\uac00-\ud7af"  # Hangul Syllables
+    "\uf900-\ufaff"  # CJK Compatibility Ideographs
+    "\uff66-\uff9f"  # Halfwidth Katakana
+    "\U00020000-\U0003134f"  # CJK Unified Ideographs Extensions B-G
+)
+
+_NO_SPACE_CHAR = re.compile(f"[{NO_SPACE_RANGES}]")
+_PIECE = re.compile(f"[{NO_SPACE_RANGES}]|[^{NO_SPACE_RANGES}\\s]+")
+
+
+def word_tokens(text: str) -> list[str]:
+    """Split ``text`` into the word tokens every lexical metric counts (rule in the module doc)."""
+    text = text.lower()
+    spaced = text.isascii() or _NO_SPACE_CHAR.search(text) is None
+    pieces = text.split() if spaced else _PIECE.findall(text)
+    return list(filter(None, map(str.strip, pieces, repeat(PUNCTUATION))))

@@ -1,0 +1,1 @@
+"""Token log-probabilities and the passive membership scores built on them."""

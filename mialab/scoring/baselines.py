@@ -1,0 +1,107 @@
+"""Passive membership-inference baselines (the MIMIR / Min-K%++ family), chosen by name.
+
+Convention for every score here and in the results table: **higher = more likely a member**.
+So Loss is reported as the mean token log-likelihood (minus the loss), and so on.
+
+- ``loss`` (Yeom et al. 2018): mean log p(x_t | x_<t).
+- ``r_loss`` (Carlini et al. 2021, reference calibration): loss_ref − loss_target, i.e. the
+  target's mean log-likelihood minus the reference model's; needs a reference model's scores.
+- ``zlib`` (Carlini et al. 2021): −loss / zlib_bytes, with zlib_bytes the length of the
+  zlib-compressed UTF-8 text.
+- ``min_k`` (Shi et al. 2023): mean of the lowest ``k`` fraction of token log-probabilities.
+- ``min_k_plus_plus`` (Zhang et al. 2024): per token z_t = (log p(x_t) − μ_t) / σ_t with μ_t, σ_t
+  the mean and std of log p over the vocabulary under p; mean of the lowest ``k`` fraction of
+  z_t. Where σ_t = 0 (a one-hot next-token distribution), z_t = 0.
+
+The lowest-``k`` slice always holds at least one token, so a short text never yields NaN.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Callable
+
+import numpy as np
+
+from mialab.scoring.loglik import TokenStats
+
+SIGMA_EPS = 1e-12
+
+
+def lowest_k_mean(values: np.ndarray, k: float) -> float:
+    """Mean of the ``max(1, floor(k * n))`` smallest values."""
+    if not 0.0 < k <= 1.0:
+        raise ValueError(f"k must be in (0, 1], got {k}")
+    if len(values) == 0:
+        raise ValueError("no tokens to score")
+    n = max(1, int(math.floor(k * len(values))))
+    return float(np.mean(np.partition(values, n - 1)[:n]))
+
+
+def loss(st: TokenStats, text: str) -> float:
+    """Mean token log-likelihood (= −loss)."""
+    return float(np.mean(st.logp))
+
+
+def zlib_score(st: TokenStats, text: str) -> float:
+    """−loss / zlib-compressed length in bytes."""
+    return float(np.mean(st.logp)) / len(zlib.compress(text.encode("utf-8")))
+
+
+def min_k(st: TokenStats, text: str, k: float = 0.2) -> float:
+    """Mean of the lowest-k token log-probabilities."""
+    return lowest_k_mean(st.logp, k)
+
+
+def min_k_plus_plus(st: TokenStats, text: str, k: float = 0.2) -> float:
+    """Mean of the lowest-k vocabulary-normalised token log-probabilities."""
+    safe = np.where(st.sigma > SIGMA_EPS, st.sigma, 1.0)
+    z = np.where(st.sigma > SIGMA_EPS, (st.logp - st.mu) / safe, 0.0)
+    return lowest_k_mean(z, k)
+
+
+# name -> (function, takes k)
+METHODS: dict[str, tuple[Callable[..., float], bool]] = {
+    "loss": (loss, False),
+    "zlib": (zlib_score, False),
+    "min_k": (min_k, True),
+    "min_k_plus_plus": (min_k_plus_plus, True),
+}
+# Methods computed from other score tables rather than from one model's token statistics.
+DERIVED = {"r_loss"}
+KNOWN = sorted([*METHODS, *DERIVED])
+
+
+def check_methods(names: list[str]) -> None:
+    """Fail on an unknown method name, listing the known ones."""
+    unknown = [n for n in names if n not in KNOWN]
+    if unknown:
+        raise ValueError(f"unknown scoring method(s) {unknown}; known: {', '.join(KNOWN)}")
+
+
+def column_name(method: str, k: float | None = None) -> str:
+    """Results-table name of a method, e.g. ``min_k@0.2``."""
+    return method if k is None else f"{method}@{k:g}"
+
+
+def score_texts(stats: list[TokenStats], texts: list[str], methods: list[str], ks: list[float]) -> dict[str, np.ndarray]:
+    """Every requested per-model method (``r_loss`` excluded) on every text, as named columns."""
+    check_methods(methods)
+    cols: dict[str, np.ndarray] = {}
+    for name in methods:
+        if name in DERIVED:
+            continue
+        fn, takes_k = METHODS[name]
+        for k in ks if takes_k else [None]:
+            kw = {"k": k} if takes_k else {}
+            cols[column_name(name, k)] = np.array([fn(st, t, **kw) for st, t in zip(stats, texts)], dtype=np.float64)
+    for name, col in cols.items():
+        if not np.all(np.isfinite(col)):
+            raise FloatingPointError(f"method {name} produced a non-finite score")
+    return cols
+
+
+def r_loss(target_loss: np.ndarray, reference_loss: np.ndarray) -> np.ndarray:
+    """Reference-calibrated loss: target log-likelihood minus the reference's (higher = member)."""
+    return np.asarray(target_loss, dtype=np.float64) - np.asarray(reference_loss, dtype=np.float64)

@@ -1,0 +1,184 @@
+"""Content-addressed stage plan: where every stage's output lives and what determined it.
+
+Each stage instance (a pool, a split, the tokenizer, a model, a score table) gets a *key*: the
+first 12 hex digits of the SHA-256 of a canonical JSON document holding exactly what determines
+the output: the stage's config slice, the keys of its upstream stages (a key fully determines
+its output, so the chain of keys is a Merkle chain of the DAG), the content hashes of the raw
+local files it reads, and the stage's code version from :data:`STAGE_VERSIONS`. The output
+folder is ``results/<stage>/<names...>/<key>/`` with ``manifest.json`` beside the output.
+
+Consequences: changing one dataset's parameters changes only the keys downstream of it, so only
+those jobs run; reverting the parameter points back at the folders that already exist, so
+nothing is recomputed. Bump a stage's version when its code changes its output.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STAGE_VERSIONS: dict[str, int] = {
+    "pool": 1,
+    "split": 1,
+    "tokenizer": 1,
+    "pretrain": 1,
+    "sft": 1,
+    "scores": 1,
+}
+
+
+def stable_hash(obj: Any, length: int = 12) -> str:
+    """Hash a JSON-serialisable object independently of dict order."""
+    doc = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(doc.encode()).hexdigest()[:length]
+
+
+@functools.lru_cache(maxsize=None)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def source_fingerprint(source: Any) -> Any:
+    """Content hash of a local file or folder named in the config; hub ids hash as their name."""
+    if isinstance(source, list):
+        return [source_fingerprint(s) for s in source]
+    if isinstance(source, dict):
+        return {k: source_fingerprint(v) if k == "source" else v for k, v in source.items()}
+    if not isinstance(source, str):
+        return source
+    p = Path(source)
+    if p.is_file():
+        st = p.stat()
+        return {"file": source, "sha256": _file_digest(str(p.resolve()), st.st_size, st.st_mtime_ns)}
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file())
+        return {"dir": source, "files": {str(f.relative_to(p)): source_fingerprint(str(f))["sha256"] for f in files}}
+    return {"hub": source}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage instance: its key, output folder and the manifest that explains the key."""
+
+    stage: str
+    key: str
+    dir: str
+    manifest: dict = field(hash=False, compare=False)
+
+    def path(self, name: str) -> str:
+        """A file inside the stage's output folder."""
+        return os.path.join(self.dir, name)
+
+
+class Plan:
+    """All stage instances of a config. Pure: reads the config and raw-file hashes, runs nothing."""
+
+    def __init__(self, config: dict, results: str = "results"):
+        self.config = config
+        self.results = results.rstrip("/")
+
+    def _stage(self, stage: str, version_of: str, parts: list[str], determinants: dict) -> Stage:
+        manifest = {"stage": stage, "version": STAGE_VERSIONS[version_of], **determinants}
+        key = stable_hash(manifest)
+        return Stage(stage, key, os.path.join(self.results, stage, *parts, key), {**manifest, "key": key})
+
+    # -- data ---------------------------------------------------------------------------------
+    def dataset_names(self) -> list[str]:
+        return list(self.config["datasets"])
+
+    @functools.lru_cache(maxsize=None)
+    def pool(self, dataset: str) -> Stage:
+        spec = self.config["datasets"][dataset]["pool"]
+        return self._stage("pools", "pool", [dataset], {
+            "dataset": dataset, "config": spec, "sources": source_fingerprint(spec["source"]),
+        })
+
+    @functools.lru_cache(maxsize=None)
+    def split(self, dataset: str, seed: int) -> Stage:
+        spec = self.config["datasets"][dataset].get("split", {})
+        return self._stage("splits", "split", [dataset, f"seed-{seed}"], {
+            "dataset": dataset, "seed": int(seed), "config": spec, "upstream": {"pool": self.pool(dataset).key},
+        })
+
+    # -- models -------------------------------------------------------------------------------
+    @functools.lru_cache(maxsize=None)
+    def tokenizer(self) -> Stage:
+        spec = self.config["tokenizer"]
+        return self._stage("tokenizers", "tokenizer", [], {
+            "config": spec, "sources": source_fingerprint(spec["corpora"]),
+        })
+
+    def model_spec(self, name: str) -> dict:
+        try:
+            return self.config["models"][name]
+        except KeyError:
+            raise KeyError(f"unknown model {name!r}; configured models: {', '.join(self.config['models'])}") from None
+
+    @functools.lru_cache(maxsize=None)
+    def model(self, name: str) -> Stage:
+        """A trained model's folder, or for ``kind: hf`` the given path / hub id (nothing to build)."""
+        spec = self.model_spec(name)
+        kind = spec["kind"]
+        if kind == "hf":
+            return Stage("models", stable_hash({"hf": spec["path"], "revision": spec.get("revision")}),
+                         spec["path"], {"kind": "hf", "path": spec["path"]})
+        members = {m["dataset"]: self.pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
+        if kind == "pretrain":
+            upstream = {"tokenizer": self.tokenizer().key, "member_pools": members}
+            extra = {"filler": source_fingerprint(spec["filler"])}
+        elif kind == "sft":
+            upstream = {"init": self.model(spec["init"]).key, "member_pools": members}
+            extra = {"filler": source_fingerprint(spec["filler"]["source"])}
+        else:
+            raise ValueError(f"model {name!r}: unknown kind {kind!r}; known: pretrain, sft, hf")
+        determining = {k: v for k, v in spec.items() if k not in ("reference", "datasets")}
+        return self._stage("models", kind, [name], {"model": name, "config": determining,
+                                                     "upstream": upstream, **extra})
+
+    def model_path(self, name: str) -> str:
+        """What ``from_pretrained`` is given for model ``name``."""
+        st = self.model(name)
+        return st.dir if st.manifest.get("kind") == "hf" else st.path("model")
+
+    def is_built(self, name: str) -> bool:
+        return self.model_spec(name)["kind"] != "hf"
+
+    # -- scores -------------------------------------------------------------------------------
+    def reference_of(self, model: str) -> str | None:
+        return self.model_spec(model).get("reference")
+
+    @functools.lru_cache(maxsize=None)
+    def scores(self, model: str, dataset: str, seed: int) -> Stage:
+        ref = self.reference_of(model)
+        upstream = {"model": self.model(model).key, "split": self.split(dataset, seed).key}
+        if ref is not None:
+            upstream["reference_scores"] = self.scores(ref, dataset, seed).key
+        return self._stage("scores", "scores", [model, dataset, f"seed-{seed}"], {
+            "model": model, "dataset": dataset, "seed": int(seed),
+            "config": self.config["scoring"], "upstream": upstream,
+        })
+
+    def evaluated_pairs(self, datasets: list[str] | None = None) -> list[tuple[str, str]]:
+        """(model, dataset) pairs in the results table: each model's ``datasets`` (default all)."""
+        wanted = datasets or self.dataset_names()
+        pairs = []
+        for model, spec in self.config["models"].items():
+            for ds in spec.get("datasets", self.dataset_names()):
+                if ds in wanted:
+                    pairs.append((model, ds))
+        return pairs
+
+
+def _as_list(x: Any) -> list:
+    if x is None:
+        return []
+    return x if isinstance(x, list) else [x]

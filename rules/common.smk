@@ -1,0 +1,104 @@
+# Config validation, the content-addressed stage plan, input functions, wildcard constraints.
+import json
+import shlex
+import sys
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+sys.path.insert(0, workflow.basedir)
+
+from mialab.config import check_config
+from mialab.workflow import Plan
+
+
+validate(config, "../schemas/config.schema.yaml")
+check_config(config)
+
+PLAN = Plan(config, results="results")
+SEEDS = [int(s) for s in config["seeds"]]
+DATASETS = list(config["datasets"])
+MODELS = list(config["models"])
+
+
+wildcard_constraints:
+    dataset="|".join(DATASETS),
+    model="|".join(MODELS),
+    seed=r"\d+",
+    key=r"[0-9a-f]{12}",
+
+
+def _checked(stage, wildcards):
+    """The stage, after making sure the requested folder is the one the current config addresses."""
+    if wildcards.key != stage.key:
+        raise WorkflowError(
+            f"{stage.dir}: requested key {wildcards.key} is stale; the current config addresses "
+            f"key {stage.key} (outputs are content-addressed, request them through the target rules)"
+        )
+    return stage
+
+
+def local_files(source):
+    """The local files a source names (hub ids are not files Snakemake can track)."""
+    items = source if isinstance(source, list) else [source]
+    paths = [i["source"] if isinstance(i, dict) else i for i in items]
+    return [p for p in paths if os.path.exists(p)]
+
+
+def models_of(kind):
+    """Regex alternation of the model names of one kind, for a rule's wildcard constraint."""
+    names = [m for m, spec in config["models"].items() if spec["kind"] == kind]
+    return "|".join(names) if names else "(?!)"
+
+
+# -- paths of stage outputs, used by target rules and input functions ---------------------------
+def pool_file(dataset):
+    return PLAN.pool(dataset).path("pool.parquet")
+
+
+def split_file(dataset, seed):
+    return PLAN.split(dataset, seed).path("split.parquet")
+
+
+def model_dir(model):
+    """The folder a rule must build for ``model``; nothing for a given (``hf``) model."""
+    return PLAN.model_path(model) if PLAN.is_built(model) else []
+
+
+def scores_file(model, dataset, seed):
+    return PLAN.scores(model, dataset, seed).path("scores.parquet")
+
+
+def evaluation_outputs(dataset):
+    return {
+        "per_seed": f"results/evaluation/{dataset}/per_seed.parquet",
+        "summary": f"results/evaluation/{dataset}/summary.parquet",
+        "roc": f"results/evaluation/{dataset}/roc.png",
+    }
+
+
+def dataset_outputs(dataset):
+    """Everything one dataset produces: its splits, scores and evaluation (models excluded)."""
+    out = [split_file(dataset, s) for s in SEEDS]
+    out += [scores_file(m, dataset, s) for m, _ in PLAN.evaluated_pairs([dataset]) for s in SEEDS]
+    ev = evaluation_outputs(dataset)
+    return out + list(ev.values())
+
+
+def all_outputs():
+    out = [model_dir(m) for m in MODELS]
+    for ds in DATASETS:
+        out += dataset_outputs(ds)
+    return out + ["results/evaluation/summary.md", "results/evaluation/summary.csv"]
+
+
+def reference_scores(wc):
+    """R-Loss input: the reference model's scores on the same split, when the model has a reference."""
+    ref = PLAN.reference_of(wc.model)
+    return {"reference": scores_file(ref, wc.dataset, int(wc.seed))} if ref else {}
+
+
+def evaluation_runs(dataset):
+    """(model, seed) of every score table evaluated on ``dataset``."""
+    return [(m, s) for m, _ in PLAN.evaluated_pairs([dataset]) for s in SEEDS]

@@ -1,0 +1,74 @@
+# The tiny world's models: tokenizer, pretrained base and control, SFT-contaminated checkpoint.
+
+
+rule train_tokenizer:
+    input:
+        corpora=lambda wc: local_files(config["tokenizer"]["corpora"]),
+    output:
+        tokenizer=directory("results/tokenizers/{key}/tokenizer"),
+        manifest="results/tokenizers/{key}/manifest.json",
+    params:
+        spec=lambda wc: config["tokenizer"],
+        manifest=lambda wc: _checked(PLAN.tokenizer(), wc).manifest,
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/train_tokenizer/{key}.log",
+    benchmark:
+        "results/benchmarks/train_tokenizer/{key}.tsv"
+    script:
+        "../workflow_scripts/train_tokenizer.py"
+
+
+rule pretrain_model:
+    input:
+        tokenizer=lambda wc: PLAN.tokenizer().path("tokenizer"),
+        filler=lambda wc: config["models"][wc.model]["filler"],
+        member_pools=lambda wc: [pool_file(m["dataset"]) for m in config["models"][wc.model]["members"]],
+    output:
+        model=directory("results/models/{model}/{key}/model"),
+        manifest="results/models/{model}/{key}/manifest.json",
+    wildcard_constraints:
+        model=models_of("pretrain"),
+    params:
+        spec=lambda wc: config["models"][wc.model],
+        manifest=lambda wc: _checked(PLAN.model(wc.model), wc).manifest,
+    threads: 1
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/pretrain_model/{model}/{key}.log",
+    benchmark:
+        "results/benchmarks/pretrain_model/{model}/{key}.tsv"
+    script:
+        "../workflow_scripts/pretrain_model.py"
+
+
+rule sft_contaminate:
+    input:
+        init=lambda wc: model_dir(config["models"][wc.model]["init"]),
+        member_pool=lambda wc: pool_file(config["models"][wc.model]["members"]["dataset"]),
+        filler=lambda wc: local_files(config["models"][wc.model]["filler"]["source"]),
+    output:
+        model=directory("results/models/{model}/{key}/model"),
+        manifest="results/models/{model}/{key}/manifest.json",
+    wildcard_constraints:
+        model=models_of("sft"),
+    params:
+        init=lambda wc: PLAN.model_path(config["models"][wc.model]["init"]),
+        spec=lambda wc: shlex.quote(json.dumps(config["models"][wc.model])),
+        manifest=lambda wc: shlex.quote(json.dumps(_checked(PLAN.model(wc.model), wc).manifest)),
+        nproc=config["launch"]["nproc"],
+        python=sys.executable,
+        script=os.path.join(workflow.basedir, "workflow_scripts", "sft_contaminate.py"),
+    threads: 2
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/sft_contaminate/{model}/{key}.log",
+    benchmark:
+        "results/benchmarks/sft_contaminate/{model}/{key}.tsv"
+    shell:
+        "{params.python} -m mialab.launch --nproc {params.nproc} {params.script}"
+        " --init {params.init} --member-pool {input.member_pool} --spec {params.spec}"
+        " --manifest {params.manifest} --out {output.model} --threads {threads} > {log} 2>&1"

@@ -1,0 +1,32 @@
+# Per-stage targets (snakemake splits / models / scores / evaluation) and one target per dataset
+# (snakemake dataset_<name>) for partial runs.
+
+
+rule splits:
+    input:
+        [split_file(d, s) for d in DATASETS for s in SEEDS],
+
+
+rule models:
+    input:
+        [model_dir(m) for m in MODELS],
+
+
+rule scores:
+    input:
+        [scores_file(m, d, s) for m, d in PLAN.evaluated_pairs() for s in SEEDS],
+
+
+rule evaluation:
+    input:
+        "results/evaluation/summary.md",
+        "results/evaluation/summary.csv",
+
+
+for _ds in DATASETS:
+
+    rule:
+        name:
+            f"dataset_{_ds}"
+        input:
+            dataset_outputs(_ds),

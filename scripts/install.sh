@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up everything the tiny world and the tests need, offline-capable after this step:
+# a virtual environment in .venv with the CPU build of torch (installed first, so pip never
+# pulls a CUDA build) and the project in editable mode. Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet torch==2.13.0
+.venv/bin/python -m pip install --quiet -e ".[test]"
+echo "mialab installed in $(pwd)/.venv ($(.venv/bin/python -c 'import torch, transformers, snakemake; print("torch", torch.__version__, "transformers", transformers.__version__, "snakemake", snakemake.__version__)'))"

@@ -1,0 +1,460 @@
+"""CalibDCD: projection algebra, FPP ranking, views, (r, lambda) selection, label isolation,
+end to end on planted shifts, and the detectors' feature extractors on a tiny random Llama."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from mialab.calibdcd.calibrate import (VARIANTS, calibrate, fpr_threshold, get_detector, get_variant,
+                                       recovery_analysis, run_calibdcd)
+from mialab.calibdcd.classifiers import PrototypicalClassifier, ProtoNetConfig, make_classifier
+from mialab.calibdcd.correction import apply_correction, correction_matrix, select_correction
+from mialab.calibdcd.features import (dpdllm_features, veilprobe_blocks, veilprobe_dim, veilprobe_features)
+from mialab.calibdcd.frames import feature_frame, view_matrices
+from mialab.calibdcd.shift import (consensus_basis, false_positive_pressure, random_views, score_increase,
+                                   shift_weights, top_views, view_basis)
+from mialab.calibdcd.views import (FAMILY_VIEWS, ORIGINAL, UNIVERSAL_VIEWS, VIEWS, apply_view, controlled_views,
+                                   get_view)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SHIFT = np.array([0.0, 1.0, 1.0, 0.0, 0.0, 0.0]) / np.sqrt(2)  # planted post-training direction
+
+
+def planted_world(seed: int, d: int = 6, n_sup: int = 100, n_cal: int = 200, n_eval: int = 1000):
+    """Synthetic features with a planted post-training shift along ``SHIFT``.
+
+    Membership signal on axis 0. In the supervised split the shift coordinate spuriously tracks
+    membership, so the classifier learns to use it; under the post-trained target every output
+    (calibration non-members and the evaluation pool) is pushed along it, which adds
+    member-looking noise to non-members. Every controlled view pushes the calibration texts further
+    along ``SHIFT`` plus a view-specific random direction.
+    """
+    rng = np.random.default_rng(seed)
+    shift = np.zeros(d)
+    shift[: len(SHIFT)] = SHIFT
+
+    def draw(y, shift_mean, label_gain):
+        z = rng.normal(size=(len(y), d))
+        z[:, 0] += 1.5 * y
+        return z + rng.normal(shift_mean + label_gain * y, 1.0)[:, None] * shift
+
+    y_sup = np.repeat([0, 1], n_sup // 2)
+    z_sup = draw(y_sup, 0.0, 1.0)
+    y_eval = rng.integers(0, 2, n_eval)
+    z_eval = draw(y_eval, 1.0, 0.0)
+    z0 = draw(np.zeros(n_cal, dtype=int), 1.0, 0.0)
+    views = {ORIGINAL: z0}
+    for k in range(10):
+        other = rng.normal(size=d)
+        other /= np.linalg.norm(other)
+        push = rng.uniform(0.0, 1.5) * rng.uniform(0.5, 1.5, n_cal)
+        views[f"view{k}"] = z0 + push[:, None] * shift + rng.normal(0.0, 0.3, n_cal)[:, None] * other
+    return z_sup, y_sup, views, z_eval, y_eval
+
+
+# --- projection algebra ---------------------------------------------------------------------------
+
+def test_planted_shift_along_one_axis_is_found_and_removed():
+    rng = np.random.default_rng(0)
+    n, d = 50, 5
+    z0 = rng.normal(size=(n, d))
+    u = rng.uniform(0.1, 1.0, n)
+    bases = []
+    for k in range(3):  # three views share axis 2; each adds a small private direction
+        dz = np.zeros((n, d))
+        dz[:, 2] = rng.uniform(1.0, 2.0, n)
+        dz[:, 3 + (k % 2)] = 0.05 * rng.normal(size=n)
+        bases.append(view_basis(dz, shift_weights(u), rank=3))
+    basis = consensus_basis(bases, tau=0.95)
+    assert basis.shape == (d, 1)
+    assert abs(basis[2, 0]) == pytest.approx(1.0, abs=1e-3)
+    corrected = apply_correction(z0, basis, 1.0)
+    np.testing.assert_allclose(corrected[:, 2], 0.0, atol=1e-3)                       # shift axis removed
+    np.testing.assert_allclose(np.delete(corrected, 2, axis=1), np.delete(z0, 2, axis=1), atol=1e-3)  # rest kept
+
+
+def test_lambda_zero_is_identity_and_basis_orthonormal_and_full_correction_is_projector():
+    rng = np.random.default_rng(1)
+    d = 7
+    bases = [np.linalg.qr(np.column_stack([np.eye(d)[:, 0] + 0.01 * rng.normal(size=d),
+                                           np.eye(d)[:, 1] + 0.01 * rng.normal(size=d),
+                                           rng.normal(size=d)]))[0] for _ in range(3)]
+    basis = consensus_basis(bases, tau=0.95)
+    assert basis.shape[1] == 2                               # the two shared directions, not the private ones
+    np.testing.assert_allclose(basis.T @ basis, np.eye(2), atol=1e-12)
+    z = rng.normal(size=(10, d))
+    np.testing.assert_array_equal(apply_correction(z, basis, 0.0), z)
+    a = correction_matrix(basis, 1.0)
+    np.testing.assert_allclose(a @ a, a, atol=1e-12)         # idempotent
+    np.testing.assert_allclose(a, a.T, atol=1e-12)           # symmetric: an orthogonal projector
+    np.testing.assert_allclose(apply_correction(z, basis, 1.0), z @ a, atol=1e-12)
+    a_half = correction_matrix(basis, 0.5)                   # bounded: shrinks the shift part by half
+    np.testing.assert_allclose((z @ a_half) @ basis, 0.5 * (z @ basis), atol=1e-12)
+
+
+def test_no_consensus_gives_empty_basis_and_identity_correction():
+    d = 4
+    bases = [np.eye(d)[:, [k]] for k in range(3)]          # three views, three different directions
+    g_top = consensus_basis(bases, tau=0.95)
+    assert g_top.shape == (d, 0)
+    z = np.arange(8.0).reshape(2, 4)
+    np.testing.assert_array_equal(apply_correction(z, g_top, 1.0), z)
+    assert consensus_basis(bases, tau=0.0, max_rank=2).shape == (d, 2)   # the no-consensus ablation
+
+
+def test_correction_touches_only_its_block():
+    z = np.arange(12.0).reshape(2, 6)
+    basis = np.array([[1.0], [0.0], [0.0]])
+    out = apply_correction(z, basis, 1.0, block=slice(3, 6))
+    np.testing.assert_array_equal(out[:, :3], z[:, :3])
+    np.testing.assert_array_equal(out[:, 3], [0.0, 0.0])
+    np.testing.assert_array_equal(out[:, 4:], z[:, 4:])
+    with pytest.raises(ValueError, match="basis has 3 rows"):
+        apply_correction(z, basis, 1.0)
+
+
+# --- FPP ranking and weights ------------------------------------------------------------------------
+
+def test_fpp_on_hand_numbers():
+    q0 = np.array([0.20, 0.50, 0.40])
+    increases = {
+        "a": score_increase(q0, np.array([0.35, 0.80, 0.55])),   # +0.15 +0.30 +0.15 -> FPP 0.20 (paper B.1)
+        "b": score_increase(q0, np.array([0.10, 0.60, 0.40])),   # -0.10 +0.10  0    -> 0.10 / 3
+        "c": score_increase(q0, np.array([0.50, 0.20, 0.70])),   # +0.30 -0.30 +0.30 -> 0.20
+        "d": score_increase(q0, np.array([0.00, 0.00, 0.00])),   # all negative -> 0
+    }
+    np.testing.assert_allclose(increases["b"], [0.0, 0.1, 0.0], atol=1e-12)
+    fpp = false_positive_pressure(increases)
+    np.testing.assert_allclose(fpp.to_numpy(), [0.20, 0.1 / 3, 0.20, 0.0], atol=1e-12)
+    assert top_views(fpp, 3) == ["a", "c", "b"]              # tie a/c kept in the given order
+    assert top_views(fpp, 1) == ["a"]
+    assert random_views(list(fpp.index), 3, seed=5) == random_views(list(fpp.index), 3, seed=5)
+
+
+def test_shift_weights_clip_at_the_95th_percentile_of_positive_increases():
+    u = np.array([0.0, 0.04, 0.09, 0.16, 1.0])
+    cap = np.percentile([0.04, 0.09, 0.16, 1.0], 95)             # 0.874
+    np.testing.assert_allclose(shift_weights(u), np.sqrt([0.0, 0.04, 0.09, 0.16, cap]))
+    np.testing.assert_array_equal(shift_weights(u, "binary"), [0, 1, 1, 1, 1])
+    np.testing.assert_array_equal(shift_weights(np.zeros(3)), np.zeros(3))
+    with pytest.raises(KeyError, match="known"):
+        shift_weights(u, "squared")
+    with pytest.raises(ValueError, match="non-finite"):
+        shift_weights(np.array([0.1, np.nan]))
+
+
+def test_view_basis_spans_the_weighted_shifts():
+    dz = np.array([[1.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 5.0, 0.0]])
+    b = view_basis(dz, np.array([1.0, 1.0, 0.0]), rank=3)    # the third row has no score increase
+    assert b.shape == (3, 1)                                 # rank capped at the non-zero singular values
+    assert abs(b[0, 0]) == pytest.approx(1.0)
+
+
+# --- views -----------------------------------------------------------------------------------------
+
+TEXT = "The quick brown fox jumps over the lazy dog.\n  Second line: 42 {braces} <tags> ü"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_VIEWS))
+def test_views_change_only_prefix_or_boundary(family):
+    names = controlled_views(family)
+    assert len(names) == 10 and len(set(names)) == 10 and ORIGINAL not in names
+    for name in names + [ORIGINAL]:
+        view = get_view(name)
+        query = view(TEXT)
+        assert query.count(TEXT) == 1
+        assert query == view.before + TEXT + view.after
+        assert query[len(view.before):len(query) - len(view.after)] == TEXT
+    assert apply_view(ORIGINAL, [TEXT]) == [TEXT]
+    assert len({get_view(n)(TEXT) for n in names}) == 10     # all distinct queries
+
+
+def test_view_registry_errors_list_known_names():
+    with pytest.raises(KeyError, match="known: .*cue_answer"):
+        get_view("cue_banana")
+    with pytest.raises(KeyError, match="known: .*qwen"):
+        controlled_views("mistral")
+    assert len(UNIVERSAL_VIEWS) == 8
+    assert len(VIEWS) == 1 + 8 + 2 * len(FAMILY_VIEWS)
+
+
+def test_tiny_views_match_the_tiny_tokenizers_chat_template(tiny_model):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    chat = tok.apply_chat_template([{"role": "user", "content": TEXT}], tokenize=False, add_generation_prompt=True)
+    prefill = tok.apply_chat_template([{"role": "assistant", "content": TEXT}], tokenize=False,
+                                      continue_final_message=True)
+    assert get_view("tiny_chat")(TEXT) == chat
+    assert get_view("tiny_assistant_prefill")(TEXT) == prefill
+
+
+# --- (r, lambda) selection ---------------------------------------------------------------------------
+
+def test_selection_rule_on_a_constructed_table():
+    table = pd.DataFrame([(r, lam) for r in (3, 4, 5, 6) for lam in (0.7, 0.8, 0.9, 1.0)], columns=["rank", "lam"])
+    table["J"] = 0.0
+    j = {(3, 0.7): 0.080, (3, 0.8): 0.090, (3, 0.9): 0.094, (3, 1.0): 0.095,
+         (4, 0.7): 0.097, (5, 1.0): 0.100, (6, 1.0): 0.099}
+    for (r, lam), v in j.items():
+        table.loc[(table["rank"] == r) & (table["lam"] == lam), "J"] = v
+    assert select_correction(table, tolerance=0.0) == (5, 1.0)           # plain argmax
+    assert select_correction(table, tolerance=0.003) == (4, 0.7)          # smallest r within 0.003
+    assert select_correction(table, tolerance=0.0065) == (3, 0.9)         # smallest r, then smallest lambda
+    assert select_correction(table, tolerance=0.05) == (3, 0.7)
+    harmful = table.assign(J=-0.01)
+    assert select_correction(harmful) == (0, 0.0)                          # identity beats every harm
+    one = pd.DataFrame({"rank": [3], "lam": [0.9], "J": [-0.01]})
+    assert select_correction(one, allow_identity=False) == (3, 0.9)
+    with pytest.raises(ValueError, match="non-finite"):
+        select_correction(table.assign(J=np.nan))
+
+
+# --- calibration and labels ---------------------------------------------------------------------------
+
+def test_calibration_reads_no_evaluation_labels():
+    z_sup, y_sup, views, z_eval, y_eval = planted_world(3)
+    ids = [f"p{i}" for i in range(len(z_eval))]
+    sup = feature_frame([f"s{i}" for i in range(len(z_sup))], ORIGINAL, z_sup)
+    sup_labels = pd.DataFrame({"id": sup["id"], "label": y_sup})
+    cal = pd.concat([feature_frame([f"c{i}" for i in range(len(views[ORIGINAL]))], v, z) for v, z in views.items()])
+    pool = feature_frame(ids, ORIGINAL, z_eval)
+    for fn in (calibrate, run_calibdcd):
+        assert not any("pool" in p and "label" in p for p in inspect.signature(fn).parameters)
+    first = run_calibdcd(sup, sup_labels, cal, pool, detector="dpdllm")
+    rng = np.random.default_rng(0)
+    aucs = set()
+    for _ in range(2):
+        shuffled = rng.permutation(y_eval)                    # evaluation labels enter only after scoring
+        again = run_calibdcd(sup, sup_labels, cal, pool, detector="dpdllm")
+        pd.testing.assert_frame_equal(first.scores, again.scores)
+        pd.testing.assert_frame_equal(first.objective, again.objective)
+        aucs.add(round(roc_auc_score(shuffled, again.scores["score_calibrated"]), 6))
+    assert len(aucs) == 2
+    with pytest.raises(ValueError, match="feature columns"):
+        run_calibdcd(sup, sup_labels, cal, pool.assign(label=y_eval), detector="dpdllm")
+    with pytest.raises(ValueError, match="overlaps the supervised split"):
+        run_calibdcd(sup, sup_labels, pd.concat([cal, sup]), pool, detector="dpdllm")
+
+
+def test_end_to_end_planted_shift_calibrated_auc_not_below_original():
+    gains = []
+    for seed in range(3):
+        z_sup, y_sup, views, z_eval, y_eval = planted_world(seed)
+        fit = calibrate(z_sup, y_sup, views, detector="dpdllm", seed=seed)
+        assert fit.basis.shape[1] >= 1
+        assert np.abs(fit.basis.T @ SHIFT).max() > 0.95       # the planted direction is found
+        auc_original = roc_auc_score(y_eval, fit.original.score(z_eval))
+        auc_calibrated = roc_auc_score(y_eval, fit.score(z_eval))
+        assert auc_calibrated >= auc_original
+        gains.append(auc_calibrated - auc_original)
+        recovery = recovery_analysis(fit, views)
+        assert recovery["view"] == fit.views[0] and recovery["flagged"] > 0
+        assert 0 < recovery["recovered"] <= recovery["flagged"]
+    assert np.mean(gains) > 0.01
+
+
+def test_fpr_threshold_on_hand_numbers():
+    scores = np.arange(1.0, 101.0)                           # 1 .. 100
+    assert fpr_threshold(scores, 0.05) == 95.0              # 96..100 (5 of 100) strictly above
+    assert fpr_threshold(scores[:39], 0.05) == 38.0         # floor(1.95) = 1 above
+    assert fpr_threshold(scores, 0.0) == 100.0
+
+
+def test_recovery_counts_match_their_definition():
+    z_sup, y_sup, views, _, _ = planted_world(4)
+    fit = calibrate(z_sup, y_sup, views, detector="dpdllm", seed=0)
+    rec = recovery_analysis(fit, views)
+    z0, zv = views[ORIGINAL], views[rec["view"]]
+    t0 = fpr_threshold(fit.original.score(z0))
+    assert (fit.original.score(z0) > t0).mean() <= 0.05
+    flagged = fit.original.score(zv) > t0
+    assert rec["flagged"] == flagged.sum()
+    assert rec["recovered"] == (flagged & (fit.score(zv) <= fpr_threshold(fit.score(z0)))).sum()
+
+
+def test_ablation_variants():
+    z_sup, y_sup, views, _, _ = planted_world(5)
+    fits = {name: calibrate(z_sup, y_sup, views, detector="dpdllm", variant=name, seed=7) for name in VARIANTS}
+    assert len(fits["calibdcd"].views) == 3 and len(fits["top1"].views) == 1
+    assert fits["top1"].views == fits["calibdcd"].views[:1]
+    assert fits["random3"].views == calibrate(z_sup, y_sup, views, detector="dpdllm", variant="random3",
+                                              seed=7).views
+    assert (fits["fixed_r3_l09"].rank, fits["fixed_r3_l09"].lam) == (3, 0.9)
+    assert fits["full_correction"].lam == 1.0
+    assert set(fits["full_correction"].objective["lam"]) == {1.0}
+    # without the agreement filter the basis is the top-r of the 4 directions the 3 views' shifts span
+    # (the shared one and 3 private ones); with it, only the shared direction is kept
+    no_consensus = fits["no_consensus"].objective
+    assert (no_consensus["basis_dim"] == np.minimum(no_consensus["rank"], 4)).all()
+    assert (fits["calibdcd"].objective["basis_dim"] == 1).all()
+    with pytest.raises(KeyError, match="known: .*top1"):
+        get_variant("top2")
+    with pytest.raises(KeyError, match="known: .*veilprobe"):
+        get_detector("mink")
+
+
+def test_veilprobe_corrects_only_the_output_block():
+    d = veilprobe_dim(2)                                      # D = 2 -> 16 features, output block 4..16
+    blocks = veilprobe_blocks(d)
+    assert (blocks["input"], blocks["output"]) == (slice(0, 4), slice(4, 16))
+    z_sup, y_sup, views, z_eval, _ = planted_world(6, d=12)
+    rng = np.random.default_rng(0)
+    text_block = rng.normal(size=(len(views[ORIGINAL]), 4))     # input-derived: the same under every view
+    views = {v: np.hstack([text_block, z]) for v, z in views.items()}
+    fit = calibrate(np.hstack([rng.normal(size=(len(z_sup), 4)), z_sup]), y_sup, views, detector="veilprobe")
+    assert fit.block == blocks["output"] and fit.basis.shape == (12, 1)
+    assert abs(fit.basis[:len(SHIFT), 0] @ SHIFT) > 0.95
+    z = np.hstack([rng.normal(size=(len(z_eval), 4)), z_eval])
+    corrected = fit.transform(z)
+    np.testing.assert_array_equal(corrected[:, :4], z[:, :4])
+    assert not np.allclose(corrected[:, 4:], z[:, 4:])
+
+
+# --- classifiers ---------------------------------------------------------------------------------------
+
+def test_prototypical_network_is_deterministic_under_a_seed():
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 30)
+    x = rng.normal(size=(60, 12)) + y[:, None] * 0.8
+    cfg = ProtoNetConfig(epochs=20)                          # shorter than VeilProbe's 50, same procedure
+    s1 = PrototypicalClassifier(seed=3, config=cfg).fit(x, y).score(x)
+    s2 = PrototypicalClassifier(seed=3, config=cfg).fit(x, y).score(x)
+    s3 = PrototypicalClassifier(seed=4, config=cfg).fit(x, y).score(x)
+    np.testing.assert_array_equal(s1, s2)
+    assert not np.array_equal(s1, s3)
+    assert ((s1 > 0) & (s1 < 1)).all() and roc_auc_score(y, s1) > 0.8
+
+
+def test_classifiers_score_probabilities_and_reject_bad_input():
+    rng = np.random.default_rng(1)
+    y = np.repeat([0, 1], 20)
+    x = rng.normal(size=(40, 3)) + y[:, None]
+    nb = make_classifier("gaussian_nb").fit(x, y)
+    p = nb.score(x)
+    np.testing.assert_allclose(p, nb.model.predict_proba(x)[:, 1])
+    assert len(np.unique(p)) > 2                             # scores, not hard 0/1 predictions
+    with pytest.raises(ValueError, match="non-finite"):
+        nb.score(np.full((1, 3), np.inf))
+    with pytest.raises(ValueError, match="both 0"):
+        make_classifier("gaussian_nb").fit(x, np.ones(40))
+    with pytest.raises(KeyError, match="known: .*protonet"):
+        make_classifier("svm")
+
+
+# --- feature extractors -----------------------------------------------------------------------------------
+
+def test_dpdllm_features_are_padded_token_probabilities():
+    z = dpdllm_features([np.log([0.5, 0.25]), np.log([0.1, 0.2, 0.3, 0.4, 0.5]), np.array([])], length=4)
+    np.testing.assert_allclose(z, [[0.5, 0.25, 0, 0], [0.1, 0.2, 0.3, 0.4], [0, 0, 0, 0]])
+    with pytest.raises(ValueError, match="non-finite"):
+        dpdllm_features([np.array([np.nan])])
+
+
+def test_feature_frames_round_trip():
+    z = np.arange(6.0).reshape(3, 2)
+    frame = pd.concat([feature_frame(["a", "b", "c"], "original", z), feature_frame(["c", "a", "b"], "v", z)])
+    mats = view_matrices(frame, ["b", "c"])
+    np.testing.assert_array_equal(mats["original"], z[[1, 2]])
+    np.testing.assert_array_equal(mats["v"], z[[2, 0]])
+    with pytest.raises(ValueError, match="lacks 1 id"):
+        view_matrices(frame, ["a", "zz"])
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+
+    animals, themes = ["cat", "dog", "king", "queen", "bird"], ["rain", "sun", "war", "love"]
+    corpus = [f"line {i}: the {animals[i % 5]} walks over the hill and sings of {themes[i % 4]} today."
+              for i in range(100)]
+    tok = train_tokenizer(corpus, vocab_size=512)
+    model = init_model(llama_config(512, hidden_size=64, num_layers=2, num_heads=2, tokenizer=tok), seed=0)
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    save_model(model, tok, path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_split():
+    texts = ["the cat walks over the hill and sings of rain today",
+             "a queen sings of love and war over the quiet hill",
+             "line 7: the bird walks", "numbers 12 and 7 meet under the sun at noon"]
+    from mialab.data.prefix import split_words
+
+    parts = [split_words(t, 0.5) for t in texts]
+    return pd.DataFrame({"id": [f"t{i}" for i in range(4)], "text": texts, "prefix": [p for p, _ in parts],
+                         "suffix": [s for _, s in parts], "label": [1, 0, 1, 0], "source": "test"})
+
+
+def test_continuation_logprobs_match_a_single_forward_pass(tiny_model):
+    import torch
+
+    from mialab.calibdcd.lm import continuation_logprobs
+    from mialab.models.loading import load_causal_lm, load_tokenizer
+
+    contexts, conts = ["the cat walks", "a queen sings of love and war"], [" over the hill", ""]
+    batched = continuation_logprobs(tiny_model, contexts, conts, batch_size=2, device="cpu")
+    single = continuation_logprobs(tiny_model, contexts, conts, batch_size=1, device="cpu")
+    assert batched[1].shape == (0,)
+    np.testing.assert_allclose(batched[0], single[0], atol=1e-5)  # right padding does not leak
+    tok, model = load_tokenizer(tiny_model), load_causal_lm(tiny_model, device="cpu")
+    ctx = tok(contexts[0])["input_ids"]
+    cont = tok(conts[0], add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        lp = torch.log_softmax(model(torch.tensor([ctx + cont])).logits[0], -1)
+    manual = [lp[len(ctx) - 1 + j, t].item() for j, t in enumerate(cont)]
+    np.testing.assert_allclose(batched[0], manual, atol=1e-5)
+
+
+def test_dpdllm_extractor_on_tiny_llama(tiny_model, tiny_split):
+    from mialab.calibdcd.extract import dpdllm_view_features
+    from mialab.calibdcd.lm import rollout_generator
+
+    generate = rollout_generator(tiny_model, max_new_tokens=6, backend_options={"device": "cpu", "batch_size": 3})
+    outs = generate(tiny_split["prefix"].tolist())
+    assert outs == generate(tiny_split["prefix"].tolist()) and len(outs) == 4   # greedy: deterministic
+    frame = dpdllm_view_features(tiny_split, "tiny_chat", generate=generate, reference_model=tiny_model,
+                                 length=8, device="cpu")
+    z = view_matrices(frame, tiny_split["id"])["tiny_chat"]
+    assert z.shape == (4, 8) and np.isfinite(z).all()
+    assert ((z >= 0) & (z <= 1)).all() and (z[:, 0] > 0).any()
+
+
+def test_veilprobe_extractor_on_tiny_llama(tiny_model, tiny_split):
+    from mialab.calibdcd.extract import add_perturbed_prefix, veilprobe_view_features
+    from mialab.calibdcd.lm import rollout_generator
+
+    split = add_perturbed_prefix(tiny_split, key_token_model=tiny_model, ratio=0.3, device="cpu")
+    assert (split["perturbed_prefix"] != split["prefix"]).all()
+    generate = rollout_generator(tiny_model, max_new_tokens=6, backend_options={"device": "cpu"})
+    frame = veilprobe_view_features(split, "cue_answer", generate=generate)
+    z = view_matrices(frame, split["id"])["cue_answer"]
+    assert z.shape == (4, veilprobe_dim(384)) == (4, 3 * 384 + 10) and np.isfinite(z).all()
+    out = veilprobe_blocks(z.shape[1])["output"]
+    np.testing.assert_allclose(np.linalg.norm(z[:, :384], axis=1), 1.0, atol=1e-5)   # prefix embedding
+    sims = z[:, out.stop - 8:out.stop - 2]
+    assert ((sims >= -1) & (sims <= 1 + 1e-6)).all()
+
+
+def test_veilprobe_features_on_hand_built_outputs():
+    def encode(texts):  # a deterministic 2-D "embedding": (1, words) normalised
+        e = np.array([[1.0, len(t.split())] for t in texts])
+        return e / np.linalg.norm(e, axis=1, keepdims=True)
+
+    z = veilprobe_features(["a b"], ["a c"], ["x y z"], ["x y z"], ["q"], encode)
+    assert z.shape == (1, veilprobe_dim(2))
+    scalars = z[0, -8:]
+    assert scalars[3] == pytest.approx(1.0)                     # output == suffix: char similarity 1
+    assert scalars[2] == pytest.approx(1.0)                     # and cosine 1
+    assert scalars[6] == pytest.approx(np.log(4))               # log(1 + 3 words)
+    assert scalars[7] == pytest.approx(np.log(2) - np.log(4))   # length ratio of perturbed output
+    with pytest.raises(ValueError, match="align"):
+        veilprobe_features(["a"], ["a"], ["b"], ["c"], [], encode)

@@ -1,0 +1,143 @@
+"""Rollout engine: prompts, the hf backend (tiny random Llama), the vllm backend through its venv."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+from mialab.generation.engine import (FINISH_REASONS, ROLLOUT_COLUMNS, SamplingConfig, cut_at_stop, get_backend,
+                                      known_backends, run_rollouts)
+from mialab.generation.prompts import fill_template, prompt_text, prompt_token_ids
+from mialab.generation.vllm_backend import default_venv, strip_stop
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SPLIT = pd.DataFrame({
+    "id": ["m1", "m2", "n1"],
+    "prefix": ["the quick brown fox", "once upon a time", "to be or"],
+    "suffix": ["jumps over the lazy dog", "there was a tiny model", "not to be that is the question"],
+})
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    """A tiny random Llama (vocab <= 512, hidden 64, 2 layers) with the tiny chat template."""
+    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+
+    texts = [" ".join(SPLIT["prefix"] + " " + SPLIT["suffix"])] * 50
+    tok = train_tokenizer(texts, vocab_size=512, min_frequency=1)
+    model = init_model(llama_config(len(tok), hidden_size=64, num_layers=2, num_heads=2, tokenizer=tok), seed=0)
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    save_model(model, tok, path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model):
+    from mialab.models.loading import load_tokenizer
+
+    return load_tokenizer(tiny_model, padding_side="left")
+
+
+def hf_rollouts(model: str, seed: int, **kw) -> pd.DataFrame:
+    return run_rollouts(SPLIT, model=model, backend="hf", template="Continue: {prefix}",
+                        sampling=SamplingConfig(n=3, max_new_tokens=6, seed=seed), chat=kw.pop("chat", True),
+                        backend_options={"batch_size": 2, "device": "cpu"}, **kw)
+
+
+def check_schema(rollouts: pd.DataFrame, n: int, max_new_tokens: int) -> None:
+    assert tuple(rollouts.columns) == ROLLOUT_COLUMNS
+    assert len(rollouts) == len(SPLIT) * n
+    assert rollouts["id"].tolist() == [i for i in SPLIT["id"] for _ in range(n)]
+    assert rollouts["sample"].tolist() == list(range(n)) * len(SPLIT)
+    assert rollouts["sample"].dtype == "int64" and rollouts["n_tokens"].dtype == "int64"
+    assert rollouts["finish_reason"].isin(FINISH_REASONS).all()
+    assert rollouts["n_tokens"].between(0, max_new_tokens).all()
+    assert (rollouts.loc[rollouts["finish_reason"] == "length", "n_tokens"] == max_new_tokens).all()
+    assert rollouts["text"].map(lambda t: isinstance(t, str)).all()
+
+
+# --- prompts ----------------------------------------------------------------------------------------
+
+def test_fill_template_requires_prefix_field():
+    assert fill_template("Book text: {prefix}", "abc") == "Book text: abc"
+    with pytest.raises(ValueError, match="prefix"):
+        fill_template("no field here", "abc")
+
+
+def test_prompt_text_chat_continues_assistant_turn(tokenizer):
+    seeded = prompt_text(tokenizer, "Q: {prefix}", "the quick", "brown fox jumps over", chat=True,
+                         assistant_prefix_ratio=0.5)
+    assert seeded == "<|user|>\nQ: the quick</s>\n<|assistant|>\nbrown fox"
+    plain = prompt_text(tokenizer, "Q: {prefix}", "the quick", "brown fox jumps over", chat=True)
+    assert plain == "<|user|>\nQ: the quick</s>\n<|assistant|>\n"
+
+
+def test_prompt_text_base_model_appends_given_words(tokenizer):
+    assert prompt_text(tokenizer, "Q: {prefix}", "the quick", "brown fox jumps over", chat=False,
+                       assistant_prefix_ratio=0.5) == "Q: the quick brown fox"
+    assert prompt_text(tokenizer, "{prefix}", "the quick", "brown fox", chat=False) == "the quick"
+
+
+def test_prompt_token_ids_add_bos_once(tokenizer):
+    ids = prompt_token_ids(tokenizer, "the quick")
+    assert ids[0] == tokenizer.bos_token_id and ids.count(tokenizer.bos_token_id) == 1
+    again = prompt_token_ids(tokenizer, tokenizer.bos_token + "the quick")
+    assert again.count(tokenizer.bos_token_id) == 1
+
+
+# --- engine pieces ------------------------------------------------------------------------------------
+
+def test_stop_handling():
+    assert cut_at_stop([5, 6, 1, 7, 1], frozenset({1})) == ([5, 6], "stop")
+    assert cut_at_stop([5, 6, 7], frozenset({1})) == ([5, 6, 7], "length")
+    assert strip_stop([5, 6, 1], "stop", frozenset({1})) == ([5, 6], "stop")
+    assert strip_stop([5, 6, 1], "length", frozenset({1})) == ([5, 6, 1], "length")
+
+
+def test_backend_registry():
+    assert {"hf", "vllm"} <= set(known_backends())
+    with pytest.raises(KeyError, match="known backends: hf, vllm"):
+        get_backend("tgi")
+
+
+def test_sampling_config_validates():
+    assert SamplingConfig().temperature == 1.0 and SamplingConfig().top_p == 0.95 and SamplingConfig().top_k == 50
+    with pytest.raises(ValueError):
+        SamplingConfig(n=0)
+    with pytest.raises(ValueError):
+        SamplingConfig(top_p=0.0)
+
+
+# --- hf backend -----------------------------------------------------------------------------------------
+
+def test_hf_rollouts_schema_and_determinism_under_seed(tiny_model):
+    first = hf_rollouts(tiny_model, seed=1, assistant_prefix_ratio=0.25)
+    check_schema(first, n=3, max_new_tokens=6)
+    pd.testing.assert_frame_equal(first, hf_rollouts(tiny_model, seed=1, assistant_prefix_ratio=0.25))
+    other = hf_rollouts(tiny_model, seed=2, assistant_prefix_ratio=0.25)
+    assert not first["text"].equals(other["text"])
+
+
+def test_hf_greedy_base_model_rollouts_are_identical_across_samples(tiny_model):
+    rollouts = run_rollouts(SPLIT, model=tiny_model, backend="hf", template="{prefix}", chat=False,
+                            sampling=SamplingConfig(n=2, max_new_tokens=4, temperature=0.0),
+                            backend_options={"batch_size": 3, "device": "cpu"})
+    check_schema(rollouts, n=2, max_new_tokens=4)
+    for _, group in rollouts.groupby("id"):
+        assert group["text"].nunique() == 1
+
+
+# --- vllm backend (its own venv) --------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (default_venv() / "bin" / "python").exists(),
+                    reason="no vLLM venv (run scripts/setup_vllm.sh)")
+def test_vllm_rollouts_through_worker_venv(tiny_model):
+    kwargs = dict(model=tiny_model, backend="vllm", template="Continue: {prefix}", chat=True,
+                  assistant_prefix_ratio=0.25, sampling=SamplingConfig(n=2, max_new_tokens=5, seed=3),
+                  backend_options={"dtype": "float32", "max_model_len": 128, "enforce_eager": True})
+    rollouts = run_rollouts(SPLIT, **kwargs)
+    check_schema(rollouts, n=2, max_new_tokens=5)

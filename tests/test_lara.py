@@ -1,0 +1,298 @@
+"""LaRA core: perturbations, layer features, the three metrics, the detection score, baselines."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from mialab.lara.baselines import (cdd_peakedness, cdd_scores, mean_log_likelihood, recall_score, recall_scores,
+                                   self_critique_scores, self_critique_similarity)
+from mialab.lara.blanking import BLANK, blank_important, blank_numbers_entities, count_blanks, word_spans
+from mialab.lara.combine import beta_sweep, combine_lara_sc, percentile_rank
+from mialab.lara.construction import build_perturbations, role_name
+from mialab.lara.detection import (MAD_TO_SD, MEAN_AD_TO_SD, align, detection_scores, fit_reference, layer_windows,
+                                   robust_z, signed_log)
+from mialab.lara.features import extract_features, extract_layer_features, layer_features, load_features
+from mialab.lara.llm import parse_list
+from mialab.lara.lm import generate, load_lm, text_generator, token_logprobs
+from mialab.lara.metrics import (compute_metrics, directional_collapse, group_rows, local_variability, rsi, rsm)
+from mialab.lara.neighbours import find_neighbours, retrieval_neighbours
+from mialab.lara.paraphrase import paraphrase_variants
+
+QUESTIONS = [
+    "Find the number of positive integers less than 1000 that are divisible by 7.",
+    "Alice and Bob play a game with 12 coins; what is the probability that Bob wins?",
+    "Let $x$ be a real number such that $x^2 + 3x = 10$. Find the largest value of $x$.",
+    "How many ways can Carol arrange 5 distinct books on a shelf?",
+    "Compute the sum of the first 20 odd numbers.",
+    "A circle of radius 6 is inscribed in a square. Find the area of the square.",
+    "Find the remainder when 2 to the power 100 is divided by 13.",
+    "In triangle ABC the sides have lengths 13, 14 and 15. Find the area of the triangle.",
+]
+
+
+def structure_kept(original: str, blanked: str) -> bool:
+    """Every [BLANK] stands for a non-empty span of the original; all other characters are unchanged."""
+    pattern = "".join("(.+?)" if part == BLANK else re.escape(part) for part in re.split(r"(\[BLANK\])", blanked))
+    return re.fullmatch(pattern, original, re.DOTALL) is not None
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+
+    tok = train_tokenizer(QUESTIONS * 20, vocab_size=512)
+    model = init_model(llama_config(len(tok), hidden_size=64, num_layers=2, num_heads=4, tokenizer=tok), seed=0)
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    save_model(model, tok, path)
+    return str(path)
+
+
+# --- the three metrics -------------------------------------------------------------------------
+
+def test_directional_collapse_is_one_along_the_neighbours_direction_and_minus_one_against_it():
+    rng = np.random.default_rng(0)
+    u = rng.normal(size=(3, 4, 8))  # one direction per (question, layer)
+    shift_nb = u[:, None] * np.array([0.5, 1.0, 3.0])[None, :, None, None]
+    np.testing.assert_allclose(directional_collapse(2.0 * u, shift_nb), 1.0, atol=1e-9)
+    np.testing.assert_allclose(directional_collapse(-0.7 * u, shift_nb), -1.0, atol=1e-9)
+    orthogonal = np.zeros((1, 1, 2))
+    orthogonal[..., 1] = 1.0
+    along = np.zeros((1, 2, 1, 2))
+    along[..., 0] = 1.0
+    assert directional_collapse(orthogonal, along)[0, 0] == pytest.approx(0.0)
+
+
+def test_rsm_is_zero_when_the_shift_matches_the_neighbours_mean_and_hand_computed_otherwise():
+    e = np.zeros(5)
+    e[0] = 1.0
+    shift_nb = np.array([1.0, 2.0, 3.0])[None, :, None, None] * e  # magnitudes 1, 2, 3: mean 2, std sqrt(2/3)
+    assert rsm(2.0 * e[None, None], shift_nb)[0, 0] == pytest.approx(0.0, abs=1e-12)
+    std = math.sqrt(2 / 3)
+    assert rsm(-4.0 * e[None, None], shift_nb)[0, 0] == pytest.approx((4 - 2) / std, rel=1e-6)
+
+
+def test_rsi_raw_variability_is_zero_for_identical_variants_and_the_spread_otherwise():
+    h = np.random.default_rng(1).normal(size=(2, 1, 3, 6))  # [Q, K=1, L, D]
+    assert np.all(local_variability(np.repeat(h, 4, axis=1)) == 0)
+    v = np.zeros((1, 2, 1, 2))
+    v[0, 0, 0], v[0, 1, 0] = [3.0, 4.0], [-3.0, -4.0]  # centroid 0, both at distance 5
+    assert local_variability(v)[0, 0] == pytest.approx(5.0)
+    nb = np.stack([v * 0.5, v, v * 1.5], axis=1)  # neighbour variabilities 2.5, 5, 7.5
+    assert rsi(v, nb)[0, 0] == pytest.approx(0.0, abs=1e-9)
+
+
+# --- detection score ---------------------------------------------------------------------------
+
+def test_signed_log_robust_z_and_alignment_on_hand_numbers():
+    np.testing.assert_allclose(signed_log([0.0, 1.0, -3.0, math.e - 1]), [0.0, math.log(2), -math.log(4), 1.0])
+    reference = np.expm1(np.array([0.0, 1.0, 2.0, 3.0, 10.0]))[:, None]  # compressed 0,1,2,3,10: median 2, MAD 1
+    ref = fit_reference(reference)
+    assert ref.center[0] == pytest.approx(2.0) and ref.scale[0] == pytest.approx(MAD_TO_SD)
+    assert robust_z(np.expm1(np.array([[5.0]])), ref, eps=0.0)[0, 0] == pytest.approx(3.0 / MAD_TO_SD)
+    z = np.array([[[2.0], [-1.0], [3.0]]])  # metrics rsm, dc, rsi
+    np.testing.assert_allclose(align(z)[0, :, 0], [2.0, 1.0, -3.0])
+
+
+def test_a_zero_mad_falls_back_to_the_mean_absolute_deviation_and_a_flat_reference_is_an_error():
+    ref = fit_reference(np.expm1(np.array([1.0, 1.0, 1.0, 2.0, 5.0]))[:, None])  # deviations 0,0,0,1,4
+    assert ref.scale[0] == pytest.approx(MEAN_AD_TO_SD * 1.0)
+    with pytest.raises(ValueError, match="no spread"):
+        fit_reference(np.ones((4, 2)))
+
+
+def _metrics_table(ids: list[str], layers: int, rng, shift: float = 0.0) -> pd.DataFrame:
+    n = len(ids) * layers
+    return pd.DataFrame({"id": np.repeat(ids, layers), "layer": np.tile(np.arange(1, layers + 1), len(ids)),
+                         "rsm": rng.normal(size=n) + shift, "dc": rng.uniform(-1, 1, size=n),
+                         "rsi": rng.normal(size=n) - shift})
+
+
+def test_detection_scores_read_no_labels_so_shuffling_them_changes_nothing():
+    rng = np.random.default_rng(2)
+    evaluated = _metrics_table([f"e{i}" for i in range(20)], 6, rng)
+    evaluated["label"] = np.repeat(rng.integers(0, 2, size=20), 6)
+    reference = _metrics_table([f"r{i}" for i in range(15)], 6, rng)
+    before = detection_scores(evaluated, reference)
+    shuffled = evaluated.assign(label=np.repeat(rng.permutation(evaluated["label"].to_numpy()[::6]), 6))
+    assert not shuffled["label"].equals(evaluated["label"])
+    pd.testing.assert_frame_equal(before, detection_scores(shuffled, reference))
+    assert "label" not in inspect.signature(detection_scores).parameters
+    assert "label" not in inspect.signature(fit_reference).parameters
+
+
+def test_detection_scores_rank_a_deviating_question_first_and_ablations_are_consistent():
+    rng = np.random.default_rng(3)
+    evaluated = pd.concat([_metrics_table([f"e{i}" for i in range(10)], 6, rng),
+                           _metrics_table(["planted"], 6, rng, shift=8.0)], ignore_index=True)
+    scores = detection_scores(evaluated, _metrics_table([f"r{i}" for i in range(30)], 6, rng))
+    assert scores.loc[scores["lara"].idxmax(), "id"] == "planted"  # higher = more member-like
+    np.testing.assert_allclose(scores["lara"], scores[["lara_rsm", "lara_dc", "lara_rsi"]].mean(axis=1))
+    np.testing.assert_allclose(scores["lara"], scores[["lara_early", "lara_mid", "lara_late"]].mean(axis=1))
+    np.testing.assert_allclose(scores["lara_no_dc"], scores[["lara_rsm", "lara_rsi"]].mean(axis=1))
+    assert [w.tolist() for w in layer_windows(7).values()] == [[0, 1, 2], [3, 4], [5, 6]]
+
+
+# --- combination -------------------------------------------------------------------------------
+
+def test_percentile_rank_combination_and_beta_sweep():
+    np.testing.assert_allclose(percentile_rank(np.array([3.0, 1.0, 2.0, 2.0])), [1.0, 0.25, 0.625, 0.625])
+    lara, sc = np.array([1.0, 2.0, 3.0, 4.0]), np.array([4.0, 3.0, 2.0, 1.0])
+    np.testing.assert_allclose(combine_lara_sc(lara, sc, beta=0.65), 0.65 * sc / 4 + 0.35 * lara / 4)
+    sweep = beta_sweep(["a", "b", "c", "d"], lara, sc, betas=[0.0, 1.0])
+    np.testing.assert_allclose(sweep.loc[sweep["beta"] == 0.0, "score"], lara / 4)
+    np.testing.assert_allclose(sweep.loc[sweep["beta"] == 1.0, "score"], sc / 4)
+
+
+# --- perturbations -----------------------------------------------------------------------------
+
+def test_numbers_entities_blanking_keeps_the_structure():
+    text = "Let $x$ be a real number. Alice and Bob pick 12 cards from New York, then three more."
+    blanked = blank_numbers_entities([text])[0]
+    # "Alice" opens a sentence, so capitalisation says nothing about it; "Bob" and "New York" are entities.
+    assert blanked == ("Let [BLANK] be a real number. Alice and [BLANK] pick [BLANK] cards from [BLANK], "
+                       "then [BLANK] more.")
+    assert all(structure_kept(q, b) for q, b in zip(QUESTIONS, blank_numbers_entities(QUESTIONS)))
+    with pytest.raises(ValueError, match="nothing to blank"):
+        blank_important(["what is the answer?"])
+
+
+def test_token_loss_blanking_blanks_the_requested_fraction_of_words(tiny_model):
+    blanked = blank_important(QUESTIONS[:3], "token_loss", model_path=tiny_model, fraction=0.25, device="cpu")
+    for q, b in zip(QUESTIONS[:3], blanked):
+        assert count_blanks(b) == math.ceil(0.25 * len(word_spans(q)))
+        assert structure_kept(q, b)
+
+
+def test_wordnet_variants_rewrite_words_but_keep_blanks_and_math():
+    blanked = "Let [BLANK] be the smallest positive integer such that $n^2$ divides [BLANK]. Determine the sum."
+    variants = paraphrase_variants([blanked], 4, seed=7)[0]
+    assert variants == paraphrase_variants([blanked], 4, seed=7)[0]  # seeded
+    for v in variants:
+        assert count_blanks(v) == 2 and "$n^2$" in v and v != blanked
+    assert len(set(variants)) > 1
+    with pytest.raises(ValueError, match="changed the number"):
+        paraphrase_variants([blanked], 1, lambda texts, k: [[t.replace(BLANK, "it", 1)] for t in texts])
+
+
+def test_retrieval_neighbours_never_return_the_question_or_duplicates():
+    pool = QUESTIONS + [QUESTIONS[0].upper(), "  " + QUESTIONS[1] + " ", QUESTIONS[2]]
+    nbs = retrieval_neighbours(QUESTIONS[:3], 3, pool=pool)
+    for q, row in zip(QUESTIONS[:3], nbs):
+        keys = [" ".join(x.lower().split()) for x in row]
+        assert len(row) == 3 and len(set(keys)) == 3 and " ".join(q.lower().split()) not in keys
+    with pytest.raises(ValueError, match="distinct questions"):
+        retrieval_neighbours(QUESTIONS[:1], 3, pool=QUESTIONS[:2] * 5)
+
+
+def test_llm_backends_parse_list_answers_and_reprompt_invalid_ones():
+    assert parse_list('Sure:\n```json\n["A [BLANK] b?", "C?"]\n```') == ["A [BLANK] b?", "C?"]
+    assert parse_list("Here they are:\n1. First one\n   continues\n2) Second\n- Third") == [
+        "First one continues", "Second", "Third"]
+    calls = []
+
+    def generate(prompts: list[str]) -> list[str]:
+        calls.append(len(prompts))
+        if len(calls) == 1:  # first round: a copy of the question and only one new one
+            return [f"1. {QUESTIONS[0]}\n2. How many primes are below 50?" for _ in prompts]
+        return ['["How many squares are below 90?", "How many cubes are below 900?"]' for _ in prompts]
+
+    nbs = find_neighbours([QUESTIONS[0]], 2, "llm", generate=generate)
+    assert nbs == [["How many primes are below 50?", "How many squares are below 90?"]] and calls == [1, 1]
+    replies = iter(["No blanks here.", "Find [BLANK] of [BLANK]."])
+    assert blank_important(["Find 3 of 4."], "llm", generate=lambda p: [next(replies)]) == ["Find [BLANK] of [BLANK]."]
+    variants = paraphrase_variants(["Find [BLANK] now."], 2, "llm", generate=lambda p: [
+        '["Compute [BLANK] now.", "Get [BLANK] and [BLANK].", "Determine [BLANK] today."]'])
+    assert variants == [["Compute [BLANK] now.", "Determine [BLANK] today."]]
+    with pytest.raises(KeyError, match="known: llm, retrieval"):
+        find_neighbours(QUESTIONS, 2, "nearest")
+
+
+# --- features and the staged pipeline ----------------------------------------------------------
+
+def test_layer_features_have_every_layer_and_ignore_padding(tiny_model):
+    model, tok = load_lm(tiny_model, device="cpu")
+    short, long = "Find the sum.", QUESTIONS[7] + " " + QUESTIONS[6]
+    alone = extract_layer_features(tiny_model, [short], device="cpu")
+    batched = layer_features(model, tok, [short, long], batch_size=2)
+    assert alone.shape == (1, 3, 64) and batched.shape == (2, 3, 64)
+    np.testing.assert_allclose(batched[0], alone[0], atol=1e-5)
+    assert not np.allclose(batched[0], batched[1])
+    ids = tok(short)["input_ids"]  # layer 0 = the mean input embedding of the text's own tokens (no BOS)
+    assert ids[0] == tok.bos_token_id
+    emb = model.get_input_embeddings().weight.detach().numpy()[ids[1:]].mean(axis=0)
+    np.testing.assert_allclose(alone[0, 0], emb, atol=1e-6)
+
+
+def test_pipeline_from_questions_to_metrics_and_resumable_shards(tiny_model, tmp_path):
+    questions = pd.DataFrame({"id": ["q0", "q1"], "text": QUESTIONS[:2]})
+    table = build_perturbations(questions, neighbours={"backend": "retrieval", "pool": QUESTIONS[2:]},
+                                n_neighbours=3, n_variants=2)
+    assert len(table) == 2 * 4 * 4 and table["role"].value_counts().eq(2).all()
+    assert set(table["role"]) >= {role_name(-1, "original"), "variant_1", "neighbour_2_blank", "neighbour_0_variant_1"}
+    blank = table.set_index(["id", "neighbour", "form", "variant"])["text"]
+    for (qid, k, form, j), text in blank.items():
+        assert count_blanks(text) == (0 if form == "original" else count_blanks(blank[(qid, k, "blank", -1)]))
+
+    out = tmp_path / "features"
+    extract_features(table, tiny_model, out, shard_size=12, batch_size=4, device="cpu")
+    shards = sorted((out / "shards").glob("*.safetensors"))
+    stamps = [p.stat().st_ino for p in shards]  # a rewrite is a rename of a new file: a new inode
+    edited = table.copy()
+    edited.loc[30, "text"] = edited.loc[30, "text"] + " Explain."
+    extract_features(edited, tiny_model, out, shard_size=12, batch_size=4, device="cpu")
+    assert [p.stat().st_ino == s for p, s in zip(shards, stamps)] == [True, True, False]
+    stamps = [p.stat().st_ino for p in shards]
+    os.utime(Path(tiny_model) / "config.json")  # retrained weights in the same folder: everything is stale
+    extract_features(edited, tiny_model, out, shard_size=12, batch_size=4, device="cpu")
+    assert all(p.stat().st_ino != s for p, s in zip(shards, stamps))
+    index, feats = load_features(out)
+    assert feats.shape == (32, 3, 64) and index["text"].tolist() == edited["text"].tolist()
+
+    metrics = compute_metrics(index, feats)
+    assert metrics.shape == (4, 5) and metrics["layer"].tolist() == [1, 2, 1, 2]
+    assert np.isfinite(metrics[["rsm", "dc", "rsi"]].to_numpy()).all()
+    assert (metrics["dc"].abs() <= 1 + 1e-9).all()
+    with pytest.raises(ValueError, match="missing role"):
+        group_rows(index.drop(index=5))
+
+
+# --- output-level baselines --------------------------------------------------------------------
+
+def test_recall_cdd_and_self_critique_on_hand_numbers():
+    np.testing.assert_allclose(recall_score([-3.0, -1.0], [-2.0, -2.0]), [1.5, 0.5])
+    greedy = list(range(20))  # longest output 20 tokens: alpha * l = 1 edit
+    samples = [list(range(20)), list(range(19)), [0] * 20, list(range(1, 20)) + [99]]
+    assert cdd_peakedness(greedy, samples, alpha=0.05) == pytest.approx(0.5)
+    assert cdd_peakedness("abcd", ["abcd", "abce"], alpha=0.25) == pytest.approx(1.0)
+    assert self_critique_similarity([1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 0.0]) == pytest.approx(0.75)
+    assert self_critique_similarity([1.0, 0.0], [0.0, 1.0]) == pytest.approx(0.0)
+    a, b = [1.0, 2.0], [2.0, 1.0, 2.0]
+    assert self_critique_similarity(a, b) == pytest.approx(4.0 / (math.sqrt(5) * 3.0) * 2 / 3)
+
+
+def test_model_driven_baselines_on_the_tiny_model(tiny_model):
+    model, tok = load_lm(tiny_model, device="cpu")
+    ids = tok(QUESTIONS[0])["input_ids"]
+    assert mean_log_likelihood(model, tok, [QUESTIONS[0]])[0] == pytest.approx(
+        token_logprobs(model, [ids], pad_token_id=tok.pad_token_id)[0].mean())
+    scores = recall_scores(tiny_model, QUESTIONS[:2], QUESTIONS[5:7], device="cpu")
+    assert scores.shape == (2,) and np.all(scores > 0)
+    model, tok = load_lm(tiny_model, device="cpu", padding_side="left")
+    gens = generate(model, tok, QUESTIONS[:2], max_new_tokens=6, do_sample=True, num_return_sequences=3, batch_size=2)
+    assert [len(g) for g in gens] == [3, 3]
+    assert all(0 <= e <= math.log(len(tok)) + 1e-6 for g in gens for x in g for e in x.entropies)
+    completions = text_generator(tiny_model, max_new_tokens=4, device="cpu", dtype="float32")(QUESTIONS[:3])
+    assert len(completions) == 3 and all(isinstance(c, str) for c in completions)
+    cdd = cdd_scores(tiny_model, QUESTIONS[:2], n_samples=3, max_new_tokens=6, device="cpu")
+    sc = self_critique_scores(tiny_model, QUESTIONS[:2], max_new_tokens=6, device="cpu")
+    assert np.all((cdd >= 0) & (cdd <= 1)) and np.all((sc >= 0) & (sc <= 1 + 1e-9))

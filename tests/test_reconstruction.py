@@ -1,0 +1,267 @@
+"""Reconstruction metrics, fast kernel vs the reference specification, rewards, aggregation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mialab.reconstruction.evaluation import (aggregate_rollouts, evaluation_pair, score_rollouts,
+                                              split_assistant_prefix)
+from mialab.reconstruction.kernel import lexical_counts, lexical_metrics
+from mialab.reconstruction.metrics import COUNT_NAMES, LEXICAL_METRICS, embedding_cosine, metrics_from_counts
+from mialab.reconstruction.reference import lcs_length_dp, reference_counts
+from mialab.reconstruction.rewards import (compute_rewards, contrastive_reward, get_reward, known_rewards,
+                                           length_penalty, minmax_membership_weight, sample_distractors)
+from mialab.reconstruction.tokenize import word_tokens
+
+RATIOS = [m for m in LEXICAL_METRICS if m != "lcs_length"]
+
+
+def one(candidate: str, reference: str, **kw) -> dict[str, float]:
+    """All lexical metrics of one pair, through the fast kernel."""
+    return lexical_metrics([candidate], [reference], **kw).iloc[0].to_dict()
+
+
+# --- tokenisation -------------------------------------------------------------------------------
+
+def test_word_tokens_lowercase_strip_edge_punctuation_drop_empty():
+    assert word_tokens("Hello, World!  e.g. 3.14 ... (x) don't;") == ["hello", "world", "e.g", "3.14", "(x)", "don't"]
+    assert word_tokens("") == [] and word_tokens(" ?! .. ") == []
+
+
+def test_word_tokens_split_scripts_without_spaces_into_characters():
+    assert word_tokens("hello世界。 これは") == ["hello", "世", "界", "。", "こ", "れ", "は"]
+    assert word_tokens("안녕 abc,한") == ["안", "녕", "abc", "한"]
+    assert word_tokens("สวัสดี") == list("สวัสดี")
+
+
+# --- hand-worked metric values ------------------------------------------------------------------
+
+def test_identical_texts_score_one():
+    m = one("The cat sat on the mat.", "the cat sat on the mat")
+    assert all(m[k] == 1.0 for k in RATIOS)
+    assert m["lcs_length"] == 6
+
+
+def test_disjoint_texts_score_zero():
+    m = one("alpha beta gamma delta", "one two three four five")
+    assert all(m[k] == 0.0 for k in LEXICAL_METRICS)
+
+
+def test_hand_worked_example():
+    # T(c)={the,cat,sat,on,mat}, T(r)={the,cat,lay,on,mat}: 4 common, union 6; LCS = the cat on the mat = 5;
+    # n in [3, 5]: 4 + 3 + 2 = 9 distinct n-grams each, only "on the mat" is common.
+    m = one("the cat sat on the mat", "the cat lay on the mat")
+    assert m["jaccard"] == pytest.approx(4 / 6)
+    assert m["token_overlap_ref"] == pytest.approx(4 / 5) and m["token_overlap_cand"] == pytest.approx(4 / 5)
+    assert m["lcs_length"] == 5
+    assert m["lcs_ratio_ref"] == pytest.approx(5 / 6) and m["lcs_ratio_cand"] == pytest.approx(5 / 6)
+    assert m["ngram_coverage_ref"] == pytest.approx(1 / 9) and m["ngram_coverage_cand"] == pytest.approx(1 / 9)
+
+
+def test_cjk_metrics():
+    # c = 7 characters, r = its first 4; n in [3, 4]: r has 2 + 1 n-grams, c has 5 + 4, all of r's are common.
+    m = one("我爱北京天安门", "我爱北京")
+    assert m["jaccard"] == pytest.approx(4 / 7) and m["token_overlap_ref"] == 1.0
+    assert m["lcs_length"] == 4 and m["lcs_ratio_ref"] == 1.0 and m["lcs_ratio_cand"] == pytest.approx(4 / 7)
+    assert m["ngram_coverage_ref"] == 1.0 and m["ngram_coverage_cand"] == pytest.approx(3 / 9)
+
+
+def test_repetition_attack_does_not_raise_ngram_coverage():
+    reference = "a b c d e f"
+    base = one("a b c", reference)["ngram_coverage_ref"]
+    assert base == pytest.approx(1 / 4)  # LCS 3: only 3-grams count, "a b c" is 1 of r's 4
+    for k in range(2, 6):
+        repeated = one(" ".join(["a b c"] * k), reference)
+        assert repeated["ngram_coverage_ref"] == base
+        assert repeated["token_overlap_ref"] == one("a b c", reference)["token_overlap_ref"]
+
+
+@pytest.mark.parametrize("cand,ref", [("", "a b c d"), ("a b c d", ""), ("", ""), ("...", "a b c")])
+def test_empty_texts_score_zero_never_nan(cand, ref):
+    m = one(cand, ref)
+    assert all(m[k] == 0.0 for k in LEXICAL_METRICS)
+    assert all(math.isfinite(v) for v in m.values())
+
+
+def test_short_identical_texts_have_no_ngrams_in_range():
+    m = one("a b", "a b")
+    assert m["ngram_coverage_ref"] == 0.0 and m["lcs_ratio_ref"] == 1.0
+    assert one("a b", "a b", n_min=2)["ngram_coverage_ref"] == 1.0
+
+
+def test_ngram_range_is_configurable():
+    # n in [1, 1] is the unique-token overlap; a fixed n_max caps the range below the LCS.
+    c, r = "x a b c d y", "a b c d z"
+    assert one(c, r, n_min=1, n_max=1)["ngram_coverage_ref"] == one(c, r)["token_overlap_ref"]
+    assert one(c, r, n_min=3, n_max=3)["ngram_coverage_ref"] == pytest.approx(2 / 3)
+    with pytest.raises(ValueError):
+        lexical_counts([c], [r], n_min=3, n_max=2)
+
+
+def test_lcs_dp_reference():
+    assert lcs_length_dp(list("abcbdab"), list("bdcaba")) == 4
+    assert lcs_length_dp([], list("abc")) == 0
+
+
+# --- kernel == reference --------------------------------------------------------------------------
+
+def random_pairs(rng: np.random.Generator, n: int, max_len: int) -> tuple[list[str], list[str]]:
+    """Random pairs over small and large vocabularies, with copies, substitutions and repetitions."""
+    extra = ["世", "界", "Word,", "word", "e.g.", "!", "A.", "a"]
+    cands, refs = [], []
+    for _ in range(n):
+        vocab = [f"w{i}" for i in range(int(rng.choice([1, 2, 3, 5, 20, 300])))] + extra
+        ref = list(rng.choice(vocab, size=int(rng.integers(0, max_len + 1))))
+        mode = rng.integers(0, 5)
+        if mode == 0:
+            cand = list(rng.choice(vocab, size=int(rng.integers(0, max_len + 1))))
+        elif mode == 1:  # substitutions
+            cand = [str(rng.choice(vocab)) if rng.random() < 0.3 else w for w in ref]
+        elif mode == 2:  # exact copy
+            cand = list(ref)
+        elif mode == 3:  # repetition attack
+            cand = ref[: max(1, len(ref) // 3)] * int(rng.integers(1, 5))
+        else:  # shuffled chunks
+            chunks = [ref[i:i + 4] for i in range(0, len(ref), 4)]
+            rng.shuffle(chunks)
+            cand = [w for c in chunks for w in c]
+        cands.append(" ".join(cand))
+        refs.append(" ".join(ref))
+    return cands, refs
+
+
+@pytest.mark.parametrize("n_min,n_max", [(3, None), (1, None), (2, 5)])
+def test_kernel_equals_reference_on_random_pairs(n_min, n_max):
+    rng = np.random.default_rng(n_min * 10 + (n_max or 0))
+    cands, refs = random_pairs(rng, 900, 40)
+    more_c, more_r = random_pairs(rng, 40, 200)
+    cands, refs = cands + more_c, refs + more_r
+    fast = lexical_counts(cands, refs, n_min=n_min, n_max=n_max, chunk_size=97)
+    slow = [reference_counts(c, r, n_min=n_min, n_max=n_max) for c, r in zip(cands, refs)]
+    for name in COUNT_NAMES:
+        np.testing.assert_array_equal(fast[name], [s[name] for s in slow], err_msg=name)
+    fast_m = metrics_from_counts(fast)
+    slow_m = metrics_from_counts({k: np.array([s[k] for s in slow]) for k in COUNT_NAMES})
+    for name in LEXICAL_METRICS:
+        np.testing.assert_allclose(fast_m[name], slow_m[name], rtol=0, atol=1e-12, err_msg=name)
+    for reward in known_rewards():
+        np.testing.assert_allclose(get_reward(reward)(fast_m), get_reward(reward)(slow_m), rtol=0, atol=1e-12)
+
+
+def test_kernel_worker_processes_and_chunking_agree():
+    cands, refs = random_pairs(np.random.default_rng(7), 300, 60)
+    base = lexical_counts(cands, refs, workers=1, chunk_size=1000)
+    for workers, chunk in [(1, 1), (1, 17), (2, 29)]:
+        other = lexical_counts(cands, refs, workers=workers, chunk_size=chunk)
+        for name in COUNT_NAMES:
+            np.testing.assert_array_equal(other[name], base[name], err_msg=f"{name} workers={workers}")
+
+
+# --- rewards --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_cand,n_ref,expected", [
+    (7, 10, 1.0), (6, 10, 0.6), (15, 10, 1.0), (16, 10, 10 / 16),  # 10 / 1.5 = 6.67 <= 7; 15 = 10 * 1.5
+    (2, 3, 1.0), (6, 4, 1.0), (7, 4, 4 / 7),  # boundaries hit exactly: 3 / 1.5 = 2, 4 * 1.5 = 6
+    (0, 0, 1.0), (0, 5, 0.0), (5, 0, 0.0),
+])
+def test_length_penalty_boundaries(n_cand, n_ref, expected):
+    assert length_penalty(np.array(n_cand), np.array(n_ref), 1.5) == pytest.approx(expected)
+
+
+def test_length_penalty_threshold_is_configurable():
+    assert length_penalty(np.array(12), np.array(10), 1.25) == 1.0
+    assert length_penalty(np.array(13), np.array(10), 1.25) == pytest.approx(10 / 13)
+    with pytest.raises(ValueError):
+        length_penalty(np.array(1), np.array(1), 0.5)
+
+
+def test_trio_and_ngram_rewards_hand_values():
+    trio, ngram = compute_rewards("trio", ["the cat sat on the mat"], ["the cat lay on the mat"]), \
+        compute_rewards("ngram", ["the cat sat on the mat"], ["the cat lay on the mat"])
+    assert trio[0] == pytest.approx((4 / 5 + 5 / 6 + 1 / 9) / 3)
+    assert ngram[0] == pytest.approx(1 / 9)
+    long = " ".join(["the cat lay on the mat"] * 2)  # 12 words vs 6 > 1.5x: penalty 6/12
+    assert compute_rewards("trio", [long], ["the cat lay on the mat"])[0] == pytest.approx((1 + 1 + 1) / 3 * 0.5)
+
+
+def test_reward_registry_unknown_name_lists_known():
+    assert {"trio", "ngram"} <= set(known_rewards())
+    with pytest.raises(KeyError, match="known rewards: ngram, trio"):
+        get_reward("bleu")
+
+
+def test_contrastive_reward_hand_numbers():
+    assert contrastive_reward([0.8, 0.5, 0.3], 0.9) == pytest.approx(0.1 * 0.8 + 0.9 * 0.5)  # 0.53
+    assert contrastive_reward([0.8, 0.5, 0.3], 0.0) == pytest.approx(0.8)  # member-like: best of all
+    assert contrastive_reward([0.8, 0.5, 0.3], 1.0) == pytest.approx(0.5)  # non-member-like: best distractor
+    batch = contrastive_reward(np.array([[0.8, 0.5, 0.3], [0.1, 0.2, 0.4]]), np.array([0.9, 0.5]))
+    np.testing.assert_allclose(batch, [0.53, 0.4])
+
+
+@pytest.mark.parametrize("scores,w", [([0.8], 0.5), ([0.8, 0.5], 1.2), ([0.8, float("nan")], 0.5)])
+def test_contrastive_reward_rejects_bad_input(scores, w):
+    with pytest.raises(ValueError):
+        contrastive_reward(scores, w)
+
+
+def test_minmax_membership_weight_orientation():
+    np.testing.assert_allclose(minmax_membership_weight([1.0, 3.0, 2.0], higher_is_member=True), [1.0, 0.0, 0.5])
+    np.testing.assert_allclose(minmax_membership_weight([1.0, 3.0, 2.0], higher_is_member=False), [0.0, 1.0, 0.5])
+    np.testing.assert_allclose(minmax_membership_weight([2.0, 2.0]), [0.5, 0.5])
+    with pytest.raises(ValueError):
+        minmax_membership_weight([1.0, float("inf")])
+
+
+def test_sample_distractors_never_self_seeded_and_forced():
+    ids = [f"c{i}" for i in range(6)]
+    picks = sample_distractors(ids, 7, seed=3)
+    assert picks == sample_distractors(ids, 7, seed=3)
+    assert picks != sample_distractors(ids, 7, seed=4)
+    assert all(len(p) == 7 and c not in p for c, p in zip(ids, picks))
+    many = sample_distractors(ids, 400, seed=0)
+    assert all(set(p) == set(ids) - {c} for c, p in zip(ids, many))  # every other candidate is reachable
+    forced = sample_distractors(ids, 3, seed=3, forced={"c0": "c5"})
+    assert forced[0][0] == "c5" and len(forced[0]) == 3 and "c0" not in forced[0]
+    with pytest.raises(ValueError):
+        sample_distractors(ids, 3, seed=0, forced={"c1": "c1"})
+
+
+# --- evaluation protocols and aggregation ----------------------------------------------------------
+
+def test_suffix_only_and_full_protocols():
+    truth = "a b c d e f g h"
+    assert split_assistant_prefix(truth, 0.25) == ("a b", "c d e f g h")
+    assert evaluation_pair("c d x", truth, 0.25, "suffix") == ("c d x", "c d e f g h")
+    assert evaluation_pair("c d x", truth, 0.25, "full") == ("a b c d x", truth)
+    assert evaluation_pair("x", truth, 0.0, "suffix") == evaluation_pair("x", truth, 0.0, "full")
+    with pytest.raises(ValueError, match="known: suffix, full"):
+        evaluation_pair("x", truth, 0.0, "prefix")
+
+
+def test_score_rollouts_and_aggregate():
+    split = pd.DataFrame({"id": ["m", "n"], "suffix": ["a b c d e f g h", "p q r s t u v w"]})
+    rollouts = pd.DataFrame({"id": ["m", "m", "n"], "sample": [0, 1, 0],
+                             "text": ["c d e f g h", "x y z", "r s t u"]})
+    scores = score_rollouts(rollouts, split, ratio=0.25, protocol="suffix")
+    assert list(scores["lcs_ratio_ref"]) == pytest.approx([1.0, 0.0, 4 / 6])
+    aon, bon = aggregate_rollouts(scores, "aon"), aggregate_rollouts(scores, "bon")
+    assert list(aon["id"]) == ["m", "n"]
+    assert aon["lcs_ratio_ref"].tolist() == pytest.approx([0.5, 4 / 6])
+    assert bon["lcs_ratio_ref"].tolist() == pytest.approx([1.0, 4 / 6])
+    with pytest.raises(ValueError, match="known: aon, bon"):
+        aggregate_rollouts(scores, "median")
+    bad = scores.assign(jaccard=np.nan)
+    with pytest.raises(ValueError, match="NaN"):
+        aggregate_rollouts(bad, "aon")
+
+
+def test_embedding_cosine():
+    cos = embedding_cosine(["the cat sat on the mat", "", "stock markets fell sharply"],
+                           ["the cat sat on the mat", "anything", "a kitten sleeps on a rug"])
+    assert cos[0] == pytest.approx(1.0, abs=1e-5)
+    assert cos[1] == 0.0
+    assert -1.0 <= cos[2] < 0.5

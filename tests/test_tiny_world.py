@@ -1,0 +1,93 @@
+"""The main test: the whole tiny world from an empty results/, then caching and partial reruns.
+
+Runs the real workflow (tokenizer, two pretrained models, DeepSpeed SFT, all baselines, report)
+in a scratch directory with the default config.yaml. Slow: minutes on 2 CPU cores.
+"""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workflow_helpers import default_config, make_workdir, planned_jobs, snakemake, write_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    wd = make_workdir(tmp_path_factory.mktemp("tiny_world"))
+    snakemake(wd, "--profile", str(Path(__file__).resolve().parents[1] / "profiles" / "local"), timeout=3600)
+    return wd
+
+
+def _summary(wd: Path) -> pd.DataFrame:
+    return pd.read_parquet(wd / "results/evaluation/summary.parquet").set_index(["dataset", "model", "method"])
+
+
+def test_outputs_and_schemas(world):
+    r = world / "results"
+    splits = sorted(r.glob("splits/*/seed-*/*/split.parquet"))
+    assert len(splits) == 6
+    split = pd.read_parquet(splits[0])
+    assert list(split.columns)[:6] == ["id", "prefix", "suffix", "source", "text", "label"] or \
+        {"id", "text", "prefix", "suffix", "label", "source"} <= set(split.columns)
+    assert split["label"].value_counts().to_dict() == {1: 64, 0: 64}
+    for model in ("base", "control", "sft"):
+        (folder,) = r.glob(f"models/{model}/*/model")
+        assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
+        assert (folder.parent / "manifest.json").exists()
+    scores = pd.read_parquet(next(r.glob("scores/sft/aime/seed-0/*/scores.parquet")))
+    assert {"id", "label", "loss", "r_loss", "zlib", "min_k@0.2", "min_k_plus_plus@0.2"} <= set(scores.columns)
+    assert "r_loss" not in pd.read_parquet(next(r.glob("scores/control/aime/seed-0/*/scores.parquet"))).columns
+    for f in ("evaluation/summary.md", "evaluation/summary.csv", "evaluation/aime/roc.png", "evaluation/wikimia/roc.png"):
+        assert (r / f).stat().st_size > 0
+    md = (r / "evaluation/summary.md").read_text()
+    assert "| aime | sft | r_loss |" in md
+
+
+def test_contamination_is_visible_and_the_control_is_not(world):
+    s = _summary(world)
+    print(s[["auroc_mean", "auroc_std", "tpr@5%fpr_mean"]].round(3).to_string())
+    assert s.loc[("aime", "sft", "r_loss"), "auroc_mean"] > 0.65  # SFT members vs the pre-SFT base
+    assert s.loc[("wikimia", "base", "min_k@0.2"), "auroc_mean"] > 0.65  # pretraining members
+    control = s.loc[("wikimia", "control")]["auroc_mean"]
+    assert control.between(0.38, 0.62).all(), control  # never saw the members: chance
+
+
+def test_report_html(world):
+    snakemake(world, "--report", "results/report.html")
+    html = (world / "results/report.html").read_text(errors="ignore")
+    assert "roc.png" in html and "summary.csv" in html
+
+
+def test_second_run_does_nothing(world):
+    assert planned_jobs(world) == {}
+
+
+def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
+    before = {p: p.stat().st_mtime_ns for p in (world / "results").rglob("*.parquet") if "/aime/" in str(p)}
+    cfg = default_config()
+    cfg["datasets"]["wikimia"]["split"]["n_per_class"] = 48
+    write_config(world, cfg)
+    assert planned_jobs(world) == {"build_split": 3, "score_baselines": 9, "evaluate_dataset": 1,
+                                   "summarize": 1, "all": 1}
+    snakemake(world, "--cores", "2")
+    assert _summary(world).loc[("wikimia", "base", "loss"), "auroc_mean"] > 0.5
+    after = {p: p.stat().st_mtime_ns for p in before}
+    assert before == after, "an aime output was rewritten"
+    write_config(world, default_config())
+    # back to the first parameters: every split and score folder exists, only the tables are redone
+    assert planned_jobs(world) == {"evaluate_dataset": 1, "summarize": 1, "all": 1}
+    snakemake(world, "--cores", "2")
+    assert planned_jobs(world) == {}
+
+
+def test_partial_rerun_of_one_dataset_touches_no_other(world):
+    wikimia = {p: p.stat().st_mtime_ns for p in (world / "results").rglob("*") if "wikimia" in str(p) and p.is_file()}
+    aime_splits = sorted((world / "results/splits/aime").rglob("split.parquet"))
+    old = [p.stat().st_mtime_ns for p in aime_splits]
+    proc = snakemake(world, "--cores", "2", "dataset_aime", "--forcerun", "build_split")
+    assert "rule build_split" in proc.stdout + proc.stderr
+    assert all(p.stat().st_mtime_ns > t for p, t in zip(aime_splits, old))
+    assert wikimia == {p: p.stat().st_mtime_ns for p in wikimia}

@@ -1,0 +1,56 @@
+"""Thin CLI over :mod:`mialab.accounting`.
+
+  report:   per-job, per-stage and per-dataset cost of this workflow's SLURM jobs (sacct)
+      python workflow_scripts/accounting.py report --out-dir results/accounting \
+          [--since now-30days] [--workdir .] [--log-dir .snakemake/slurm_logs] [--sacct-file FILE]
+  estimate: expected GPU-hours of a dry run, from benchmark files of earlier runs
+      snakemake --profile profiles/slurm --dry-run | python workflow_scripts/accounting.py estimate
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mialab import accounting  # noqa: E402
+
+
+def report(args: argparse.Namespace) -> None:
+    text = Path(args.sacct_file).read_text() if args.sacct_file else accounting.run_sacct(args.since)
+    jobs = accounting.snakemake_jobs(accounting.parse_sacct(text), accounting.read_job_logs(args.log_dir), args.workdir)
+    accounting.write_accounting(jobs, args.out_dir)
+    print(f"{len(jobs)} jobs, {jobs['gpu_hours'].sum():.3f} GPU-hours -> {args.out_dir}")
+
+
+def estimate(args: argparse.Namespace) -> None:
+    text = sys.stdin.read() if args.dry_run == "-" else Path(args.dry_run).read_text()
+    table = accounting.estimate_gpu_hours(
+        accounting.parse_dry_run(text), accounting.benchmark_mean_seconds(args.benchmarks)
+    )
+    print(table.to_markdown(index=False, floatfmt=".3f"))
+    print(f"\ntotal: {table['gpu_hours'].sum():.3f} GPU-hours")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("report", help="account this workflow's SLURM jobs")
+    rep.add_argument("--out-dir", required=True)
+    rep.add_argument("--since", default="now-30days", help="sacct -S (default: now-30days)")
+    rep.add_argument("--workdir", default=".", help="the workflow's working directory (default: .)")
+    rep.add_argument("--log-dir", default=".snakemake/slurm_logs")
+    rep.add_argument("--sacct-file", help="read sacct text captured earlier instead of calling sacct")
+    rep.set_defaults(run=report)
+    est = sub.add_parser("estimate", help="expected GPU-hours of a dry run")
+    est.add_argument("--dry-run", default="-", help="snakemake --dry-run output (default: stdin)")
+    est.add_argument("--benchmarks", default="benchmarks", help="benchmark root: <root>/<rule>/**/*.tsv")
+    est.set_defaults(run=estimate)
+    args = parser.parse_args()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()

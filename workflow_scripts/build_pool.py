@@ -1,0 +1,16 @@
+"""Rule build_pool: read a raw corpus through its family and write every candidate as parquet."""
+
+from mialab.jobs import setup_job
+
+setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821 (injected by Snakemake)
+
+from mialab.data.registry import get_family
+from mialab.data.schema import validate_split
+from mialab.io import write_json, write_parquet
+
+spec = snakemake.params.spec  # noqa: F821
+dataset = snakemake.wildcards.dataset  # noqa: F821
+pool = validate_split(get_family(spec["family"])(spec), name=f"dataset {dataset!r} pool ({spec['source']})")
+write_parquet(pool, snakemake.output.pool)  # noqa: F821
+write_json({**snakemake.params.manifest, "rows": len(pool), "members": int(pool["label"].sum())},  # noqa: F821
+           snakemake.output.manifest)  # noqa: F821

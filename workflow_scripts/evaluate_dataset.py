@@ -1,0 +1,23 @@
+"""Rule evaluate_dataset: AUROC and TPR@FPR of every method and model on one dataset, ROC plots."""
+
+from mialab.jobs import setup_job
+
+setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
+
+import pandas as pd
+
+from mialab.evaluation.report import roc_figure
+from mialab.evaluation.stage import evaluate_tables, summarise
+from mialab.io import atomic_path, write_parquet
+
+params = snakemake.params  # noqa: F821
+dataset = snakemake.wildcards.dataset  # noqa: F821
+targets = params.fpr_targets
+tables = [(m, dataset, int(s), pd.read_parquet(p)) for (m, s), p in zip(params.runs, snakemake.input.scores)]  # noqa: F821
+per_seed = evaluate_tables(tables, targets)
+write_parquet(per_seed, snakemake.output.per_seed)  # noqa: F821
+write_parquet(summarise(per_seed, targets), snakemake.output.summary)  # noqa: F821
+panels = {m: pd.concat([t[3].assign(seed=t[2]) for t in tables if t[0] == m], ignore_index=True)
+          for m in dict.fromkeys(t[0] for t in tables)}
+with atomic_path(snakemake.output.roc) as tmp:  # noqa: F821
+    roc_figure(panels, dataset, str(tmp))

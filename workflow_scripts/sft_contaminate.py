@@ -1,0 +1,59 @@
+"""Entry point of rule ``sft_contaminate``; run under torchrun/deepspeed (one process per device)."""
+
+import argparse
+import json
+import os
+
+import pandas as pd
+
+from mialab.data.corpus import read_corpus
+from mialab.io import atomic_directory, write_json
+from mialab.jobs import setup_job
+from mialab.models.sft import build_sft_corpus, run_sft
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--init", required=True, help="model directory to fine-tune")
+    ap.add_argument("--member-pool", required=True, help="pool parquet whose label-1 rows are the members")
+    ap.add_argument("--spec", required=True, help="the model's config entry as JSON")
+    ap.add_argument("--manifest", required=True, help="stage manifest as JSON")
+    ap.add_argument("--out", required=True, help="output model directory")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    setup_job(None, args.threads)
+    spec, manifest = json.loads(args.spec), json.loads(args.manifest)
+    rank = int(os.environ.get("RANK", "0"))
+
+    pool = pd.read_parquet(args.member_pool)
+    members = pool.loc[pool["label"] == 1, "text"].tolist()
+    filler = read_corpus(spec["filler"])
+    texts, stats = build_sft_corpus(members, filler, repeats=spec["members"]["repeats"],
+                                    rate=spec["contamination_rate"], seed=spec["train"]["seed"])
+    train = spec["train"]
+    with atomic_directory(args.out) if rank == 0 else _noop(args.out) as tmp:
+        losses = run_sft(args.init, texts, str(tmp), epochs=train["epochs"], lr=train["lr"],
+                         effective_batch_size=train["effective_batch_size"],
+                         micro_batch_size=train["micro_batch_size"], max_length=train["max_length"],
+                         warmup=train["warmup"], zero_stage=train["zero_stage"], precision=train["precision"],
+                         grad_clip=train["grad_clip"], weight_decay=train["weight_decay"], seed=train["seed"])
+    if rank == 0:
+        write_json({**manifest, "corpus": stats, "final_loss": losses[-1], "n_micro_steps": len(losses)},
+                   os.path.join(os.path.dirname(args.out), "manifest.json"))
+
+
+class _noop:
+    """Non-zero ranks write nothing; they only take part in training."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        return self.path
+
+    def __exit__(self, *exc):
+        return False
+
+
+if __name__ == "__main__":
+    main()
