@@ -86,10 +86,19 @@ class Plan:
         self.config = config
         self.results = results.rstrip("/")
 
-    def _stage(self, stage: str, version_of: str, parts: list[str], determinants: dict) -> Stage:
-        manifest = {"stage": stage, "version": STAGE_VERSIONS[version_of], **determinants}
+    def stage(self, stage: str, version: int, parts: list[str], determinants: dict) -> Stage:
+        """A content-addressed stage instance: ``results/<stage>/<parts...>/<key>/``.
+
+        ``determinants`` must hold everything that determines the output (config slice, upstream
+        keys, raw-file fingerprints); ``version`` is the stage's code version. Method stages
+        (N-Sampling, ADRA, LaRA, CalibDCD) build their keys with this too.
+        """
+        manifest = {"stage": stage, "version": version, **determinants}
         key = stable_hash(manifest)
         return Stage(stage, key, os.path.join(self.results, stage, *parts, key), {**manifest, "key": key})
+
+    def _stage(self, stage: str, version_of: str, parts: list[str], determinants: dict) -> Stage:
+        return self.stage(stage, STAGE_VERSIONS[version_of], parts, determinants)
 
     # -- data ---------------------------------------------------------------------------------
     def dataset_names(self) -> list[str]:

@@ -70,6 +70,15 @@ def scores_file(model, dataset, seed):
     return PLAN.scores(model, dataset, seed).path("scores.parquet")
 
 
+# Extension points for method rule files (N-Sampling, ADRA, LaRA, CalibDCD, ...):
+# - SCORE_PROVIDERS: functions (model, dataset, seed) -> path of a score table (columns id, label
+#   and one column per method, higher = member) or None; evaluate_dataset joins every table of a
+#   (model, dataset, seed) on id, so their methods appear in the same results table.
+# - EXTRA_TARGETS: further files `rule all` builds (per-method reports, figures).
+SCORE_PROVIDERS = [lambda model, dataset, seed: scores_file(model, dataset, seed)]
+EXTRA_TARGETS = []
+
+
 def evaluation_outputs(dataset):
     return {
         "per_seed": f"results/evaluation/{dataset}/per_seed.parquet",
@@ -81,7 +90,7 @@ def evaluation_outputs(dataset):
 def dataset_outputs(dataset):
     """Everything one dataset produces: its splits, scores and evaluation (models excluded)."""
     out = [split_file(dataset, s) for s in SEEDS]
-    out += [scores_file(m, dataset, s) for m, _ in PLAN.evaluated_pairs([dataset]) for s in SEEDS]
+    out += [path for _, _, path in evaluation_runs(dataset)]
     ev = evaluation_outputs(dataset)
     return out + list(ev.values())
 
@@ -90,7 +99,7 @@ def all_outputs():
     out = [model_dir(m) for m in MODELS]
     for ds in DATASETS:
         out += dataset_outputs(ds)
-    return out + ["results/evaluation/summary.md", "results/evaluation/summary.csv"]
+    return out + ["results/evaluation/summary.md", "results/evaluation/summary.csv", *EXTRA_TARGETS]
 
 
 def reference_scores(wc):
@@ -100,5 +109,12 @@ def reference_scores(wc):
 
 
 def evaluation_runs(dataset):
-    """(model, seed) of every score table evaluated on ``dataset``."""
-    return [(m, s) for m, _ in PLAN.evaluated_pairs([dataset]) for s in SEEDS]
+    """(model, seed, path) of every score table evaluated on ``dataset``, from every provider."""
+    runs = []
+    for m, _ in PLAN.evaluated_pairs([dataset]):
+        for s in SEEDS:
+            for provider in SCORE_PROVIDERS:
+                path = provider(m, dataset, s)
+                if path:
+                    runs.append((m, s, path))
+    return runs

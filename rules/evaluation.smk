@@ -3,7 +3,7 @@
 
 rule evaluate_dataset:
     input:
-        scores=lambda wc: [scores_file(m, wc.dataset, s) for m, s in evaluation_runs(wc.dataset)],
+        scores=lambda wc: [path for _, _, path in evaluation_runs(wc.dataset)],
     output:
         per_seed="results/evaluation/{dataset}/per_seed.parquet",
         summary="results/evaluation/{dataset}/summary.parquet",
@@ -14,7 +14,7 @@ rule evaluate_dataset:
             caption="../report/roc.rst",
         ),
     params:
-        runs=lambda wc: evaluation_runs(wc.dataset),
+        runs=lambda wc: [(m, s) for m, s, _ in evaluation_runs(wc.dataset)],
         fpr_targets=config["evaluation"]["fpr_targets"],
     conda:
         "../environment.yml"

@@ -42,7 +42,7 @@ def log_dir(tmp_path: Path) -> Path:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         rule = rel.split("/")[0].removeprefix("rule_")
-        path.write_text(f"Building DAG of jobs...\nrule {rule}:\n    jobid: 0\n    wildcards: {pairs}\n    resources: x=1\n")
+        path.write_text(f"rule {rule}:\n    jobid: 0\n    wildcards: {pairs}\n    resources: mem_mb=4000\n")
     return root
 
 
@@ -148,6 +148,12 @@ def test_attempts_count_retries_and_requeues(log_dir: Path) -> None:
         (2, "COMPLETED", 8000.0),
     ]
     assert list(jobs.loc[jobs["rule"] == "sleepy", "attempt"]) == [1, 2]
+
+
+def test_wildcard_names_must_not_clash_with_columns(log_dir: Path) -> None:
+    (log_dir / "rule_make_data" / "beta" / "8.log").write_text("    wildcards: state=beta\n")
+    with pytest.raises(ValueError, match=r"wildcard names \['state'\] clash"):
+        accounting.snakemake_jobs(allocations(), accounting.read_job_logs(log_dir), WORKDIR)
 
 
 def test_logs_stand_in_for_comments_not_stored(log_dir: Path) -> None:

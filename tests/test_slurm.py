@@ -8,6 +8,7 @@ packages cannot be installed and CI is not set.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -40,6 +41,9 @@ def _boot() -> tuple[subprocess.CompletedProcess, float]:
 @pytest.fixture(scope="module")
 def slurm_env() -> dict[str, str]:
     """Boot (or reuse) the test SLURM; stop it afterwards only if this fixture booted it."""
+    assert importlib.util.find_spec("snakemake_executor_plugin_slurm"), (
+        "snakemake-executor-plugin-slurm is not installed: pip install snakemake-executor-plugin-slurm==2.8.0"
+    )
     proc, seconds = _boot()
     if proc.returncode == 3 and os.environ.get("CI") != "true":
         pytest.skip(f"SLURM packages cannot be installed here: {proc.stderr.strip()[-1500:]}")

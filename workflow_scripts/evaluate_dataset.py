@@ -7,13 +7,14 @@ setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 import pandas as pd
 
 from mialab.evaluation.report import roc_figure
-from mialab.evaluation.stage import evaluate_tables, summarise
+from mialab.evaluation.stage import evaluate_tables, merge_tables, summarise
 from mialab.io import atomic_path, write_parquet
 
 params = snakemake.params  # noqa: F821
 dataset = snakemake.wildcards.dataset  # noqa: F821
 targets = params.fpr_targets
-tables = [(m, dataset, int(s), pd.read_parquet(p)) for (m, s), p in zip(params.runs, snakemake.input.scores)]  # noqa: F821
+tables = merge_tables([(m, dataset, int(s), pd.read_parquet(p))
+                       for (m, s), p in zip(params.runs, snakemake.input.scores)])  # noqa: F821
 per_seed = evaluate_tables(tables, targets)
 write_parquet(per_seed, snakemake.output.per_seed)  # noqa: F821
 write_parquet(summarise(per_seed, targets), snakemake.output.summary)  # noqa: F821

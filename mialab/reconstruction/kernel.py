@@ -44,7 +44,7 @@ from rapidfuzz import process
 from rapidfuzz.distance import LCSseq
 
 from mialab.reconstruction.metrics import COUNT_NAMES, LEXICAL_METRICS, metrics_from_counts
-from mialab.reconstruction.tokenize import word_tokens
+from mialab.reconstruction.tokenize import tokenize_words
 
 DEFAULT_CHUNK_SIZE = 64
 
@@ -52,17 +52,25 @@ DEFAULT_CHUNK_SIZE = 64
 def encode_texts(candidates: Sequence[str], references: Sequence[str]) -> tuple[list[np.ndarray], list[int], list[int], int]:
     """Token ids of each distinct text (one shared vocabulary) and which distinct text every pair uses.
 
-    Returns (ids per distinct text, candidate text indices, reference text indices, vocabulary size).
-    Distinct texts are tokenised once: the true suffix and the K distractors repeat in ADRA+ batches.
+    Returns (ids per distinct text, candidate text indices, reference text indices, vocabulary
+    size). Texts are only split on whitespace; the rest of the tokenisation rule (lowercase,
+    scripts without spaces, edge punctuation) runs once per distinct word, and each word's
+    tokens are then gathered for all its occurrences.
     """
     index: dict[str, int] = {}
     cand = [index.setdefault(t, len(index)) for t in candidates]
     ref = [index.setdefault(t, len(index)) for t in references]
-    tokens = [word_tokens(t) for t in index]
-    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
-    flat = np.fromiter(chain.from_iterable(tokens), dtype=object, count=int(lengths.sum()))
-    codes, vocab = pd.factorize(flat)
-    return np.split(codes.astype(np.int64), np.cumsum(lengths)[:-1]), cand, ref, len(vocab)
+    words = [t.split() for t in index]
+    n_words = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    flat = np.fromiter(chain.from_iterable(words), dtype=object, count=int(n_words.sum()))
+    word_code, distinct_words = pd.factorize(flat)
+    tokens, per_word = tokenize_words(distinct_words)
+    token_id, vocab = pd.factorize(np.array(tokens, dtype=object))
+    first_token = np.cumsum(per_word) - per_word
+    k = per_word[word_code]  # tokens of each word occurrence
+    ids = token_id[np.repeat(first_token[word_code], k) + np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)]
+    per_text = np.bincount(np.repeat(np.arange(len(words)), n_words), weights=k, minlength=len(words))
+    return np.split(ids.astype(np.int64), np.cumsum(per_text.astype(np.int64))[:-1]), cand, ref, len(vocab)
 
 
 @functools.lru_cache(maxsize=1)

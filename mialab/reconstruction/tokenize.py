@@ -17,7 +17,10 @@ Other punctuation (quotes, brackets, dashes, CJK full stops ``。``) is kept as 
 from __future__ import annotations
 
 import re
-from itertools import repeat
+from itertools import chain, repeat
+from typing import Sequence
+
+import numpy as np
 
 PUNCTUATION = ".,;:!?"
 
@@ -41,12 +44,28 @@ NO_SPACE_RANGES = (
 )
 
 _NO_SPACE_CHAR = re.compile(f"[{NO_SPACE_RANGES}]")
-_PIECE = re.compile(f"[{NO_SPACE_RANGES}]|[^{NO_SPACE_RANGES}\\s]+")
+_PIECE = re.compile(f"[{NO_SPACE_RANGES}]|[^{NO_SPACE_RANGES}]+")
+
+
+def tokenize_words(words: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """Apply steps 1 and 3-5 of the rule to whitespace-free words, one word at a time.
+
+    Returns the tokens of all words, concatenated, and how many tokens each word gave (0 when it
+    was only punctuation, more than 1 for scripts without spaces). Lowercasing before or after
+    the whitespace split gives the same words, so this is the rule for pre-split text; the fast
+    kernel applies it once per distinct word of a batch instead of once per occurrence.
+    """
+    low = list(map(str.lower, words))
+    joined = "".join(low)
+    if joined.isascii() or _NO_SPACE_CHAR.search(joined) is None:
+        stripped = list(map(str.strip, low, repeat(PUNCTUATION)))
+        counts = np.fromiter(map(bool, stripped), dtype=np.int64, count=len(stripped))
+        return list(filter(None, stripped)), counts
+    pieces = [list(filter(None, map(str.strip, _PIECE.findall(w), repeat(PUNCTUATION)))) for w in low]
+    counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+    return list(chain.from_iterable(pieces)), counts
 
 
 def word_tokens(text: str) -> list[str]:
     """Split ``text`` into the word tokens every lexical metric counts (rule in the module doc)."""
-    text = text.lower()
-    spaced = text.isascii() or _NO_SPACE_CHAR.search(text) is None
-    pieces = text.split() if spaced else _PIECE.findall(text)
-    return list(filter(None, map(str.strip, pieces, repeat(PUNCTUATION))))
+    return tokenize_words(text.split())[0]
