@@ -9,6 +9,7 @@ include: "rules/data.smk"
 include: "rules/models.smk"
 include: "rules/scoring.smk"
 include: "rules/evaluation.smk"
+include: "rules/accounting.smk"
 include: "rules/targets.smk"
 
 

@@ -129,8 +129,8 @@ def main() -> None:
           f"{compute_rewards('trio', cands[:256], refs[:256]).mean():.2f}")
     print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} at start")
 
-    suite = lambda c, r, workers: lexical_metrics(c, r, workers=workers)  # noqa: E731
-    trio = lambda c, r, workers: compute_rewards("trio", c, r, workers=workers)  # noqa: E731
+    suite = lambda c, r, workers: lexical_metrics(c, r, workers=workers)
+    trio = lambda c, r, workers: compute_rewards("trio", c, r, workers=workers)
     start = time.perf_counter()
     worker_pool(2).submit(int).result()
     list(worker_pool(2).map(int, range(4)))

@@ -10,6 +10,10 @@
 # or list its outputs in `all` together with `accounting.after` to refresh it at the end of each run.
 
 
+import sys
+from pathlib import Path
+
+
 rule accounting:
     input:
         config.get("accounting", {}).get("after", []),
@@ -18,10 +22,15 @@ rule accounting:
         stages="results/accounting/stages.parquet",
         datasets="results/accounting/datasets.parquet",
         markdown="results/accounting/jobs.md",
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/accounting.log",
     params:
+        python=sys.executable,
         cli=Path(workflow.current_basedir).parent / "workflow_scripts" / "accounting.py",
         since=config.get("accounting", {}).get("since", "now-30days"),
     localrule: True
     shell:
-        "python {params.cli} report --out-dir $(dirname {output.jobs}) --since {params.since:q}"
-        " --workdir . --log-dir .snakemake/slurm_logs"
+        "{params.python} {params.cli} report --out-dir $(dirname {output.jobs}) --since {params.since:q}"
+        " --workdir . --log-dir .snakemake/slurm_logs > {log} 2>&1"

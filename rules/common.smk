@@ -70,12 +70,12 @@ def scores_file(model, dataset, seed):
     return PLAN.scores(model, dataset, seed).path("scores.parquet")
 
 
-# Extension points for method rule files (N-Sampling, ADRA, LaRA, CalibDCD, ...):
+# Extension points for the method stages (N-Sampling, ADRA, LaRA, CalibDCD, ...).
 # - SCORE_PROVIDERS: functions (model, dataset, seed) -> path of a score table (columns id, label
 #   and one column per method, higher = member) or None; evaluate_dataset joins every table of a
 #   (model, dataset, seed) on id, so their methods appear in the same results table.
 # - EXTRA_TARGETS: further files `rule all` builds (per-method reports, figures).
-SCORE_PROVIDERS = [lambda model, dataset, seed: scores_file(model, dataset, seed)]
+SCORE_PROVIDERS = [scores_file]
 EXTRA_TARGETS = []
 
 

@@ -44,3 +44,16 @@ def test_aggregate_over_seeds_mean_and_sample_std():
     assert out.loc["a", "auroc_mean"] == pytest.approx(0.7)
     assert out.loc["a", "auroc_std"] == pytest.approx(0.1)  # ddof = 1
     assert out.loc["b", "auroc_std"] == 0.0 and out.loc["b", "n_seeds"] == 1
+
+
+def test_merge_tables_joins_methods_of_one_run_and_rejects_clashes():
+    from mialab.evaluation.stage import merge_tables
+
+    a = pd.DataFrame({"id": ["x", "y"], "label": [1, 0], "n_tokens": [3, 4], "loss": [-1.0, -2.0]})
+    b = pd.DataFrame({"id": ["y", "x"], "label": [0, 1], "n_sampling/jaccard@bon": [0.1, 0.9]})
+    ((model, ds, seed, merged),) = merge_tables([("m", "d", 0, a), ("m", "d", 0, b)])
+    assert list(merged.set_index("id").loc[["x", "y"], "n_sampling/jaccard@bon"]) == [0.9, 0.1]
+    with pytest.raises(ValueError, match="come from two score tables"):
+        merge_tables([("m", "d", 0, a), ("m", "d", 0, a)])
+    with pytest.raises(ValueError, match="disagree on labels"):
+        merge_tables([("m", "d", 0, a), ("m", "d", 0, b.assign(label=[1, 0]))])

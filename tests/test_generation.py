@@ -7,8 +7,17 @@ import os
 import pandas as pd
 import pytest
 
-from mialab.generation.engine import (FINISH_REASONS, ROLLOUT_COLUMNS, SamplingConfig, cut_at_stop, get_backend,
-                                      known_backends, run_rollouts)
+from mialab.generation.engine import (
+    FINISH_REASONS,
+    ROLLOUT_COLUMNS,
+    SamplingConfig,
+    cut_at_stop,
+    get_backend,
+    known_backends,
+    run_rollouts,
+    validate_rollouts,
+    write_rollouts,
+)
 from mialab.generation.prompts import fill_template, prompt_text, prompt_token_ids
 from mialab.generation.vllm_backend import default_venv, strip_stop
 
@@ -121,6 +130,18 @@ def test_hf_rollouts_schema_and_determinism_under_seed(tiny_model):
     assert not first["text"].equals(other["text"])
 
 
+def test_rollouts_parquet_round_trip_and_validation(tiny_model, tmp_path):
+    rollouts = hf_rollouts(tiny_model, seed=0)
+    write_rollouts(rollouts, tmp_path / "rollouts.parquet")
+    back = pd.read_parquet(tmp_path / "rollouts.parquet")
+    pd.testing.assert_frame_equal(back, rollouts, check_dtype=False)
+    check_schema(back, n=3, max_new_tokens=6)
+    with pytest.raises(ValueError, match="finish_reason"):
+        validate_rollouts(rollouts.assign(finish_reason="eos"))
+    with pytest.raises(ValueError, match="duplicate"):
+        validate_rollouts(rollouts.assign(sample=0))
+
+
 def test_hf_greedy_base_model_rollouts_are_identical_across_samples(tiny_model):
     rollouts = run_rollouts(SPLIT, model=tiny_model, backend="hf", template="{prefix}", chat=False,
                             sampling=SamplingConfig(n=2, max_new_tokens=4, temperature=0.0),
@@ -136,8 +157,7 @@ def test_hf_greedy_base_model_rollouts_are_identical_across_samples(tiny_model):
 @pytest.mark.skipif(not (default_venv() / "bin" / "python").exists(),
                     reason="no vLLM venv (run scripts/setup_vllm.sh)")
 def test_vllm_rollouts_through_worker_venv(tiny_model):
-    kwargs = dict(model=tiny_model, backend="vllm", template="Continue: {prefix}", chat=True,
-                  assistant_prefix_ratio=0.25, sampling=SamplingConfig(n=2, max_new_tokens=5, seed=3),
-                  backend_options={"dtype": "float32", "max_model_len": 128, "enforce_eager": True})
-    rollouts = run_rollouts(SPLIT, **kwargs)
+    rollouts = run_rollouts(SPLIT, model=tiny_model, backend="vllm", template="Continue: {prefix}", chat=True,
+                            assistant_prefix_ratio=0.25, sampling=SamplingConfig(n=2, max_new_tokens=5, seed=3),
+                            backend_options={"dtype": "float32", "max_model_len": 128, "enforce_eager": True})
     check_schema(rollouts, n=2, max_new_tokens=5)

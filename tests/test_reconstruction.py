@@ -8,14 +8,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mialab.reconstruction.evaluation import (aggregate_rollouts, evaluation_pair, score_rollouts,
-                                              split_assistant_prefix)
+from mialab.reconstruction.evaluation import aggregate_rollouts, evaluation_pair, score_rollouts, split_assistant_prefix
 from mialab.reconstruction.kernel import lexical_counts, lexical_metrics
 from mialab.reconstruction.metrics import COUNT_NAMES, LEXICAL_METRICS, embedding_cosine, metrics_from_counts
 from mialab.reconstruction.reference import lcs_length_dp, reference_counts
-from mialab.reconstruction.rewards import (compute_rewards, contrastive_reward, get_reward, known_rewards,
-                                           length_penalty, minmax_membership_weight, sample_distractors)
-from mialab.reconstruction.tokenize import word_tokens
+from mialab.reconstruction.rewards import (
+    compute_rewards,
+    contrastive_reward,
+    get_reward,
+    known_rewards,
+    length_penalty,
+    minmax_membership_weight,
+    sample_distractors,
+)
+from mialab.reconstruction.tokenize import tokenize_words, word_tokens
 
 RATIOS = [m for m in LEXICAL_METRICS if m != "lcs_length"]
 
@@ -36,6 +42,12 @@ def test_word_tokens_split_scripts_without_spaces_into_characters():
     assert word_tokens("hello世界。 これは") == ["hello", "世", "界", "。", "こ", "れ", "は"]
     assert word_tokens("안녕 abc,한") == ["안", "녕", "abc", "한"]
     assert word_tokens("สวัสดี") == list("สวัสดี")
+
+
+def test_tokenize_words_counts_tokens_per_word():
+    tokens, counts = tokenize_words(["Hello,", "...", "世界。", "x"])
+    assert tokens == ["hello", "世", "界", "。", "x"]
+    assert counts.tolist() == [1, 0, 3, 1]
 
 
 # --- hand-worked metric values ------------------------------------------------------------------
@@ -100,6 +112,13 @@ def test_ngram_range_is_configurable():
     assert one(c, r, n_min=3, n_max=3)["ngram_coverage_ref"] == pytest.approx(2 / 3)
     with pytest.raises(ValueError):
         lexical_counts([c], [r], n_min=3, n_max=2)
+
+
+def test_kernel_rejects_non_text():
+    with pytest.raises(TypeError, match="position 1"):
+        lexical_counts(["a b", None], ["a b", "c d"])
+    with pytest.raises(ValueError):
+        lexical_counts(["a"], ["a", "b"])
 
 
 def test_lcs_dp_reference():

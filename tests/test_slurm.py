@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import boot_slurm
 from mialab import accounting
 
 pytestmark = pytest.mark.slow
@@ -30,32 +31,6 @@ BOOT = REPO / "tests" / "slurm" / "boot.sh"
 STOP = REPO / "tests" / "slurm" / "stop.sh"
 FIXTURE = REPO / "tests" / "slurm" / "fixture" / "Snakefile"
 VENV_BIN = Path(sys.executable).parent
-
-
-def _boot() -> tuple[subprocess.CompletedProcess, float]:
-    start = time.monotonic()
-    proc = subprocess.run(["bash", str(BOOT)], capture_output=True, text=True, timeout=900)
-    return proc, time.monotonic() - start
-
-
-@pytest.fixture(scope="module")
-def slurm_env() -> dict[str, str]:
-    """Boot (or reuse) the test SLURM; stop it afterwards only if this fixture booted it."""
-    assert importlib.util.find_spec("snakemake_executor_plugin_slurm"), (
-        "snakemake-executor-plugin-slurm is not installed: pip install snakemake-executor-plugin-slurm==2.8.0"
-    )
-    proc, seconds = _boot()
-    if proc.returncode == 3 and os.environ.get("CI") != "true":
-        pytest.skip(f"SLURM packages cannot be installed here: {proc.stderr.strip()[-1500:]}")
-    assert proc.returncode == 0, f"SLURM did not boot (rc {proc.returncode}):\n{proc.stderr[-5000:]}"
-    print(f"boot.sh: {seconds:.1f}s, {proc.stdout.splitlines()[0]}")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PATH=f"{VENV_BIN}:{os.environ['PATH']}")
-    for line in proc.stdout.splitlines():
-        if line.startswith("export "):
-            env.update(pair.split("=", 1) for pair in line.removeprefix("export ").split())
-    yield env
-    if "booted" in proc.stdout.splitlines()[0]:
-        subprocess.run(["bash", str(STOP)], check=True, timeout=120)
 
 
 def snakemake(workdir: Path, env: dict[str, str], *args: str) -> tuple[str, float]:
@@ -105,7 +80,7 @@ def first_run(slurm_env: dict[str, str]) -> dict:
 def test_boot_is_idempotent_and_loopback_only(slurm_env: dict[str, str]) -> None:
     state = Path(slurm_env["SLURM_CONF"]).parents[1]
     pids = {p.name: p.read_text() for p in (state / "pids").iterdir()}
-    proc, seconds = _boot()
+    proc, seconds = boot_slurm()
     assert proc.returncode == 0 and proc.stdout.startswith("# mialab-slurm: already up")
     assert seconds < 10
     assert {p.name: p.read_text() for p in (state / "pids").iterdir()} == pids

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import pandas as pd
@@ -137,7 +138,30 @@ def rollouts_frame(ids: Sequence, completions: Sequence[Sequence[Completion]], t
             rows.append((cid, k, tokenizer.decode(c.token_ids, skip_special_tokens=True), len(c.token_ids),
                          c.finish_reason))
     frame = pd.DataFrame(rows, columns=list(ROLLOUT_COLUMNS))
-    return frame.astype({"sample": np.int64, "n_tokens": np.int64})
+    return validate_rollouts(frame.astype({"sample": np.int64, "n_tokens": np.int64}))
+
+
+def validate_rollouts(frame: pd.DataFrame) -> pd.DataFrame:
+    """Check the rollout schema (columns, integer dtypes, finish reasons, no missing values); returns ``frame``."""
+    if tuple(frame.columns) != ROLLOUT_COLUMNS:
+        raise ValueError(f"rollout columns must be {ROLLOUT_COLUMNS}, got {tuple(frame.columns)}")
+    if frame.isna().any().any():
+        raise ValueError("rollouts contain missing values")
+    for col in ("sample", "n_tokens"):
+        if not pd.api.types.is_integer_dtype(frame[col]):
+            raise ValueError(f"rollout column {col!r} must be integer, got {frame[col].dtype}")
+    if not frame["finish_reason"].isin(FINISH_REASONS).all():
+        raise ValueError(f"finish_reason must be one of {FINISH_REASONS}")
+    if frame.duplicated(["id", "sample"]).any():
+        raise ValueError("duplicate (id, sample) rollouts")
+    return frame
+
+
+def write_rollouts(frame: pd.DataFrame, path: str | Path) -> None:
+    """Validate and write rollouts to parquet atomically."""
+    from mialab.io import write_parquet
+
+    write_parquet(validate_rollouts(frame), path)
 
 
 def generate_rollouts(split: pd.DataFrame, backend: RolloutBackend, tokenizer, *, template: str,

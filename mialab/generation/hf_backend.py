@@ -6,7 +6,7 @@ rollouts are reproducible on CPU for a given seed and batch size.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -51,8 +51,8 @@ class HFBackend:
 
         pad_id = min(stop_ids)  # padding is masked, and anything after a stop id is cut
         sample = sampling.temperature > 0
-        decoding = (dict(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
-                    if sample else dict(do_sample=False))
+        decoding = ({"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p,
+                     "top_k": sampling.top_k} if sample else {"do_sample": False})
         per_prompt = sampling.n if sample else 1  # greedy: decode once, every sample is that completion
         device = self.model.device
         out: list[list[Completion]] = []

@@ -16,8 +16,8 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from mialab.generation.engine import Completion, SamplingConfig, register_backend
 
@@ -67,7 +67,7 @@ class VLLMBackend:
             req, out = Path(tmp) / "request.json", Path(tmp) / "output.json"
             req.write_text(json.dumps(request))
             done = subprocess.run([str(self.python), str(WORKER), str(req), str(out)], env=self.worker_env(),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
             if done.returncode != 0 or not out.exists():
                 raise RuntimeError(f"vLLM worker failed (exit {done.returncode}); its output ends:\n"
                                    f"{done.stdout[-4000:]}")

@@ -89,7 +89,7 @@ def pretrain(model, blocks: np.ndarray, *, steps: int, batch_size: int, lr: floa
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             opt.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             if step % 50 == 0 or step == steps - 1:
                 console.log(f"step {step} loss {loss.item():.4f} lr {opt.param_groups[0]['lr']:.2e}")
             prog.advance(task)

@@ -2,7 +2,9 @@
 
 As in the ADRA paper's controlled-contamination setting, the member examples make up
 ``contamination_rate`` of the SFT examples (members counted with their repeats); the rest is
-filler drawn from a corpus that holds no evaluation candidate. The same loop runs on one CPU
+filler drawn from a corpus that holds no evaluation candidate. Without members the stage is plain
+post-training (e.g. ``format: chat``: instruction tuning on (user, assistant) pairs rendered by the
+tokenizer's chat template, the post-training shift CalibDCD calibrates). The same loop runs on one CPU
 process (``DS_ACCELERATOR=cpu``, gloo) and on 8 GPUs (NCCL, bf16) under ``torchrun``/``deepspeed``.
 """
 
@@ -38,6 +40,41 @@ def build_sft_corpus(member_texts: list[str], filler_texts: list[str], *, repeat
     stats = {"n_members": len(member_texts), "member_examples": len(members), "filler_examples": len(filler),
              "contamination_rate": len(members) / max(1, len(examples))}
     return examples, stats
+
+
+def build_post_training_corpus(filler_texts: list[str], *, seed: int) -> tuple[list[str], dict]:
+    """Post-training without contamination (no members): every filler example once, shuffled."""
+    if not filler_texts:
+        raise ValueError("post-training corpus is empty")
+    examples = list(filler_texts)
+    random.Random(seed).shuffle(examples)
+    return examples, {"n_members": 0, "member_examples": 0, "filler_examples": len(examples),
+                      "contamination_rate": 0.0}
+
+
+def read_chat_pairs(spec: dict) -> list[tuple[str, str]]:
+    """(user, assistant) pairs of a filler table whose ``columns`` name the user and the assistant column.
+
+    Read with :func:`mialab.data.corpus.read_corpus` (same rows, ``query`` and whitespace rules);
+    ``max_words`` caps the assistant turn only.
+    """
+    from mialab.data.corpus import read_corpus
+
+    columns = spec.get("columns", [])
+    if len(columns) != 2:
+        raise ValueError(f"format 'chat' needs filler columns [user, assistant], got {columns}")
+    users = read_corpus({**spec, "columns": [columns[0]], "max_words": None})
+    assistants = read_corpus({**spec, "columns": [columns[1]]})
+    return list(zip(users, assistants, strict=True))
+
+
+def render_chat(tokenizer, pairs: list[tuple[str, str]]) -> list[str]:
+    """Each (user, assistant) pair as one conversation rendered by the tokenizer's chat template
+    (instruction tuning: the model learns the template's turn markers and to end its turn)."""
+    if tokenizer.chat_template is None:
+        raise ValueError("format 'chat' needs a tokenizer with a chat template")
+    return [tokenizer.apply_chat_template([{"role": "user", "content": u}, {"role": "assistant", "content": a}],
+                                          tokenize=False) for u, a in pairs]
 
 
 def deepspeed_config(*, micro_batch_size: int, grad_accum: int, lr: float, warmup_steps: int, total_steps: int,

@@ -14,7 +14,7 @@ Every candidate has N rollouts; their per-rollout scores are aggregated by avera
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -6,22 +6,24 @@ of 512 words per step on a couple of CPU cores.
 
 How, per chunk of pairs:
 
-- word tokens become integer ids from one vocabulary per chunk (``pandas.factorize``); each
-  distinct text is tokenised once per chunk (the true suffix and the K distractors repeat);
+- texts are split on whitespace; the rest of the tokenisation rule runs once per distinct word
+  of the chunk and token ids come from one vocabulary per chunk (``pandas.factorize``); each
+  distinct text is handled once per chunk (the true suffix and the K distractors repeat);
 - LCS: rapidfuzz's bit-parallel ``LCSseq`` over the id sequences (``process.cpdist``);
 - every set count (unique tokens, distinct n-grams, common n-grams, for all ``n`` at once) comes
   from one generalised suffix array of ``c_1 #_1 r_1 $_1 c_2 #_2 r_2 $_2 ...`` built by
   libdivsufsort (``pydivsufsort``) with its LCP array (Kasai). Each pair gets its own alphabet
-  (ids offset per pair), so its suffixes form one contiguous block of the suffix array and no
-  common prefix crosses a text or a pair. In suffix-array order the suffixes that start with the
-  same string are contiguous, hence, for one text, a length-``n`` n-gram is new at the suffix
-  whose LCP with the previous suffix *of the same text* is ``< n``; a candidate n-gram also
-  occurs in the reference iff ``n`` is at most that suffix's matching statistic (the longest
-  prefix it shares with any reference suffix = the larger LCP with the nearest reference suffix
-  above or below). Both distances are running minima of the LCP array that restart at the
-  right suffixes (one ``maximum.accumulate`` each), and the number of lengths ``n`` in
-  ``[n_min, n_max]`` passing these tests is closed-form per suffix. Unique tokens are the case
-  ``n = 1``. No n-gram is ever materialised; everything after tokenisation is numpy or C.
+  and every separator is unique, so no common prefix crosses a text or a pair and suffixes of
+  different pairs have LCP 0. In suffix-array order the suffixes that start with the same
+  string are contiguous, hence, for one text, a length-``n`` n-gram is new at the suffix whose
+  LCP with the previous suffix *of the same text* is ``< n``; a candidate n-gram also occurs in
+  the reference iff ``n`` is at most that suffix's matching statistic (the longest prefix it
+  shares with any reference suffix = the larger LCP with the nearest reference suffix above or
+  below). Both distances are running minima of the LCP array that restart at the right
+  suffixes (one ``maximum.accumulate`` each; a suffix of another pair in between forces 0,
+  which is then also the true value), and the number of lengths ``n`` in ``[n_min, n_max]``
+  passing these tests is closed-form per suffix. Unique tokens are the case ``n = 1``. No
+  n-gram is ever materialised; everything after the whitespace split is numpy or C.
 
 Chunks run in-process (``workers=1``) or on a persistent pool of ``workers`` processes.
 """
@@ -31,10 +33,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import multiprocessing
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from itertools import chain
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -165,9 +167,9 @@ def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: in
     length = suffix_len[pos]
     edges = lcp[text_rank[:-1]]  # LCP of consecutive text suffixes (0 across a separator suffix)
 
-    lcp_prev = np.where(is_ref, since_last(is_ref, edges), since_last(~is_ref, edges))
-    matching = np.maximum(since_last(is_ref, edges), until_next(is_ref, edges))
-    matching[is_ref] = 0  # matching statistic of candidate suffixes only
+    above_ref = since_last(is_ref, edges)  # LCP with the closest reference suffix above
+    lcp_prev = np.where(is_ref, above_ref, since_last(~is_ref, edges))
+    matching = np.where(is_ref, 0, np.maximum(above_ref, until_next(is_ref, edges)))  # candidate suffixes only
 
     first_new = np.maximum(n_min, lcp_prev + 1)  # shortest n-gram starting here not seen earlier in its text
     hi = hi_n[pair]
@@ -184,11 +186,7 @@ def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: in
                      ngrams[:, 0], ngrams[:, 1], common[:, 0]])
 
 
-def _chunk_counts_star(args: tuple) -> np.ndarray:
-    return chunk_counts(*args)
-
-
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def worker_pool(workers: int) -> ProcessPoolExecutor:
     """A persistent pool of ``workers`` processes (forkserver: safe next to torch threads)."""
     ctx = multiprocessing.get_context("forkserver")
@@ -210,12 +208,17 @@ def lexical_counts(candidates: Sequence[str], references: Sequence[str], *, n_mi
     if workers < 1 or chunk_size < 1:
         raise ValueError(f"workers and chunk_size must be >= 1, got {workers}, {chunk_size}")
     candidates, references = list(candidates), list(references)
-    jobs = [(candidates[i:i + chunk_size], references[i:i + chunk_size], n_min, n_max)
-            for i in range(0, len(candidates), chunk_size)]
-    if workers == 1 or len(jobs) <= 1:
-        parts = [chunk_counts(*job) for job in jobs]
+    for texts in (candidates, references):
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise TypeError(f"texts must be str, got {texts[bad]!r} at position {bad}")
+    starts = range(0, len(candidates), chunk_size)
+    cands = [candidates[i:i + chunk_size] for i in starts]
+    refs = [references[i:i + chunk_size] for i in starts]
+    if workers == 1 or len(cands) <= 1:
+        parts = [chunk_counts(c, r, n_min, n_max) for c, r in zip(cands, refs)]
     else:
-        parts = list(worker_pool(workers).map(_chunk_counts_star, jobs))
+        parts = list(worker_pool(workers).map(chunk_counts, cands, refs, [n_min] * len(cands), [n_max] * len(cands)))
     counts = np.concatenate(parts, axis=1) if parts else np.zeros((len(COUNT_NAMES), 0), dtype=np.int64)
     return dict(zip(COUNT_NAMES, counts))
 

@@ -28,7 +28,7 @@ n-gram, e.g. when ``LCS < n_min`` (identical texts shorter than ``n_min`` words 
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

@@ -3,7 +3,8 @@
 - ``trio``  = mean(token_overlap_ref, lcs_ratio_ref, ngram_coverage_ref) x length penalty;
 - ``ngram`` = ngram_coverage_ref x length penalty.
 
-Length penalty, with word counts ``l_c`` (candidate), ``l_r`` (reference) and threshold ``tau``
+Length penalty, with word counts ``l_c`` (candidate), ``l_r`` (reference; both counted in the
+tokens of :mod:`mialab.reconstruction.tokenize`, so a CJK character is one word) and threshold ``tau``
 (paper: 1.5): none when ``l_r / tau <= l_c <= l_r * tau``, else the score is multiplied by
 ``min(1, min(l_c / l_r, l_r / l_c))``. Both texts empty: factor 1 (the score is 0 anyway); exactly
 one empty: factor 0.
@@ -17,7 +18,7 @@ resembling other candidates, which sharpens the member / non-member contrast.
 
 from __future__ import annotations
 
-from typing import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -81,10 +82,10 @@ def ngram(metrics: Mapping[str, np.ndarray], *, tau: float = DEFAULT_TAU) -> np.
 
 
 def compute_rewards(name: str, candidates: Sequence[str], references: Sequence[str], *, tau: float = DEFAULT_TAU,
-                    n_min: int = 3, workers: int = 1) -> np.ndarray:
+                    n_min: int = 3, n_max: int | None = None, workers: int = 1) -> np.ndarray:
     """Reward ``name`` of every (candidate, reference) pair through the fast batched kernel."""
     fn = get_reward(name)
-    metrics = lexical_metrics(candidates, references, n_min=n_min, workers=workers)
+    metrics = lexical_metrics(candidates, references, n_min=n_min, n_max=n_max, workers=workers)
     return fn({k: metrics[k].to_numpy() for k in metrics.columns}, tau=tau)
 
 

@@ -17,8 +17,8 @@ Other punctuation (quotes, brackets, dashes, CJK full stops ``。``) is kept as 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from itertools import chain, repeat
-from typing import Sequence
 
 import numpy as np
 
@@ -56,14 +56,18 @@ def tokenize_words(words: Sequence[str]) -> tuple[list[str], np.ndarray]:
     kernel applies it once per distinct word of a batch instead of once per occurrence.
     """
     low = list(map(str.lower, words))
+    tokens = list(map(str.strip, low, repeat(PUNCTUATION)))
+    counts = np.fromiter(map(bool, tokens), dtype=np.int64, count=len(tokens))
     joined = "".join(low)
     if joined.isascii() or _NO_SPACE_CHAR.search(joined) is None:
-        stripped = list(map(str.strip, low, repeat(PUNCTUATION)))
-        counts = np.fromiter(map(bool, stripped), dtype=np.int64, count=len(stripped))
-        return list(filter(None, stripped)), counts
-    pieces = [list(filter(None, map(str.strip, _PIECE.findall(w), repeat(PUNCTUATION)))) for w in low]
-    counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-    return list(chain.from_iterable(pieces)), counts
+        return list(filter(None, tokens)), counts
+    parts, done = [], 0  # split only the words that hold characters of scripts without spaces
+    for i in (i for i, w in enumerate(low) if not w.isascii() and _NO_SPACE_CHAR.search(w)):
+        pieces = list(filter(None, map(str.strip, _PIECE.findall(low[i]), repeat(PUNCTUATION))))
+        parts += [tokens[done:i], pieces]
+        counts[i], done = len(pieces), i + 1
+    parts.append(tokens[done:])
+    return list(filter(None, chain.from_iterable(parts))), counts
 
 
 def word_tokens(text: str) -> list[str]:

@@ -1,0 +1,45 @@
+"""Shared fixtures: the real single-node SLURM booted by tests/slurm/boot.sh."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BOOT = REPO / "tests" / "slurm" / "boot.sh"
+STOP = REPO / "tests" / "slurm" / "stop.sh"
+VENV_BIN = Path(sys.executable).parent
+
+
+def boot_slurm() -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    proc = subprocess.run(["bash", str(BOOT)], capture_output=True, text=True, timeout=900)
+    return proc, time.monotonic() - start
+
+
+@pytest.fixture(scope="session")
+def slurm_env() -> dict[str, str]:
+    """Boot (or reuse) the test SLURM; stop it afterwards only if this fixture booted it."""
+    assert importlib.util.find_spec("snakemake_executor_plugin_slurm"), (
+        "snakemake-executor-plugin-slurm is not installed: pip install snakemake-executor-plugin-slurm==2.8.0"
+    )
+    proc, seconds = boot_slurm()
+    if proc.returncode == 3 and os.environ.get("CI") != "true":
+        pytest.skip(f"SLURM packages cannot be installed here: {proc.stderr.strip()[-1500:]}")
+    assert proc.returncode == 0, f"SLURM did not boot (rc {proc.returncode}):\n{proc.stderr[-5000:]}"
+    print(f"boot.sh: {seconds:.1f}s, {proc.stdout.splitlines()[0]}")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PATH=f"{VENV_BIN}:{os.environ['PATH']}")
+    for line in proc.stdout.splitlines():
+        if line.startswith("export "):
+            env.update(pair.split("=", 1) for pair in line.removeprefix("export ").split())
+    yield env
+    if "booted" in proc.stdout.splitlines()[0]:
+        subprocess.run(["bash", str(STOP)], check=True, timeout=120)
+
+

@@ -1,0 +1,82 @@
+"""The real workflow (a reduced tiny world) through `snakemake --profile profiles/slurm` on the
+single-node test SLURM, then the accounting table: what a cluster user runs, end to end."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, VENV_BIN
+from workflow_helpers import default_config, make_workdir
+
+pytestmark = pytest.mark.slow
+
+
+def reduced_config() -> dict:
+    """The tiny world with one seed and a few training steps: scheduling, not accuracy, is tested."""
+    cfg = default_config()
+    cfg["seeds"] = [0]
+    for ds in cfg["datasets"].values():
+        ds["split"]["n_per_class"] = 16
+    for name in ("base", "control"):
+        cfg["models"][name]["train"]["steps"] = 8
+    cfg["models"]["sft"]["members"]["repeats"] = 1
+    cfg["models"]["sft"]["train"]["epochs"] = 1
+    cfg["tokenizer"]["vocab_size"] = 1024
+    return cfg
+
+
+def run(workdir: Path, env: dict, *args: str) -> str:
+    cmd = [str(VENV_BIN / "snakemake"), "--profile", "profiles/slurm", "--snakefile", str(REPO / "Snakefile"),
+           "--directory", str(workdir), "--configfile", str(workdir / "config.yaml"),
+           "--slurm-init-seconds-before-status-checks", "2", *args]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-8000:]}"
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def slurm_world(slurm_env):
+    workdir = make_workdir(Path(tempfile.mkdtemp(prefix="mialab-slurm-world-")), reduced_config())
+    start = time.monotonic()
+    log = run(workdir, slurm_env)
+    seconds = time.monotonic() - start
+    run(workdir, slurm_env, "--forcerun", "accounting", "--", "accounting")
+    jobs = pd.read_parquet(workdir / "results/accounting/jobs.parquet")
+    print(f"reduced tiny world through SLURM: {seconds:.0f}s, {len(jobs)} jobs")
+    yield {"workdir": workdir, "log": log, "jobs": jobs}
+    shutil.rmtree(workdir)
+
+
+def test_tiny_world_completes_through_slurm(slurm_world):
+    r = slurm_world["workdir"] / "results"
+    summary = pd.read_parquet(r / "evaluation/summary.parquet")
+    assert {"aime", "wikimia"} == set(summary["dataset"]) and {"base", "control", "sft"} == set(summary["model"])
+    assert "has been submitted with SLURM jobid" in slurm_world["log"]
+
+
+def test_training_rules_get_eight_gpus_and_scoring_none(slurm_world):
+    jobs = slurm_world["jobs"].set_index("rule")
+    for rule in ("pretrain_model", "sft_contaminate"):
+        assert (jobs.loc[[rule], "alloc_gpus"] == 8).all(), jobs.loc[[rule]]
+    assert (jobs.loc[["score_baselines"], "alloc_gpus"] == 0).all()
+
+
+def test_accounting_has_every_rule_with_wildcards_and_time(slurm_world):
+    jobs = slurm_world["jobs"]
+    expected = {"build_pool", "build_split", "train_tokenizer", "pretrain_model", "sft_contaminate",
+                "score_baselines", "evaluate_dataset", "summarize"}
+    assert expected <= set(jobs["rule"])
+    assert (jobs["elapsed_s"] > 0).all()
+    scored = jobs[jobs["rule"] == "score_baselines"]
+    assert len(scored) == 6 and set(scored["dataset"]) == {"aime", "wikimia"}
+    assert set(scored["model"]) == {"base", "control", "sft"}
+    gpu_hours = jobs.loc[jobs["rule"] == "pretrain_model", "gpu_hours"]
+    assert (gpu_hours > 0).all()
+    assert (slurm_world["workdir"] / "results/accounting/jobs.md").read_text().count("pretrain_model") >= 2
