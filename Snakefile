@@ -10,6 +10,8 @@ include: "rules/models.smk"
 include: "rules/scoring.smk"
 include: "rules/evaluation.smk"
 include: "rules/accounting.smk"
+include: "rules/calibdcd.smk"
+include: "rules/lara.smk"
 include: "rules/targets.smk"
 
 

@@ -36,6 +36,9 @@ def check_config(config: dict) -> None:
         for ds in spec.get("datasets", []):
             if ds not in datasets:
                 raise ConfigError(f"{where}.datasets: unknown dataset {ds!r}; configured: {', '.join(datasets)}")
+        if spec["kind"] == "rl" and spec["epoch"] > spec["train"]["epochs"]:
+            raise ConfigError(f"{where}.epoch: {spec['epoch']} is past the run's last epoch "
+                              f"(train.epochs = {spec['train']['epochs']})")
         if spec["kind"] != "hf" and "tokenizer" not in config and spec["kind"] == "pretrain":
             raise ConfigError(f"{where}: kind 'pretrain' needs a top-level 'tokenizer' section")
     _check_acyclic(models)

@@ -28,6 +28,7 @@ STAGE_VERSIONS: dict[str, int] = {
     "tokenizer": 1,
     "pretrain": 1,
     "sft": 1,
+    "rl": 1,
     "scores": 1,
 }
 
@@ -147,11 +148,32 @@ class Plan:
         elif kind == "sft":
             upstream = {"init": self.model(spec["init"]).key, "member_pools": members}
             extra = {"filler": source_fingerprint(spec["filler"]["source"])}
+        elif kind == "rl":
+            run, epoch = self.rl_run(name), int(spec["epoch"])
+            return Stage("models", stable_hash({"run": run.key, "epoch": epoch}),
+                         os.path.join(run.dir, f"epoch-{epoch}"),
+                         {"kind": "rl", "model": name, "run": run.key, "epoch": epoch})
         else:
-            raise ValueError(f"model {name!r}: unknown kind {kind!r}; known: pretrain, sft, hf")
+            raise ValueError(f"model {name!r}: unknown kind {kind!r}; known: pretrain, sft, rl, hf")
         determining = {k: v for k, v in spec.items() if k not in ("reference", "datasets")}
         return self._stage("models", kind, [name], {"model": name, "config": determining,
                                                      "upstream": upstream, **extra})
+
+    @functools.lru_cache(maxsize=None)
+    def rl_run(self, name: str) -> Stage:
+        """The GRPO run whose epoch-``epoch`` checkpoint ``kind: rl`` model ``name`` is.
+
+        Everything in the model's entry but ``epoch``, ``reference`` and ``datasets`` determines
+        the run, so models that differ only in ``epoch`` are checkpoints of one run
+        (``results/rl/<key>/epoch-<e>/``).
+        """
+        spec = self.model_spec(name)
+        members = {m["dataset"]: self.pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
+        run = {k: v for k, v in spec.items() if k not in ("epoch", "reference", "datasets")}
+        return self._stage("rl", "rl", [], {
+            "config": run, "filler": source_fingerprint(spec["filler"]["source"]),
+            "upstream": {"init": self.model(spec["init"]).key, "member_pools": members},
+        })
 
     def model_path(self, name: str) -> str:
         """What ``from_pretrained`` is given for model ``name``."""

@@ -47,7 +47,7 @@ rule pretrain_model:
 rule sft_contaminate:
     input:
         init=lambda wc: model_dir(config["models"][wc.model]["init"]),
-        member_pool=lambda wc: pool_file(config["models"][wc.model]["members"]["dataset"]),
+        member_pool=lambda wc: [pool_file(m["dataset"]) for m in [config["models"][wc.model].get("members")] if m],
         filler=lambda wc: local_files(config["models"][wc.model]["filler"]["source"]),
     output:
         model=directory("results/models/{model}/{key}/model"),

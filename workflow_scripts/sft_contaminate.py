@@ -9,13 +9,15 @@ import pandas as pd
 from mialab.data.corpus import read_corpus
 from mialab.io import atomic_directory, write_json
 from mialab.jobs import setup_job
-from mialab.models.sft import build_sft_corpus, run_sft
+from mialab.models.loading import load_tokenizer
+from mialab.models.sft import build_post_training_corpus, build_sft_corpus, read_chat_pairs, render_chat, run_sft
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--init", required=True, help="model directory to fine-tune")
-    ap.add_argument("--member-pool", required=True, help="pool parquet whose label-1 rows are the members")
+    ap.add_argument("--member-pool", nargs="*", default=[],
+                    help="pool parquet whose label-1 rows are the members (none: post-training without members)")
     ap.add_argument("--spec", required=True, help="the model's config entry as JSON")
     ap.add_argument("--manifest", required=True, help="stage manifest as JSON")
     ap.add_argument("--out", required=True, help="output model directory")
@@ -25,11 +27,18 @@ def main() -> None:
     spec, manifest = json.loads(args.spec), json.loads(args.manifest)
     rank = int(os.environ.get("RANK", "0"))
 
-    pool = pd.read_parquet(args.member_pool)
-    members = pool.loc[pool["label"] == 1, "text"].tolist()
-    filler = read_corpus(spec["filler"])
-    texts, stats = build_sft_corpus(members, filler, repeats=spec["members"]["repeats"],
-                                    rate=spec["contamination_rate"], seed=spec["train"]["seed"])
+    if spec.get("format", "text") == "chat":
+        filler = render_chat(load_tokenizer(args.init), read_chat_pairs(spec["filler"]))
+    else:
+        filler = read_corpus(spec["filler"])
+    if spec.get("members"):
+        (member_pool,) = args.member_pool
+        pool = pd.read_parquet(member_pool)
+        members = pool.loc[pool["label"] == 1, "text"].tolist()
+        texts, stats = build_sft_corpus(members, filler, repeats=spec["members"]["repeats"],
+                                        rate=spec["contamination_rate"], seed=spec["train"]["seed"])
+    else:
+        texts, stats = build_post_training_corpus(filler, seed=spec["train"]["seed"])
     train = spec["train"]
     with atomic_directory(args.out) if rank == 0 else _noop(args.out) as tmp:
         losses = run_sft(args.init, texts, str(tmp), epochs=train["epochs"], lr=train["lr"],

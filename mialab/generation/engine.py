@@ -133,8 +133,6 @@ def rollouts_frame(ids: Sequence, completions: Sequence[Sequence[Completion]], t
     rows = []
     for cid, samples in zip(ids, completions, strict=True):
         for k, c in enumerate(samples):
-            if c.finish_reason not in FINISH_REASONS:
-                raise ValueError(f"unexpected finish reason {c.finish_reason!r} for id {cid!r}")
             rows.append((cid, k, tokenizer.decode(c.token_ids, skip_special_tokens=True), len(c.token_ids),
                          c.finish_reason))
     frame = pd.DataFrame(rows, columns=list(ROLLOUT_COLUMNS))

@@ -161,6 +161,8 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: 
                 losses.append(loss.item())
                 if rank == 0:
                     prog.advance(task)
+                    if m % 50 == 0:
+                        console.log(f"epoch {epoch} micro-step {m}/{n_micro} loss {losses[-1]:.4f}")
             if rank == 0:
                 console.log(f"epoch {epoch} mean loss {np.mean(losses[-n_micro:]):.4f}")
     if rank == 0:

@@ -107,15 +107,14 @@ def since_last(mark: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
     ``edges[k]`` is a value between entries ``k`` and ``k + 1`` (here: their LCP). One pass: a
     running minimum that restarts at every mark, done as a ``maximum.accumulate`` over
-    ``segment * big + (big - 1 - edge)`` so that a later segment always dominates.
+    ``segment * big - edge`` (``big`` > every edge) so that a later segment always dominates.
     """
     out = np.zeros(len(mark), dtype=np.int64)
     if len(edges) == 0:
         return out
-    segment = np.cumsum(mark[:-1], dtype=np.int64)
-    big = int(edges.max()) + 1
-    acc = np.maximum.accumulate(segment * big + (big - 1 - edges))
-    out[1:] = np.where(segment > 0, (big - 1) - (acc - segment * big), 0)
+    base = np.cumsum(mark[:-1], dtype=np.int64) * (int(edges.max()) + 1)  # segment * big
+    out[1:] = base - np.maximum.accumulate(base - edges)
+    out[1:][base == 0] = 0  # no mark yet
     return out
 
 
@@ -188,7 +187,11 @@ def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: in
 
 @functools.cache
 def worker_pool(workers: int) -> ProcessPoolExecutor:
-    """A persistent pool of ``workers`` processes (forkserver: safe next to torch threads)."""
+    """A persistent pool of ``workers`` processes, started on first use and reused across calls.
+
+    Started by forkserver (safe next to torch / OpenMP threads); as with spawn, a script that asks
+    for ``workers > 1`` needs an ``if __name__ == "__main__":`` guard.
+    """
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([__name__])
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)

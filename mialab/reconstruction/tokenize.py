@@ -61,8 +61,11 @@ def tokenize_words(words: Sequence[str]) -> tuple[list[str], np.ndarray]:
     joined = "".join(low)
     if joined.isascii() or _NO_SPACE_CHAR.search(joined) is None:
         return list(filter(None, tokens)), counts
-    parts, done = [], 0  # split only the words that hold characters of scripts without spaces
-    for i in (i for i, w in enumerate(low) if not w.isascii() and _NO_SPACE_CHAR.search(w)):
+    # Split only the words that hold characters of scripts without spaces (found in the joined text).
+    ends = np.cumsum(np.fromiter(map(len, low), dtype=np.int64, count=len(low)))
+    hits = np.searchsorted(ends, [m.start() for m in _NO_SPACE_CHAR.finditer(joined)], side="right")
+    parts, done = [], 0
+    for i in np.unique(hits).tolist():
         pieces = list(filter(None, map(str.strip, _PIECE.findall(low[i]), repeat(PUNCTUATION))))
         parts += [tokens[done:i], pieces]
         counts[i], done = len(pieces), i + 1

@@ -9,8 +9,8 @@ inf is an error, never a skipped sample.
 Registered rewards (:func:`make_reward` builds one from a config entry):
 
 - ``answer_match``: 1 when the completion's final answer (the last ``\\boxed{...}``, else the last
-  number) equals the ``answer`` column after normalisation, else 0. The verifiable reward of RL
-  on math problems (AIME answers are integers 0-999).
+  number) equals the reference answer (column ``reference``) after normalisation, else 0. The
+  verifiable reward of RL on math problems (AIME answers are integers 0-999).
 - ``reconstruction``: an ADRA reconstruction reward (``trio`` or ``ngram``, length-penalised) of
   the completion against the ``reference`` column, computed by
   :func:`mialab.reconstruction.rewards.compute_rewards`. A reward a tiny model can earn: it grows
@@ -110,11 +110,11 @@ def final_answer(completion: str) -> str | None:
 
 
 @register_rl_reward("answer_match")
-def answer_match(answer_column: str = "answer") -> RewardFunction:
-    """Reward 1.0 when the completion's :func:`final_answer` matches the answer column, else 0.0."""
+def answer_match(reference_column: str = "reference") -> RewardFunction:
+    """Reward 1.0 when the completion's :func:`final_answer` matches the reference answer, else 0.0."""
 
     def answer_match_reward(completions: list, **kwargs) -> list[float]:
-        answers = kwargs[answer_column]
+        answers = kwargs[reference_column]
         got = [final_answer(completion_text(c)) for c in completions]
         values = [float(g is not None and normalise_answer(g) == normalise_answer(a)) for g, a in zip(got, answers,
                                                                                                      strict=True)]

@@ -1,0 +1,177 @@
+"""CalibDCD as workflow stages (``rules/calibdcd.smk``): partition, features, calibration of every variant.
+
+The workflow's protocol, per (dataset, seed):
+
+- **evaluation** texts: the seed's common split (``build_split``), the texts every method scores, so
+  CalibDCD's scores join the one results table and are compared with the baselines on the same texts;
+- **supervised** split and known non-members **D-cal**: :func:`mialab.data.families.calibdcd.calibdcd_partition`
+  of the pool *without* the split's texts (their labels are dropped before anything reads a label).
+  D-cal is therefore disjoint from the evaluation texts (the paper keeps it in the reporting pool).
+
+Features (generation is the cost) are keyed by texts, not seeds: the original query ``e0`` runs on
+every pool text once per (model, dataset), so any seed only selects rows; the ten controlled views
+run on each seed's D-cal only (the only texts they are needed for). All prompts of a feature job go
+to the rollout engine in one call (one engine start, e.g. one vLLM launch), and the detectors'
+extractors (:mod:`mialab.calibdcd.extract`) read those outputs back through a lookup ``generate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import pandas as pd
+
+from mialab.calibdcd.calibrate import run_calibdcd
+from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_view_features, veilprobe_view_features
+from mialab.calibdcd.views import ORIGINAL, apply_view
+from mialab.data.families.calibdcd import calibdcd_partition
+
+TEXT_COLUMNS = ("id", "prefix", "suffix")
+
+
+def partition_around_split(pool: pd.DataFrame, split_ids: Sequence[str], *, seed: int, n_train_per_class: int,
+                           n_calibration: int, name: str = "pool") -> dict[str, pd.DataFrame]:
+    """``supervised`` (id, label), ``calibration`` (id) and ``evaluation`` (id) of one seed.
+
+    The split's rows are removed from the pool first, so neither the supervised split nor D-cal
+    can contain an evaluation text and no evaluation label is read.
+    """
+    split_ids = pd.Index(pd.unique(pd.Series(split_ids, dtype=str)))
+    missing = split_ids.difference(pool["id"].astype(str))
+    if len(missing):
+        raise ValueError(f"{name}: {len(missing)} split id(s) not in the pool, e.g. {list(missing[:3])}")
+    rest = pool[~pool["id"].astype(str).isin(split_ids)].reset_index(drop=True)
+    parts = calibdcd_partition(rest, seed=seed, n_train_per_class=n_train_per_class, n_calibration=n_calibration,
+                               calibration_in_evaluation=False, name=f"{name} without the evaluation split")
+    return {"supervised": parts["train"][["id", "label"]].reset_index(drop=True),
+            "calibration": parts["calibration"][["id"]].reset_index(drop=True),
+            "evaluation": pd.DataFrame({"id": sorted(split_ids)})}
+
+
+def scope_texts(pool: pd.DataFrame, ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """The ``id``, ``prefix``, ``suffix`` of ``ids`` (default: every pool text); labels are not carried."""
+    texts = pool[list(TEXT_COLUMNS)].astype({"id": str})
+    if ids is None:
+        return texts.reset_index(drop=True)
+    wanted = pd.Index([str(i) for i in ids])
+    missing = wanted.difference(texts["id"])
+    if len(missing):
+        raise ValueError(f"{len(missing)} id(s) not in the pool, e.g. {list(missing[:3])}")
+    return texts.set_index("id").loc[wanted].reset_index()
+
+
+def query_inputs(detectors: Sequence[str]) -> list[str]:
+    """Text columns the detectors put under a view: the prefix, and VeilProbe's perturbed prefix."""
+    return ["prefix", "perturbed_prefix"] if "veilprobe" in detectors else ["prefix"]
+
+
+@dataclass
+class FeatureRun:
+    """What one feature job writes: a feature table per detector and the target's outputs."""
+
+    features: dict[str, pd.DataFrame]     # detector -> id, view, z0000 ...
+    generations: pd.DataFrame             # view, id, input, prompt, output
+
+
+def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Callable[[list[str]], list[str]],
+                     detectors: Mapping[str, dict], lm_options: Mapping) -> FeatureRun:
+    """Features of ``texts`` (id, prefix, suffix) under every view for every detector.
+
+    ``detectors`` maps ``dpdllm`` to ``{reference_model, length}`` and ``veilprobe`` to
+    ``{key_token_model, ratio, embedding_model}`` (model paths); ``lm_options`` (batch_size, device,
+    dtype) go to the reference / key-token LM passes. ``generate`` is called once with every
+    distinct prompt.
+    """
+    unknown = set(detectors) - {"dpdllm", "veilprobe"}
+    if unknown:
+        raise KeyError(f"unknown detector(s) {sorted(unknown)}; known: ['dpdllm', 'veilprobe']")
+    if "veilprobe" in detectors:
+        vp = detectors["veilprobe"]
+        texts = add_perturbed_prefix(texts, key_token_model=vp["key_token_model"], ratio=vp["ratio"], **lm_options)
+    rows = [(view, i, column, prompt) for view in views for column in query_inputs(list(detectors))
+            for i, prompt in zip(texts["id"], apply_view(view, texts[column].astype(str).tolist()), strict=True)]
+    generations = pd.DataFrame(rows, columns=["view", "id", "input", "prompt"])
+    prompts = list(dict.fromkeys(generations["prompt"]))
+    outputs = generate(prompts)
+    if len(outputs) != len(prompts):
+        raise ValueError(f"generate returned {len(outputs)} outputs for {len(prompts)} prompts")
+    cache = dict(zip(prompts, outputs, strict=True))
+    generations["output"] = generations["prompt"].map(cache)
+
+    def cached(batch: Sequence[str]) -> list[str]:
+        return [cache[p] for p in batch]
+
+    features = {}
+    if "dpdllm" in detectors:
+        dp = detectors["dpdllm"]
+        features["dpdllm"] = pd.concat(
+            [dpdllm_view_features(texts, view, generate=cached, reference_model=dp["reference_model"],
+                                  length=dp["length"], **lm_options) for view in views], ignore_index=True)
+    if "veilprobe" in detectors:
+        features["veilprobe"] = pd.concat(
+            [veilprobe_view_features(texts, view, generate=cached, embedding_model=detectors["veilprobe"]["embedding_model"])
+             for view in views], ignore_index=True)
+    return FeatureRun(features, generations)
+
+
+def score_column(detector: str, variant: str) -> str:
+    """Results-table name of a CalibDCD score: ``calibdcd/<detector>/<variant>`` (``original``: uncalibrated)."""
+    return f"calibdcd/{detector}/{variant}"
+
+
+@dataclass
+class CalibrationRun:
+    """What one calibration job writes (no evaluation label anywhere)."""
+
+    scores: pd.DataFrame        # id, calibdcd/<detector>/original, calibdcd/<detector>/<variant> ...
+    views: pd.DataFrame         # variant, view, fpp, kept
+    objective: pd.DataFrame     # variant, rank, lam, basis_dim, J, selected
+    summaries: dict[str, dict]  # variant -> run summary (kept views, r, lambda, recovery)
+
+
+def _rows(frame: pd.DataFrame, ids: Sequence[str], views: Sequence[str] | None = None) -> pd.DataFrame:
+    """Rows of a feature table for ``ids`` (and ``views`` when given)."""
+    keep = frame["id"].astype(str).isin([str(i) for i in ids])
+    if views is not None:
+        keep &= frame["view"].isin(views)
+    return frame[keep]
+
+
+def calibrate_variants(original: pd.DataFrame, controlled: pd.DataFrame, supervised: pd.DataFrame,
+                       calibration_ids: Sequence[str], evaluation_ids: Sequence[str], *, detector: str,
+                       variants: Sequence[str], tau: float, tolerance: float, seed: int) -> CalibrationRun:
+    """Calibrate ``detector`` with every variant and score the evaluation texts under ``e0``.
+
+    ``original``: feature table of the original query (covering supervised, D-cal and evaluation
+    ids); ``controlled``: D-cal's controlled-view features; ``supervised``: id, label. Only the
+    supervised labels are read.
+    """
+    if not variants:
+        raise ValueError("no CalibDCD variant to run")
+    sup = _rows(original, supervised["id"], [ORIGINAL])
+    cal = pd.concat([_rows(original, calibration_ids, [ORIGINAL]), _rows(controlled, calibration_ids)],
+                    ignore_index=True)
+    pool = _rows(original, evaluation_ids, [ORIGINAL])
+    runs = {v: run_calibdcd(sup, supervised[["id", "label"]], cal, pool, detector=detector, variant=v, tau=tau,
+                            tolerance=tolerance, seed=seed) for v in variants}
+    first = runs[variants[0]].scores
+    scores = pd.DataFrame({"id": first["id"], score_column(detector, "original"): first["score_original"]})
+    for v, run in runs.items():
+        if not run.scores["id"].equals(first["id"]):
+            raise ValueError(f"variant {v!r} scored other ids than {variants[0]!r}")
+        scores[score_column(detector, v)] = run.scores["score_calibrated"].to_numpy()
+    return CalibrationRun(
+        scores=scores,
+        views=pd.concat([r.views.assign(variant=v) for v, r in runs.items()], ignore_index=True),
+        objective=pd.concat([r.objective.assign(variant=v) for v, r in runs.items()], ignore_index=True),
+        summaries={v: r.summary for v, r in runs.items()})
+
+
+def attach_labels(scores: pd.DataFrame, split: pd.DataFrame) -> pd.DataFrame:
+    """The score table with the split's ``label`` (for the evaluation, after every score is fixed)."""
+    labels = split[["id", "label"]].astype({"id": str})
+    if set(labels["id"]) != set(scores["id"].astype(str)):
+        raise ValueError("the scores cover other ids than the split")
+    out = scores.astype({"id": str}).merge(labels, on="id", how="left", validate="one_to_one")
+    return out[["id", "label", *[c for c in scores.columns if c != "id"]]]

@@ -1,0 +1,99 @@
+"""LaRA's content-addressed stage instances for a config (``rules/lara.smk``), built with
+:meth:`mialab.workflow.Plan.stage`. Pure: reads the config, runs nothing.
+
+- perturbations (dataset, seed): upstream the pool (known non-members) and the seed's split;
+  model-free, so shared by every model;
+- features / baselines (model, dataset, seed): upstream the model and the perturbations;
+- scores (model, dataset, seed): upstream the split (labels, joined last), features and baselines.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from mialab.config import ConfigError
+from mialab.workflow import Plan, Stage
+
+STAGE_VERSIONS: dict[str, int] = {"perturbations": 1, "features": 1, "baselines": 1, "scores": 1}
+PERTURBATION_KEYS = ("question", "controls", "neighbours", "blank", "paraphrase")
+MODEL_STAGES = ("features", "baselines")
+
+
+class LaRAPlan:
+    """LaRA stage instances of a config (``config['lara']``; absent: nothing to run)."""
+
+    def __init__(self, plan: Plan, config: dict):
+        self.plan = plan
+        self.config = config
+        self.spec = config.get("lara")
+        self.check()
+
+    def check(self) -> None:
+        """Cross-references of the ``lara`` section; every (model, dataset) must be in the results table."""
+        if not self.spec:
+            return
+        models, datasets = self.config["models"], self.config["datasets"]
+        for m in self.spec["models"]:
+            if m not in models:
+                raise ConfigError(f"lara.models: unknown model {m!r}; configured: {', '.join(models)}")
+        for d in self.spec["datasets"]:
+            if d not in datasets:
+                raise ConfigError(f"lara.datasets: unknown dataset {d!r}; configured: {', '.join(datasets)}")
+        evaluated = set(self.plan.evaluated_pairs(self.spec["datasets"]))
+        for m, d in self.pairs():
+            if (m, d) not in evaluated:
+                raise ConfigError(f"lara: model {m!r} is not evaluated on dataset {d!r} (see models.{m}.datasets)")
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(model, dataset) pairs LaRA runs on: ``models`` x ``datasets``."""
+        return [(m, d) for d in self.spec["datasets"] for m in self.spec["models"]] if self.spec else []
+
+    def datasets(self) -> list[str]:
+        return list(self.spec["datasets"]) if self.spec else []
+
+    def models(self) -> list[str]:
+        return list(self.spec["models"]) if self.spec else []
+
+    @functools.lru_cache(maxsize=None)
+    def perturbations(self, dataset: str, seed: int) -> Stage:
+        return self.plan.stage("lara/perturbations", STAGE_VERSIONS["perturbations"], [dataset, f"seed-{seed}"], {
+            "dataset": dataset, "seed": int(seed), "config": self.perturbation_config(),
+            "upstream": {"pool": self.plan.pool(dataset).key, "split": self.plan.split(dataset, seed).key},
+        })
+
+    def perturbation_config(self) -> dict:
+        """The slice of the ``lara`` section the perturbation stage reads."""
+        return {k: self.spec[k] for k in PERTURBATION_KEYS}
+
+    @functools.lru_cache(maxsize=None)
+    def model_stage(self, stage: str, model: str, dataset: str, seed: int) -> Stage:
+        """The ``features`` or ``baselines`` stage of a (model, dataset, seed)."""
+        if stage not in MODEL_STAGES:
+            raise ValueError(f"unknown LaRA model stage {stage!r}; known: {', '.join(MODEL_STAGES)}")
+        return self.plan.stage(f"lara/{stage}", STAGE_VERSIONS[stage], [model, dataset, f"seed-{seed}"], {
+            "model": model, "dataset": dataset, "seed": int(seed), "config": self.spec[stage],
+            "upstream": {"model": self.plan.model(model).key, "perturbations": self.perturbations(dataset, seed).key},
+        })
+
+    @functools.lru_cache(maxsize=None)
+    def scores(self, model: str, dataset: str, seed: int) -> Stage:
+        return self.plan.stage("lara/scores", STAGE_VERSIONS["scores"], [model, dataset, f"seed-{seed}"], {
+            "model": model, "dataset": dataset, "seed": int(seed),
+            "config": {"detection": self.spec["detection"], "betas": self.spec["betas"]},
+            "upstream": {"split": self.plan.split(dataset, seed).key,
+                         **{s: self.model_stage(s, model, dataset, seed).key for s in MODEL_STAGES}},
+        })
+
+    def scores_file(self, model: str, dataset: str, seed: int) -> str | None:
+        """The score table of a (model, dataset, seed) LaRA runs on, else None (a SCORE_PROVIDER)."""
+        if (model, dataset) not in self.pairs():
+            return None
+        return self.scores(model, dataset, int(seed)).path("scores.parquet")
+
+    def runs(self, dataset: str, seeds: list[int]) -> list[tuple[str, int]]:
+        """(model, seed) of every score table of ``dataset``."""
+        return [(m, int(s)) for m, d in self.pairs() if d == dataset for s in seeds]
+
+    @staticmethod
+    def report_outputs(dataset: str) -> dict[str, str]:
+        return {name: f"results/lara/report/{dataset}/{name}" for name in ("lara.md", "lara.csv", "layers.png")}

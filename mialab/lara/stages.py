@@ -1,0 +1,164 @@
+"""LaRA as workflow stages (``rules/lara.smk``): perturbations, features, baselines, scores.
+
+The protocol, per (dataset, seed):
+
+- **evaluated** questions: the seed's common split (the texts every method scores, so LaRA joins
+  the results table on the same ids). A question is the split row's question
+  (:func:`mialab.rl.corpus.pool_questions`: the request of a request + response pool, or the text).
+- **known non-members**: the pool's label-0 rows outside the split (chosen by id: the split's
+  labels are never read). They are the neighbour pool of the retrieval backend (a question's
+  structural controls must be unseen) and, a seeded sample of ``n_reference`` of them, the clean
+  reference set the detection score is standardised on.
+
+Stages:
+
+- perturbations (dataset, seed; model-free): :func:`mialab.lara.construction.build_perturbations`
+  of the evaluated and the reference questions, with a column ``set`` (``evaluated`` / ``reference``);
+- features (model, dataset, seed): each distinct text is read once (neighbours are shared between
+  questions: about three times fewer forward passes); the stage's ``index.parquet`` lists them;
+- baselines (model, dataset, seed): ReCaLL (prefix: reference questions), CDD, Self-Critique on the
+  evaluated questions;
+- scores (model, dataset, seed): RSM / DC / RSI per layer, the detection score and its ablations, LaRA
+  + Self-Critique for every beta; the split's labels are attached last, so no score depends on them.
+
+Score columns (higher = member): ``lara``, ``lara/<metric>`` (one metric), ``lara/no_<metric>``,
+``lara/early|mid|late`` (layer thirds), ``lara/recall``, ``lara/cdd``, ``lara/self_critique``,
+``lara/lara+sc@<beta>``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from mialab.lara.baselines import cdd_scores, recall_scores, self_critique_scores
+from mialab.lara.blanking import BlankBackend, count_blanks
+from mialab.lara.combine import combine_lara_sc
+from mialab.lara.construction import build_perturbations
+from mialab.lara.detection import detection_scores
+from mialab.lara.metrics import compute_metrics
+from mialab.rl.corpus import normalise_question, pool_questions
+
+EVALUATED, REFERENCE = "evaluated", "reference"
+PREFIX = "lara"
+METRIC_COLUMNS = ["rsm", "dc", "rsi"]
+
+
+def known_nonmembers(pool: pd.DataFrame, split_ids) -> pd.DataFrame:
+    """The pool's non-members that are not in the split (selected by id)."""
+    held_out = ~pool["id"].astype(str).isin(set(map(str, split_ids)))
+    return pool[held_out & (pool["label"] == 0)].reset_index(drop=True)
+
+
+def blankable(texts: list[str], blank: dict | None = None) -> np.ndarray:
+    """Which texts keep at least one ``[BLANK]`` under the blank backend (default ``numbers_entities``)."""
+    spec = dict(blank or {"backend": "numbers_entities"})
+    backend = BlankBackend.resolve(spec.pop("backend"))
+    return np.array([count_blanks(t) > 0 for t in backend(list(texts), **spec)], dtype=bool)
+
+
+def stage_questions(split: pd.DataFrame, pool: pd.DataFrame, *, rule: str = "request", max_words: int | None = None,
+                    n_reference: int = 30, seed: int | list[int] = 0,
+                    blank: dict | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """``(questions, neighbour_pool)``: ``questions`` has ``id``, ``text``, ``set`` (the split's rows,
+    then ``n_reference`` known non-members drawn with ``seed``); ``neighbour_pool`` is the question
+    of every known non-member that has something to blank (the others cannot be controls)."""
+    controls = known_nonmembers(pool, split["id"])
+    control_questions = pool_questions(controls, rule, max_words)
+    usable = blankable(control_questions.tolist(), blank)
+    controls, control_questions = controls[usable].reset_index(drop=True), control_questions[usable]
+    if len(controls) < n_reference:
+        raise ValueError(f"{len(controls)} usable known non-members outside the split, {n_reference} needed for the "
+                         "reference set; lower lara.controls.n_reference or give the pool more non-members")
+    control_questions = control_questions.reset_index(drop=True)
+    order = np.sort(np.random.default_rng(seed).choice(len(controls), size=n_reference, replace=False))
+    questions = pd.concat([
+        pd.DataFrame({"id": split["id"].astype(str), "text": pool_questions(split, rule, max_words), "set": EVALUATED}),
+        pd.DataFrame({"id": controls["id"].astype(str).iloc[order], "text": control_questions.iloc[order],
+                      "set": REFERENCE}),
+    ], ignore_index=True)
+    return questions, control_questions.tolist()
+
+
+def perturbation_table(questions: pd.DataFrame, neighbour_pool: list[str], *, n_neighbours: int = 5,
+                       n_variants: int = 5, blank: dict | None = None, paraphrase: dict | None = None,
+                       neighbour_options: dict | None = None) -> pd.DataFrame:
+    """The perturbation table of every question, with its ``set``; neighbours by retrieval from
+    ``neighbour_pool``."""
+    table = build_perturbations(questions[["id", "text"]], n_neighbours=n_neighbours, n_variants=n_variants,
+                                neighbours={"backend": "retrieval", "pool": neighbour_pool,
+                                            **(neighbour_options or {})},
+                                blank=blank, paraphrase=paraphrase)
+    return table.merge(questions[["id", "set"]], on="id", how="left", validate="many_to_one")
+
+
+def distinct_texts(table: pd.DataFrame) -> pd.DataFrame:
+    """One row (``text``) per distinct text of the table, in order of first appearance."""
+    return pd.DataFrame({"text": pd.unique(table["text"])})
+
+
+def aligned_features(table: pd.DataFrame, index: pd.DataFrame, features: np.ndarray) -> np.ndarray:
+    """Features of every table row, from features of its distinct texts (``index`` rows)."""
+    position = pd.Series(np.arange(len(index)), index=index["text"].to_numpy())
+    if position.index.has_duplicates:
+        raise ValueError("the feature index repeats a text")
+    rows = position.reindex(table["text"].to_numpy())
+    if rows.isna().any():
+        raise ValueError(f"{int(rows.isna().sum())} perturbation text(s) have no features")
+    return features[rows.to_numpy(dtype=np.int64)]
+
+
+def question_metrics(table: pd.DataFrame, index: pd.DataFrame, features: np.ndarray) -> pd.DataFrame:
+    """RSM, DC and RSI per (question, layer) with the question's ``set``."""
+    metrics = compute_metrics(table, aligned_features(table, index, features))
+    sets = table.drop_duplicates("id").set_index("id")["set"]
+    return metrics.assign(set=metrics["id"].map(sets).to_numpy())
+
+
+def score_table(metrics: pd.DataFrame, baselines: pd.DataFrame, split: pd.DataFrame, *, how: str = "abs",
+                betas: list[float] = (0.65,)) -> pd.DataFrame:
+    """The stage's score table: ``id``, ``label`` and the columns of the module doc, in split order.
+
+    The detection reference is fitted on the reference questions only; ``label`` is joined last.
+    """
+    evaluated = metrics[metrics["set"] == EVALUATED].drop(columns="set")
+    reference = metrics[metrics["set"] == REFERENCE].drop(columns="set")
+    scores = detection_scores(evaluated, reference, how=how)
+    scores = scores.rename(columns=lambda c: c if c in ("id", PREFIX) else f"{PREFIX}/{c.removeprefix(PREFIX + '_')}")
+    scores = scores.merge(baselines, on="id", how="outer", validate="one_to_one")
+    for beta in betas:
+        scores[f"{PREFIX}/lara+sc@{beta:g}"] = combine_lara_sc(scores[PREFIX].to_numpy(),
+                                                               scores[f"{PREFIX}/self_critique"].to_numpy(), beta)
+    if set(scores["id"]) != set(split["id"].astype(str)):
+        raise ValueError("the LaRA scores and the split cover different ids")
+    out = split[["id", "label"]].astype({"id": str}).merge(scores, on="id", validate="one_to_one")
+    values = out.drop(columns=["id", "label"])
+    bad = [c for c in values.columns if not np.isfinite(values[c].to_numpy(dtype=np.float64)).all()]
+    if bad:
+        raise ValueError(f"non-finite LaRA score column(s) {bad}")
+    return out
+
+
+def baseline_scores(model_path: str, table: pd.DataFrame, *, recall: dict, cdd: dict, self_critique: dict,
+                    batch_size: int = 8, device: str = "auto", dtype: str = "float32") -> pd.DataFrame:
+    """ReCaLL, CDD and Self-Critique of every evaluated question (``id`` and ``lara/...`` columns).
+
+    ReCaLL's prefix is the ``prefix_size`` shortest reference questions (known non-members; short,
+    so that prefix and question fit a small model's context), cut to ``prefix_max_words``; it
+    scores each question's first ``max_words`` words.
+    """
+    originals = table[table["form"] == "original"]
+    questions = originals[(originals["neighbour"] < 0) & (originals["set"] == EVALUATED)]
+    references = originals[(originals["neighbour"] < 0) & (originals["set"] == REFERENCE)]
+    texts = questions["text"].tolist()
+    common = dict(batch_size=batch_size, device=device, dtype=dtype)
+    shortest = references["text"].iloc[np.argsort(references["text"].str.len().to_numpy(), kind="stable")]
+    prefix = [normalise_question(t, recall.get("prefix_max_words"))
+              for t in shortest.iloc[:recall.get("prefix_size", 1)]]
+    return pd.DataFrame({
+        "id": questions["id"].to_numpy(),
+        f"{PREFIX}/recall": recall_scores(model_path, [normalise_question(t, recall.get("max_words")) for t in texts],
+                                          prefix, **common),
+        f"{PREFIX}/cdd": cdd_scores(model_path, texts, **cdd, **common),
+        f"{PREFIX}/self_critique": self_critique_scores(model_path, texts, **self_critique, **common),
+    })

@@ -1,0 +1,91 @@
+"""The RL-contamination corpus: a pool's member problems plus filler problems, as GRPO prompts.
+
+As in the LaRA paper's continued-RL setting, the corpus holds the deliberate contamination
+targets (the pool's label-1 rows) and filler problems; the pool's non-members never enter it.
+Assembly (seeded order, fillers never equal to a pool question) is
+:func:`mialab.data.families.lara.build_rl_corpus`.
+
+The question of a pool row (:func:`pool_questions`):
+
+- ``request``: request + response pools (``aime``, ``s1``, ``tulu3``, ...; ``prefix = request +
+  "\\n\\n" + head``, see :mod:`mialab.data.families._common`): the prefix before its last blank
+  line. The response is ``head + " " + suffix``;
+- ``text``: pools whose ``text`` is the question itself (``lara_rl``).
+
+Whitespace is normalised and a question is cut to its first ``max_words`` words (the tiny
+world's 256-token models need short prompts). The reference a reward compares a completion with
+(:func:`pool_references`) is the ``response`` or the pool's ``answer`` column. Fillers come from
+a corpus spec with two columns, question and reference (:func:`mialab.data.corpus.read_corpus`
+joins them with a blank line and caps the reference at ``max_words``).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from mialab.data.corpus import read_corpus
+from mialab.data.families.lara import build_rl_corpus
+from mialab.data.prefix import truncate_words
+
+QUESTION_RULES = ("request", "text")
+REFERENCE_RULES = ("response", "answer")
+CORPUS_COLUMNS = ["id", "prompt", "question", "reference", "target", "source"]
+
+
+def split_request(text: str) -> tuple[str, str]:
+    """``(request, rest)`` of ``request + "\\n\\n" + rest`` where ``rest`` has no blank line."""
+    request, sep, rest = text.rpartition("\n\n")
+    if not sep:
+        raise ValueError(f"no blank line separates a request from its response in {text[:80]!r}")
+    return request, rest
+
+
+def normalise_question(text: str, max_words: int | None = None) -> str:
+    """Whitespace-normalised ``text`` cut to its first ``max_words`` words."""
+    return truncate_words(" ".join(str(text).split()), max_words)
+
+
+def pool_questions(pool: pd.DataFrame, rule: str = "request", max_words: int | None = None) -> pd.Series:
+    """The question of every pool row (module doc), aligned with ``pool``."""
+    if rule == "request":
+        raw = pool["prefix"].map(lambda p: split_request(p)[0])
+    elif rule == "text":
+        raw = pool["text"]
+    else:
+        raise ValueError(f"unknown question rule {rule!r}; known: {', '.join(QUESTION_RULES)}")
+    return raw.map(lambda q: normalise_question(q, max_words))
+
+
+def pool_references(pool: pd.DataFrame, rule: str = "response") -> pd.Series:
+    """What a reward compares a member's completion with: its response or its ``answer``."""
+    if rule == "response":
+        return pool["prefix"].map(lambda p: split_request(p)[1]).str.cat(pool["suffix"], sep=" ").str.strip()
+    if rule == "answer":
+        return pool["answer"].astype(str)
+    raise ValueError(f"unknown reference rule {rule!r}; known: {', '.join(REFERENCE_RULES)}")
+
+
+def filler_problems(spec: dict, max_words: int | None = None) -> pd.DataFrame:
+    """Filler ``problem`` and ``reference`` from a two-column corpus spec (question, reference)."""
+    if len(spec.get("columns", [])) != 2:
+        raise ValueError(f"RL filler {spec.get('source')!r}: 'columns' must name the question and the reference")
+    pairs = [split_request(t) for t in read_corpus(spec)]
+    return pd.DataFrame({"problem": [normalise_question(q, max_words) for q, _ in pairs],
+                         "reference": [r for _, r in pairs]})
+
+
+def build_corpus(pool: pd.DataFrame, fillers: pd.DataFrame, *, size: int, seed: int = 0, question: str = "request",
+                 reference: str = "response", max_words: int | None = None,
+                 template: str = "{question}") -> pd.DataFrame:
+    """The RL corpus (:data:`CORPUS_COLUMNS`): every member of ``pool`` plus fillers up to ``size``.
+
+    ``prompt`` is ``template`` filled with the question; ``target`` marks the pool's members.
+    """
+    members = pd.DataFrame({"id": pool["id"], "text": pool_questions(pool, question, max_words),
+                            "answer": pool_references(pool, reference), "label": pool["label"],
+                            "source": pool["source"]})
+    corpus = build_rl_corpus(members, fillers, size=size, seed=seed, problem_column="problem",
+                             answer_column="reference")
+    corpus = corpus.rename(columns={"problem": "question", "answer": "reference"})
+    corpus["prompt"] = [template.format(question=q) for q in corpus["question"]]
+    return corpus[CORPUS_COLUMNS]

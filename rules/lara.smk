@@ -1,0 +1,183 @@
+# RL contamination (GRPO checkpoints as models of kind `rl`, mialab.rl) and the LaRA stage
+# (layer-wise representation analysis, mialab.lara). Config: `kind: rl` entries under `models:`
+# and the `lara:` section (absent = no LaRA stage); schemas/config.schema.yaml. Stage keys:
+# mialab/rl/plan.py, mialab/lara/plan.py; the LaRA protocol: mialab/lara/stages.py.
+#
+# - rl_contaminate (run key, epoch): one epoch of a GRPO run. Epoch 1 starts from the run's `init`
+#   model, epoch e resumes the trainer checkpoint of epoch e - 1 and keeps the full run's schedule,
+#   so every epoch's weights equal those of one uninterrupted run. Its model/ is the `kind: rl`
+#   model whose entry names that epoch. Periodic checkpoints go to work/, which a failed job leaves
+#   behind: the retry resumes from the last one.
+# - lara_perturbations (dataset, seed): the split's questions, known non-members (neighbour pool,
+#   clean reference set), BlankImportant and paraphrases; model-free.
+# - lara_features (model, dataset, seed): mean-pooled hidden states of every distinct text
+#   (safetensors shards + index.parquet; a rerun keeps the shards already written).
+# - lara_baselines (model, dataset, seed): ReCaLL, CDD and Self-Critique on the questions.
+# - lara_scores (model, dataset, seed): RSM / DC / RSI, the detection score and its ablations,
+#   LaRA + Self-Critique per beta; joins the results table through SCORE_PROVIDERS.
+# - lara_report (dataset): the comparison table and the layer-wise figure; `snakemake lara` builds
+#   them and everything they need.
+from mialab.lara.plan import LaRAPlan
+from mialab.rl.plan import RLPlan
+
+RL_PLAN = RLPlan(PLAN)
+LARA_PLAN = LaRAPlan(PLAN, config)
+LARA = config.get("lara")
+
+SCORE_PROVIDERS.append(LARA_PLAN.scores_file)
+for _ds in LARA_PLAN.datasets():
+    EXTRA_TARGETS.extend(LARA_PLAN.report_outputs(_ds).values())
+
+
+rule rl_contaminate:
+    input:
+        init=lambda wc: model_dir(RL_PLAN.spec(wc.key)["init"]),
+        member_pool=lambda wc: pool_file(RL_PLAN.spec(wc.key)["members"]["dataset"]),
+        filler=lambda wc: local_files(RL_PLAN.spec(wc.key)["filler"]["source"]),
+        previous=lambda wc: RL_PLAN.previous(wc.key, int(wc.epoch)),
+    output:
+        model=directory("results/rl/{key}/epoch-{epoch}/model"),
+        trainer=directory("results/rl/{key}/epoch-{epoch}/trainer"),
+        corpus="results/rl/{key}/epoch-{epoch}/corpus.parquet",
+        log="results/rl/{key}/epoch-{epoch}/log.parquet",
+        manifest="results/rl/{key}/epoch-{epoch}/manifest.json",
+    wildcard_constraints:
+        epoch=r"[1-9]\d*",
+    params:
+        init=lambda wc: PLAN.model_path(RL_PLAN.spec(wc.key)["init"]),
+        spec=lambda wc: shlex.quote(json.dumps(RL_PLAN.spec(wc.key))),
+        manifest=lambda wc: shlex.quote(json.dumps(RL_PLAN.manifest(wc.key, int(wc.epoch)))),
+        previous=lambda wc, input: f"--previous {input.previous}" if input.previous else "",
+        work="results/rl/{key}/epoch-{epoch}/work",
+        nproc=config["launch"]["nproc"],
+        python=sys.executable,
+        script=os.path.join(workflow.basedir, "workflow_scripts", "rl_contaminate.py"),
+    threads: 2
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/rl_contaminate/{key}/epoch-{epoch}.log",
+    benchmark:
+        "results/benchmarks/rl_contaminate/{key}/epoch-{epoch}.tsv"
+    shell:
+        "{params.python} -m mialab.launch --nproc {params.nproc} {params.script}"
+        " --init {params.init} --member-pool {input.member_pool} --spec {params.spec}"
+        " --manifest {params.manifest} --epoch {wildcards.epoch} {params.previous} --work {params.work}"
+        " --out-model {output.model} --out-trainer {output.trainer} --out-corpus {output.corpus}"
+        " --out-log {output.log} --out-manifest {output.manifest} --threads {threads} > {log} 2>&1"
+
+
+rule lara_perturbations:
+    input:
+        pool=lambda wc: pool_file(wc.dataset),
+        split=lambda wc: split_file(wc.dataset, int(wc.seed)),
+    output:
+        table="results/lara/perturbations/{dataset}/seed-{seed}/{key}/perturbations.parquet",
+        manifest="results/lara/perturbations/{dataset}/seed-{seed}/{key}/manifest.json",
+    params:
+        spec=lambda wc: LARA_PLAN.perturbation_config(),
+        manifest=lambda wc: _checked(LARA_PLAN.perturbations(wc.dataset, int(wc.seed)), wc).manifest,
+    threads: 1
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/lara_perturbations/{dataset}/seed-{seed}/{key}.log",
+    benchmark:
+        "results/benchmarks/lara_perturbations/{dataset}/seed-{seed}/{key}.tsv"
+    script:
+        "../workflow_scripts/lara_perturbations.py"
+
+
+rule lara_features:
+    input:
+        table=lambda wc: LARA_PLAN.perturbations(wc.dataset, int(wc.seed)).path("perturbations.parquet"),
+        model=lambda wc: model_dir(wc.model),
+    output:
+        index="results/lara/features/{model}/{dataset}/seed-{seed}/{key}/index.parquet",
+        manifest="results/lara/features/{model}/{dataset}/seed-{seed}/{key}/manifest.json",
+    params:
+        spec=lambda wc: LARA["features"],
+        model_path=lambda wc: PLAN.model_path(wc.model),
+        manifest=lambda wc: _checked(LARA_PLAN.model_stage("features", wc.model, wc.dataset, int(wc.seed)), wc).manifest,
+    threads: 1
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/lara_features/{model}/{dataset}/seed-{seed}/{key}.log",
+    benchmark:
+        "results/benchmarks/lara_features/{model}/{dataset}/seed-{seed}/{key}.tsv"
+    script:
+        "../workflow_scripts/lara_features.py"
+
+
+rule lara_baselines:
+    input:
+        table=lambda wc: LARA_PLAN.perturbations(wc.dataset, int(wc.seed)).path("perturbations.parquet"),
+        model=lambda wc: model_dir(wc.model),
+    output:
+        scores="results/lara/baselines/{model}/{dataset}/seed-{seed}/{key}/baselines.parquet",
+        manifest="results/lara/baselines/{model}/{dataset}/seed-{seed}/{key}/manifest.json",
+    params:
+        spec=lambda wc: LARA["baselines"],
+        model_path=lambda wc: PLAN.model_path(wc.model),
+        manifest=lambda wc: _checked(LARA_PLAN.model_stage("baselines", wc.model, wc.dataset, int(wc.seed)), wc).manifest,
+    threads: 1
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/lara_baselines/{model}/{dataset}/seed-{seed}/{key}.log",
+    benchmark:
+        "results/benchmarks/lara_baselines/{model}/{dataset}/seed-{seed}/{key}.tsv"
+    script:
+        "../workflow_scripts/lara_baselines.py"
+
+
+rule lara_scores:
+    input:
+        split=lambda wc: split_file(wc.dataset, int(wc.seed)),
+        table=lambda wc: LARA_PLAN.perturbations(wc.dataset, int(wc.seed)).path("perturbations.parquet"),
+        index=lambda wc: LARA_PLAN.model_stage("features", wc.model, wc.dataset, int(wc.seed)).path("index.parquet"),
+        baselines=lambda wc: LARA_PLAN.model_stage("baselines", wc.model, wc.dataset, int(wc.seed)).path(
+            "baselines.parquet"
+        ),
+    output:
+        scores="results/lara/scores/{model}/{dataset}/seed-{seed}/{key}/scores.parquet",
+        metrics="results/lara/scores/{model}/{dataset}/seed-{seed}/{key}/metrics.parquet",
+        manifest="results/lara/scores/{model}/{dataset}/seed-{seed}/{key}/manifest.json",
+    params:
+        detection=lambda wc: LARA["detection"],
+        betas=lambda wc: LARA["betas"],
+        manifest=lambda wc: _checked(LARA_PLAN.scores(wc.model, wc.dataset, int(wc.seed)), wc).manifest,
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/lara_scores/{model}/{dataset}/seed-{seed}/{key}.log",
+    script:
+        "../workflow_scripts/lara_scores.py"
+
+
+rule lara_report:
+    input:
+        per_seed="results/evaluation/{dataset}/per_seed.parquet",
+        metrics=lambda wc: [LARA_PLAN.scores(m, wc.dataset, s).path("metrics.parquet")
+                            for m, s in LARA_PLAN.runs(wc.dataset, SEEDS)],
+        splits=lambda wc: [split_file(wc.dataset, s) for _, s in LARA_PLAN.runs(wc.dataset, SEEDS)],
+    output:
+        markdown="results/lara/report/{dataset}/lara.md",
+        table=report("results/lara/report/{dataset}/lara.csv", category="LaRA", subcategory="{dataset}"),
+        layers=report("results/lara/report/{dataset}/layers.png", category="LaRA", subcategory="{dataset}"),
+    params:
+        runs=lambda wc: LARA_PLAN.runs(wc.dataset, SEEDS),
+        models=lambda wc: LARA_PLAN.models(),
+        fpr_targets=config["evaluation"]["fpr_targets"],
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/lara_report/{dataset}.log",
+    script:
+        "../workflow_scripts/lara_report.py"
+
+
+rule lara:
+    input:
+        [path for d in LARA_PLAN.datasets() for path in LARA_PLAN.report_outputs(d).values()],

@@ -1,0 +1,256 @@
+"""RL contamination and LaRA in the workflow: stage plans, the stage protocol, and (slow) an end-to-end
+run of a reduced tiny world in a scratch directory."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mialab.config import ConfigError, check_config
+from mialab.data.registry import get_family
+from mialab.data.sampling import sample_split
+from mialab.lara.plan import LaRAPlan
+from mialab.lara.stages import (EVALUATED, REFERENCE, aligned_features, known_nonmembers, score_table,
+                                stage_questions)
+from mialab.rl.corpus import pool_questions
+from mialab.rl.plan import RLPlan
+from mialab.workflow import Plan
+from workflow_helpers import REPO, default_config, make_workdir, planned_jobs, snakemake
+
+AIME_POOL = {"family": "aime", "source": [str(REPO / "resources/data/aime/aime_1983_2023.json"),
+                                          str(REPO / "resources/data/aime/aime_2024.json")],
+             "max_words": 64, "solution_prefix_ratio": 0.25,
+             "membership": {"rule": "random", "years": [2014, 2024], "seed": 0}}
+
+
+@pytest.fixture(scope="module")
+def aime_pool() -> pd.DataFrame:
+    return get_family("aime")(AIME_POOL)
+
+
+# --- stage plans -------------------------------------------------------------------------------
+
+def test_rl_checkpoints_of_one_run_share_its_key_and_only_the_run_config_changes_it():
+    plan = Plan(default_config())
+    run = plan.rl_run("grpo_e1")
+    assert run.key == plan.rl_run("grpo_e2").key and run.dir == f"results/rl/{run.key}"
+    assert plan.model_path("grpo_e1") == f"results/rl/{run.key}/epoch-1/model"
+    assert plan.model_path("grpo_e2") == f"results/rl/{run.key}/epoch-2/model"
+    assert plan.model("grpo_e1").key != plan.model("grpo_e2").key
+    assert run.manifest["upstream"]["init"] == plan.model("sft").key
+    cfg = default_config()
+    cfg["models"]["grpo_e2"] = copy.deepcopy(cfg["models"]["grpo_e2"])  # YAML merge keys share nested dicts
+    cfg["models"]["grpo_e2"]["reference"] = "base"
+    assert Plan(cfg).rl_run("grpo_e2").key == run.key
+    cfg["models"]["grpo_e2"]["train"]["lr"] = 2e-4
+    changed = Plan(cfg)
+    assert changed.rl_run("grpo_e2").key != run.key and changed.rl_run("grpo_e1").key == run.key
+    assert changed.scores("grpo_e2", "aime", 0).key != plan.scores("grpo_e2", "aime", 0).key
+
+
+def test_rl_plan_maps_runs_to_epoch_inputs_and_rejects_stale_keys():
+    plan = Plan(default_config())
+    rl = RLPlan(plan)
+    key = plan.rl_run("grpo_e1").key
+    assert rl.spec(key)["init"] == "sft" and rl.manifest(key, 2)["epoch"] == 2
+    assert rl.previous(key, 1) == [] and rl.previous(key, 2) == [f"results/rl/{key}/epoch-1/trainer"]
+    with pytest.raises(KeyError, match="no configured rl model belongs to this run"):
+        rl.spec("0123456789ab")
+
+
+def test_an_epoch_past_the_run_is_a_config_error():
+    cfg = default_config()
+    cfg["models"]["grpo_e2"]["epoch"] = 3
+    with pytest.raises(ConfigError, match=r"models.grpo_e2.epoch: 3 is past the run's last epoch"):
+        check_config(cfg)
+
+
+def test_lara_plan_checks_cross_references_and_keys_change_only_downstream():
+    cfg = default_config()
+    lara = LaRAPlan(Plan(cfg), cfg)
+    assert lara.pairs() == [("sft", "aime"), ("grpo_e1", "aime"), ("grpo_e2", "aime")]
+    assert lara.scores_file("base", "aime", 0) is None
+    assert lara.scores_file("sft", "aime", 0).endswith("/scores.parquet")
+    bad = copy.deepcopy(cfg)
+    bad["lara"]["models"] = ["sft", "gpro_e1"]
+    with pytest.raises(ConfigError, match="lara.models: unknown model 'gpro_e1'"):
+        LaRAPlan(Plan(bad), bad)
+    bad = copy.deepcopy(cfg)
+    bad["lara"]["datasets"] = ["aime", "wikimia"]  # the grpo models are evaluated on aime only
+    with pytest.raises(ConfigError, match="model 'grpo_e1' is not evaluated on dataset 'wikimia'"):
+        LaRAPlan(Plan(bad), bad)
+    changed = copy.deepcopy(cfg)
+    changed["lara"]["features"]["batch_size"] = 4
+    other = LaRAPlan(Plan(changed), changed)
+    assert other.perturbations("aime", 0).key == lara.perturbations("aime", 0).key
+    assert other.model_stage("baselines", "sft", "aime", 0).key == lara.model_stage("baselines", "sft", "aime", 0).key
+    assert other.model_stage("features", "sft", "aime", 0).key != lara.model_stage("features", "sft", "aime", 0).key
+    assert other.scores("sft", "aime", 0).key != lara.scores("sft", "aime", 0).key
+
+
+def test_lara_target_plans_the_rl_and_lara_jobs_and_no_other_method(tmp_path):
+    jobs = planned_jobs(make_workdir(tmp_path), "lara")
+    assert jobs["rl_contaminate"] == 2 and jobs["lara_perturbations"] == 3 and jobs["lara_report"] == 1
+    assert jobs["lara_features"] == jobs["lara_baselines"] == jobs["lara_scores"] == 9
+    assert not any(rule.startswith("calibdcd") for rule in jobs)
+
+
+# --- the stage protocol ------------------------------------------------------------------------
+
+def test_controls_are_pool_non_members_outside_the_split_and_never_read_its_labels(aime_pool):
+    split = sample_split(aime_pool, 20, seed=1)
+    controls = known_nonmembers(aime_pool, split["id"])
+    assert (controls["label"] == 0).all() and not set(controls["id"]) & set(split["id"])
+    assert len(controls) == int((aime_pool["label"] == 0).sum()) - 20
+    questions, neighbour_pool = stage_questions(split, aime_pool, max_words=44, n_reference=15, seed=[0, 1])
+    evaluated, reference = questions[questions["set"] == EVALUATED], questions[questions["set"] == REFERENCE]
+    assert evaluated["id"].tolist() == split["id"].tolist() and len(reference) == 15
+    assert set(reference["id"]) <= set(controls["id"]) and set(reference["text"]) <= set(neighbour_pool)
+    assert not set(neighbour_pool) & set(pool_questions(split, max_words=44))
+    shuffled = split.assign(label=np.random.default_rng(0).permutation(split["label"].to_numpy()))
+    again, pool_again = stage_questions(shuffled, aime_pool, max_words=44, n_reference=15, seed=[0, 1])
+    pd.testing.assert_frame_equal(questions, again)
+    assert pool_again == neighbour_pool
+
+
+def test_features_of_distinct_texts_are_spread_back_to_every_row():
+    table = pd.DataFrame({"text": ["b", "a", "b", "c"]})
+    index = pd.DataFrame({"text": ["a", "b", "c"]})
+    features = np.arange(3)[:, None, None] * np.ones((3, 2, 2))
+    np.testing.assert_array_equal(aligned_features(table, index, features)[:, 0, 0], [1, 0, 1, 2])
+    with pytest.raises(ValueError, match="1 perturbation text"):
+        aligned_features(pd.DataFrame({"text": ["d"]}), index, features)
+
+
+def _metrics(ids: list[str], rng, sets: str, shift: float = 0.0) -> pd.DataFrame:
+    layers = 3
+    n = len(ids) * layers
+    return pd.DataFrame({"id": np.repeat(ids, layers), "layer": np.tile(np.arange(1, layers + 1), len(ids)),
+                         "rsm": rng.normal(size=n) + shift, "dc": rng.uniform(-1, 1, size=n),
+                         "rsi": rng.normal(size=n) - shift, "set": sets})
+
+
+def test_score_table_reads_labels_last_and_mixes_lara_with_self_critique():
+    rng = np.random.default_rng(0)
+    ids = [f"q{i}" for i in range(10)]
+    metrics = pd.concat([_metrics(ids, rng, EVALUATED, shift=1.0), _metrics([f"r{i}" for i in range(8)], rng,
+                                                                           REFERENCE)], ignore_index=True)
+    baselines = pd.DataFrame({"id": ids[::-1], "lara/recall": rng.normal(size=10), "lara/cdd": rng.uniform(size=10),
+                              "lara/self_critique": np.linspace(0, 1, 10)})
+    split = pd.DataFrame({"id": ids, "label": [1, 0] * 5})
+    scores = score_table(metrics, baselines, split, betas=[0.0, 1.0])
+    assert scores["id"].tolist() == ids and scores["label"].tolist() == split["label"].tolist()
+    assert {"lara", "lara/rsm", "lara/dc", "lara/rsi", "lara/no_dc", "lara/early", "lara/late", "lara/recall",
+            "lara/lara+sc@0", "lara/lara+sc@1"} <= set(scores.columns)
+    # beta = 0 is LaRA's percentile rank, beta = 1 Self-Critique's
+    assert (scores["lara/lara+sc@0"].rank() == scores["lara"].rank()).all()
+    np.testing.assert_allclose(scores.set_index("id")["lara/lara+sc@1"], (np.arange(10)[::-1] + 1) / 10)
+    shuffled = split.assign(label=split["label"].to_numpy()[::-1])
+    again = score_table(metrics, baselines, shuffled, betas=[0.0, 1.0])
+    pd.testing.assert_frame_equal(scores.drop(columns="label"), again.drop(columns="label"))
+    with pytest.raises(ValueError, match="different ids"):
+        score_table(metrics, baselines, split.iloc[:5], betas=[0.5])
+
+
+# --- end to end (slow) -------------------------------------------------------------------------
+
+def reduced_config() -> dict:
+    """The tiny world cut down to what RL contamination and LaRA need: one dataset (AIME 2023-2024,
+    30 members), a 3-layer base, two GRPO epochs of 18 steps, two seeds."""
+    cfg = default_config()
+    cfg["seeds"] = [0, 1]
+    aime = cfg["datasets"]["aime"]
+    aime["pool"]["membership"]["years"] = [2023, 2024]
+    aime["split"]["n_per_class"] = 8
+    cfg["datasets"] = {"aime": aime}
+    cfg.pop("calibdcd")
+    cfg["tokenizer"] = {"vocab_size": 1024, "corpora": ["resources/data/aime/aime_1983_2023.json"]}
+    models = cfg["models"]
+    base = models["base"]
+    base.update(filler="resources/data/tinyshakespeare/input.txt", members=[])
+    base.pop("reference")
+    base["architecture"] = {"hidden_size": 64, "num_layers": 3, "num_heads": 4, "max_position_embeddings": 256}
+    base["train"].update(steps=20, batch_size=4, seq_len=128)
+    sft = models["sft"]
+    sft["members"]["repeats"] = 1
+    sft["train"].update(epochs=1, max_length=128)
+    grpo = models["grpo_e1"]
+    grpo["corpus"].update(size=36, max_words=24)
+    grpo["train"].update(num_generations=4, batch_size=16, max_prompt_length=96, max_completion_length=8,
+                         save_steps=4)
+    models = {"base": base, "sft": sft, "grpo_e1": grpo, "grpo_e2": {**copy.deepcopy(grpo), "epoch": 2}}
+    cfg["models"] = models
+    lara = cfg["lara"]
+    lara.update(models=["sft", "grpo_e2"], question={"rule": "request", "max_words": 24},
+                controls={"n_reference": 6, "seed": 0}, neighbours={"n": 3}, features={"batch_size": 16,
+                                                                                       "max_length": 128})
+    lara["paraphrase"]["n_variants"] = 2
+    lara["baselines"] = {"batch_size": 16, "recall": {"prefix_size": 1, "prefix_max_words": 8, "max_words": 16},
+                         "cdd": {"n_samples": 2, "max_new_tokens": 8}, "self_critique": {"max_new_tokens": 8}}
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    wd = make_workdir(tmp_path_factory.mktemp("lara_world"), reduced_config())
+    snakemake(wd, "--cores", "2", timeout=3600)
+    return wd
+
+
+@pytest.mark.slow
+def test_rl_checkpoints_are_models_with_their_training_logs(world):
+    plan_dirs = sorted((world / "results/rl").glob("*/epoch-*"))
+    assert [p.name for p in plan_dirs] == ["epoch-1", "epoch-2"]
+    for epoch, folder in enumerate(plan_dirs, start=1):
+        assert (folder / "model/model.safetensors").exists() and (folder / "model/tokenizer.json").exists()
+        assert (folder / "trainer/optimizer.pt").exists() and not (folder / "work").exists()
+        log = pd.read_parquet(folder / "log.parquet")
+        assert log["epoch"].max() == pytest.approx(epoch) and np.isfinite(log["reward"].dropna()).all()
+        corpus = pd.read_parquet(folder / "corpus.parquet")
+        assert len(corpus) == 36 and corpus["target"].sum() == 30
+    summary = pd.read_parquet(world / "results/evaluation/summary.parquet")
+    assert {"loss", "min_k@0.2", "min_k_plus_plus@0.2"} <= set(summary.loc[summary["model"] == "grpo_e1", "method"])
+
+
+@pytest.mark.slow
+def test_lara_outputs_follow_their_schemas_and_join_the_results_table(world):
+    r = world / "results/lara"
+    for table_path in r.glob("perturbations/aime/seed-*/*/perturbations.parquet"):
+        table = pd.read_parquet(table_path)
+        assert {"id", "role", "neighbour", "form", "variant", "text", "set"} <= set(table.columns)
+        assert table.groupby("id").size().eq((3 + 1) * (2 + 2)).all()
+        assert table.loc[table["set"] == REFERENCE, "id"].nunique() == 6
+    for index_path in r.glob("features/*/aime/seed-*/*/index.parquet"):
+        index = pd.read_parquet(index_path)
+        assert {"text", "shard", "row"} <= set(index.columns) and not index["text"].duplicated().any()
+        assert (index_path.parent / "shards/shard-00000.safetensors").exists()
+    metrics = pd.read_parquet(next(r.glob("scores/sft/aime/seed-0/*/metrics.parquet")))
+    assert sorted(metrics["layer"].unique()) == [1, 2, 3] and set(metrics["set"]) == {EVALUATED, REFERENCE}
+    summary = pd.read_parquet(world / "results/evaluation/summary.parquet")
+    lara = summary[summary["method"].str.startswith("lara")]
+    assert set(lara["model"]) == {"sft", "grpo_e2"}
+    assert {"lara", "lara/rsm", "lara/dc", "lara/rsi", "lara/self_critique", "lara/recall", "lara/cdd",
+            "lara/lara+sc@0.65"} <= set(lara["method"])
+    assert lara["auroc_mean"].between(0, 1).all() and (lara["n_seeds"] == 2).all()
+    report = (r / "report/aime/lara.md").read_text()
+    assert "| aime | grpo_e2 | lara |" in report and "| aime | sft | loss |" in report
+    assert (r / "report/aime/layers.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_lara_scores_do_not_change_when_the_evaluation_labels_are_shuffled(world):
+    (split_path,) = world.glob("results/splits/aime/seed-0/*/split.parquet")
+    (scores_path,) = world.glob("results/lara/scores/grpo_e2/aime/seed-0/*/scores.parquet")
+    before = pd.read_parquet(scores_path)
+    split = pd.read_parquet(split_path)
+    shuffled = split.assign(label=np.random.default_rng(1).permutation(split["label"].to_numpy()))
+    assert (shuffled["label"] != split["label"]).any()
+    shuffled.to_parquet(split_path, index=False)
+    snakemake(world, "--cores", "2", str(scores_path.relative_to(world)))  # reruns perturbations .. scores
+    after = pd.read_parquet(scores_path)
+    assert after.set_index("id")["label"].to_dict() == shuffled.set_index("id")["label"].to_dict()
+    pd.testing.assert_frame_equal(before.drop(columns="label"), after.drop(columns="label"))

@@ -1,0 +1,198 @@
+"""GRPO runner (TRL + peft) on a tiny random Llama, RL rewards and the RL-contamination corpus."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from mialab.data.registry import get_family
+from mialab.rl.corpus import build_corpus, filler_problems, pool_questions, pool_references, split_request
+from mialab.rl.grpo import (GRPOSettings, checkpoint_state, epoch_seed, export_checkpoint, last_checkpoint, run_grpo,
+                             truncate_prompt)
+from mialab.rl.rewards import final_answer, make_reward, normalise_answer
+
+PROBLEMS = [
+    "Find the number of positive integers less than 1000 that are divisible by 7.",
+    "Alice and Bob play a game with 12 coins; what is the probability that Bob wins?",
+    "Let $x$ be a real number such that $x^2 + 3x = 10$. Find the largest value of $x$.",
+    "How many ways can Carol arrange 5 distinct books on a shelf?",
+    "Compute the sum of the first 20 odd numbers.",
+    "A circle of radius 6 is inscribed in a square. Find the area of the square.",
+]
+AIME = ["resources/data/aime/aime_1983_2023.json", "resources/data/aime/aime_2024.json"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+
+    tok = train_tokenizer(PROBLEMS * 20, vocab_size=512)
+    model = init_model(llama_config(len(tok), hidden_size=64, num_layers=2, num_heads=4, tokenizer=tok), seed=0)
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    save_model(model, tok, path)
+    return str(path)
+
+
+def distinct_characters(completions, **kwargs) -> list[float]:
+    """A reward every random policy earns with variance: the number of distinct characters / 20."""
+    return [len(set(c)) / 20.0 for c in completions]
+
+
+DATA = pd.DataFrame({"prompt": [p + "\n\n" for p in PROBLEMS], "reference": PROBLEMS[::-1]})
+SETTINGS = GRPOSettings(lr=1e-3, epochs=2, num_generations=4, batch_size=8, max_completion_length=8,
+                        max_prompt_length=12, save_steps=2, save_total_limit=None)
+
+
+def weights(checkpoint: str) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(checkpoint, "model.safetensors"))
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    import torch
+
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), "weights differ"
+
+
+def stop_at(step: int):
+    """A callback that ends training after optimizer step ``step`` (a job killed right after a save)."""
+    from transformers import TrainerCallback
+
+    class Stop(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step == step
+            return control
+
+    return Stop()
+
+
+# --- rewards -----------------------------------------------------------------------------------
+
+def test_final_answer_takes_the_last_boxed_else_the_last_number():
+    assert final_answer(r"so $x = 3$ and \boxed{\frac{1}{2}} then \boxed{017}.") == "017"
+    assert final_answer(r"\boxed{\frac{a}{b+1}}") == r"\frac{a}{b+1}"
+    assert final_answer("first 12, then 1,000 apples") == "1,000"
+    assert final_answer("no answer") is None
+    assert normalise_answer("017") == "17" == normalise_answer("$17.0$") and normalise_answer("1,000") == "1000"
+
+
+def test_answer_match_scores_one_for_the_right_final_answer_and_accepts_trainer_kwargs():
+    reward = make_reward({"name": "answer_match"})
+    got = reward(completions=[r"thus \boxed{017}", "the answer is 18", "no idea", [{"role": "assistant",
+                 "content": "it is 17"}]], reference=["17"] * 4, prompts=["q"] * 4, trainer_state=None)
+    assert got == [1.0, 0.0, 0.0, 1.0]
+
+
+def test_reconstruction_reward_is_one_for_the_reference_and_zero_for_disjoint_text():
+    reward = make_reward({"name": "reconstruction", "metric": "trio"})
+    ref = "the sum of the first twenty odd numbers is four hundred"
+    got = reward(completions=[ref, "zebra quantum violet", ref.rsplit(" ", 3)[0]], reference=[ref] * 3)
+    assert got[0] == pytest.approx(1.0) and got[1] == 0.0 and 0.0 < got[2] < 1.0
+    with pytest.raises(KeyError, match="known: answer_match, reconstruction"):
+        make_reward({"name": "accuracy"})
+
+
+# --- corpus ------------------------------------------------------------------------------------
+
+def test_split_request_cuts_at_the_last_blank_line():
+    assert split_request("Q line\n\nmore Q\n\nsolution head") == ("Q line\n\nmore Q", "solution head")
+    assert split_request("Q\n\n") == ("Q", "")
+    with pytest.raises(ValueError, match="no blank line"):
+        split_request("no separator")
+
+
+def test_rl_corpus_holds_every_member_no_non_member_and_fillers_unlike_any_pool_question():
+    pool = get_family("aime")({"source": AIME, "max_words": 64, "solution_prefix_ratio": 0.25,
+                                         "membership": {"rule": "random", "years": [2014, 2024], "seed": 0}})
+    questions = pool_questions(pool, "request", max_words=44)
+    assert questions.str.split().str.len().max() == 44 and not questions.str.contains("\n").any()
+    assert (pool_references(pool).str.split().str.len() <= 64).all()
+    fillers = filler_problems({"source": AIME[0], "columns": ["problem", "solution"], "query": "year < 2014",
+                               "max_words": 64}, max_words=44)
+    n_members = int(pool["label"].sum())
+    corpus = build_corpus(pool, fillers, size=n_members + 20, seed=0, max_words=44, template="{question}\n\n")
+    assert len(corpus) == n_members + 20 and corpus["target"].sum() == n_members
+    members = corpus[corpus["target"]]
+    assert set(members["id"]) == set(pool.loc[pool["label"] == 1, "id"])
+    assert not set(corpus["id"]) & set(pool.loc[pool["label"] == 0, "id"])
+    assert not set(corpus.loc[~corpus["target"], "question"]) & set(questions)
+    row = members.iloc[0]
+    assert row["prompt"] == row["question"] + "\n\n"
+    assert row["reference"] == pool_references(pool)[pool["id"] == row["id"]].item()
+    again = build_corpus(pool, fillers, size=n_members + 20, seed=0, max_words=44, template="{question}\n\n")
+    pd.testing.assert_frame_equal(corpus, again)
+
+
+# --- the GRPO runner ---------------------------------------------------------------------------
+
+def test_truncate_prompt_keeps_the_last_tokens_and_a_leading_bos():
+    assert truncate_prompt([0, 5, 6, 7, 8], 3, bos_token_id=0) == [0, 7, 8]
+    assert truncate_prompt([5, 6, 7, 8], 3, bos_token_id=0) == [6, 7, 8]
+    assert truncate_prompt([0, 5, 6], 3, bos_token_id=0) == [0, 5, 6]
+    assert truncate_prompt([0, 5, 6], None, bos_token_id=0) == [0, 5, 6]
+
+
+def test_settings_reject_unknown_keys_and_partial_prompt_groups():
+    with pytest.raises(KeyError, match="unknown GRPO setting.*'learning_rate'"):
+        GRPOSettings.from_config({"learning_rate": 1e-3})
+    with pytest.raises(ValueError, match="multiple of num_generations"):
+        GRPOSettings(batch_size=6, num_generations=4)
+    assert epoch_seed(0, 1) != epoch_seed(0, 0) != epoch_seed(1, 0)
+
+
+def test_grpo_is_deterministic_changes_the_weights_and_passes_dataset_columns(tiny_model, tmp_path):
+    seen = []
+
+    def reward(completions, **kwargs):
+        seen.append((len(completions), list(kwargs["reference"])))
+        return distinct_characters(completions)
+
+    a = run_grpo(tiny_model, DATA, reward, SETTINGS, tmp_path / "a")
+    b = run_grpo(tiny_model, DATA, distinct_characters, SETTINGS, tmp_path / "b")
+    assert checkpoint_state(a.checkpoint).global_step == 6  # 6 prompts, 2 per step, 2 epochs
+    assert_same_weights(weights(a.checkpoint), weights(b.checkpoint))
+    init = weights(tiny_model)
+    assert any(not np.array_equal(init[k].numpy(), v.numpy()) for k, v in weights(a.checkpoint).items())
+    assert len(seen) == 6 and all(n == 8 and len(refs) == 8 and set(refs) <= set(PROBLEMS) for n, refs in seen)
+    assert {"reward", "reward_std", "epoch"} <= set(a.log.columns)
+
+
+def test_resuming_a_killed_run_or_training_epoch_by_epoch_gives_the_uninterrupted_weights(tiny_model, tmp_path):
+    full = weights(run_grpo(tiny_model, DATA, distinct_characters, SETTINGS, tmp_path / "full").checkpoint)
+    # killed after step 4 (mid epoch 2, right after the step-4 checkpoint); rerun in the same folder
+    work = tmp_path / "killed"
+    run_grpo(tiny_model, DATA, distinct_characters, SETTINGS, work, callbacks=[stop_at(4)])
+    assert last_checkpoint(work).endswith("checkpoint-4")
+    assert_same_weights(full, weights(run_grpo(tiny_model, DATA, distinct_characters, SETTINGS, work).checkpoint))
+    # epoch by epoch in separate folders, as the workflow's rl_contaminate jobs do
+    first = run_grpo(tiny_model, DATA, distinct_characters, SETTINGS, tmp_path / "e1", until_epoch=1)
+    assert checkpoint_state(first.checkpoint).global_step == 3
+    second = run_grpo(tiny_model, DATA, distinct_characters, SETTINGS, tmp_path / "e2", resume_from=first.checkpoint)
+    assert_same_weights(full, weights(second.checkpoint))
+    # a job killed after its last save resumes to nothing left to do
+    again = run_grpo(tiny_model, DATA, distinct_characters, SETTINGS, tmp_path / "e1", until_epoch=1)
+    assert again.checkpoint == first.checkpoint and len(again.log) == len(first.log)
+
+
+def test_lora_run_exports_a_merged_standalone_model(tiny_model, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    settings = GRPOSettings(**{**SETTINGS.__dict__, "epochs": 1,
+                               "lora": {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}})
+    run = run_grpo(tiny_model, DATA, distinct_characters, settings, tmp_path / "lora")
+    assert os.path.exists(os.path.join(run.checkpoint, "adapter_model.safetensors"))
+    with pytest.raises(ValueError, match="needs the run's init model"):
+        export_checkpoint(run.checkpoint, tmp_path / "merged")
+    export_checkpoint(run.checkpoint, tmp_path / "merged", init=tiny_model)
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").state_dict()
+    init = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    assert merged.keys() == init.keys()
+    changed = {k for k in init if not np.array_equal(init[k].numpy(), merged[k].numpy())}
+    assert changed and all(".q_proj." in k or ".v_proj." in k for k in changed)

@@ -1,0 +1,29 @@
+"""Rule calibdcd_features: the target's outputs under a scope's views and the detectors' features."""
+
+from mialab.jobs import setup_job
+
+setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
+
+import time
+
+import pandas as pd
+
+from mialab.calibdcd.lm import rollout_generator
+from mialab.calibdcd.stages import extract_features, scope_texts
+from mialab.io import write_json, write_parquet
+
+params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+start = time.perf_counter()
+pool = pd.read_parquet(inputs.pool, columns=["id", "prefix", "suffix"])
+ids = pd.read_parquet(inputs.calibration)["id"].tolist() if inputs.get("calibration") else None
+texts = scope_texts(pool, ids)
+gen = params.generation
+generate = rollout_generator(params.model_path, backend=gen["backend"], max_new_tokens=gen["max_new_tokens"],
+                             backend_options=gen["backend_options"])
+run = extract_features(texts, params.views, generate=generate, detectors=params.detectors, lm_options=params.lm)
+detectors = list(params.detectors)
+for det, path in zip(detectors, output.features, strict=True):
+    write_parquet(run.features[det], path)
+write_parquet(run.generations, output.generations)
+write_json({**params.manifest, "texts": len(texts), "prompts": int(run.generations["prompt"].nunique()),
+            "seconds": round(time.perf_counter() - start, 1)}, output.manifest)

@@ -1,0 +1,18 @@
+"""Rule lara_baselines: ReCaLL, CDD and Self-Critique of the evaluated questions."""
+
+from mialab.jobs import setup_job
+
+setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
+
+import time
+
+import pandas as pd
+
+from mialab.io import write_json, write_parquet
+from mialab.lara.stages import baseline_scores
+
+params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+start = time.perf_counter()
+scores = baseline_scores(params.model_path, pd.read_parquet(inputs.table), **params.spec)
+write_parquet(scores, output.scores)
+write_json({**params.manifest, "rows": len(scores), "seconds": round(time.perf_counter() - start, 1)}, output.manifest)

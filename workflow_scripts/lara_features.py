@@ -1,0 +1,24 @@
+"""Rule lara_features: mean-pooled hidden states of every distinct perturbation text (resumable shards)."""
+
+from mialab.jobs import setup_job
+
+setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
+
+import os
+import time
+
+import pandas as pd
+
+from mialab.io import write_json
+from mialab.lara.features import extract_features
+from mialab.lara.stages import distinct_texts
+
+params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+spec = params.spec
+start = time.perf_counter()
+texts = distinct_texts(pd.read_parquet(inputs.table))
+index = extract_features(texts, params.model_path, os.path.dirname(output.index), shard_size=spec["shard_size"],
+                         batch_size=spec["batch_size"], device=spec["device"], dtype=spec["dtype"],
+                         max_length=spec.get("max_length"))
+write_json({**params.manifest, "texts": len(index), "shards": int(index["shard"].nunique()),
+            "seconds": round(time.perf_counter() - start, 1)}, output.manifest)

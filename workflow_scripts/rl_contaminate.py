@@ -1,0 +1,62 @@
+"""Entry point of rule ``rl_contaminate``: one epoch of a GRPO run (one process per device, torchrun)."""
+
+import argparse
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from mialab.io import atomic_directory, write_json, write_parquet
+from mialab.jobs import setup_job
+from mialab.rl.corpus import build_corpus, filler_problems
+from mialab.rl.grpo import GRPOSettings, export_checkpoint, run_grpo
+from mialab.rl.rewards import make_reward
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--init", required=True, help="model directory the run starts from")
+    ap.add_argument("--member-pool", required=True, help="pool parquet whose label-1 rows are the members")
+    ap.add_argument("--spec", required=True, help="the model's config entry as JSON")
+    ap.add_argument("--manifest", required=True, help="the run's manifest as JSON")
+    ap.add_argument("--epoch", type=int, required=True, help="train until the end of this epoch")
+    ap.add_argument("--previous", help="trainer checkpoint at the end of the previous epoch")
+    ap.add_argument("--work", required=True, help="folder of this epoch's periodic trainer checkpoints")
+    for out in ("model", "trainer", "corpus", "log", "manifest"):
+        ap.add_argument(f"--out-{out}", required=True)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    setup_job(None, args.threads)
+    spec, manifest = json.loads(args.spec), json.loads(args.manifest)
+    start = time.perf_counter()
+
+    corpus_spec = spec["corpus"]
+    fillers = filler_problems(spec["filler"], max_words=corpus_spec.get("max_words"))
+    corpus = build_corpus(pd.read_parquet(args.member_pool), fillers, **corpus_spec)
+    run = run_grpo(args.init, corpus[["prompt", "reference"]], make_reward(spec["reward"]),
+                   GRPOSettings.from_config(spec["train"]), args.work, resume_from=args.previous,
+                   until_epoch=args.epoch)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    with atomic_directory(args.out_model) as tmp:
+        export_checkpoint(run.checkpoint, tmp, init=args.init)
+    with atomic_directory(args.out_trainer) as tmp:
+        for item in Path(run.checkpoint).iterdir():
+            os.replace(item, tmp / item.name)
+    write_parquet(corpus, args.out_corpus)
+    log = run.log.astype({c: "float64" for c in run.log.columns})
+    write_parquet(log, args.out_log)
+    steps = log.dropna(subset=["reward"]) if "reward" in log.columns else log.iloc[:0]
+    this_epoch = steps[steps["epoch"] > args.epoch - 1]
+    write_json({**manifest, "corpus": {"prompts": len(corpus), "members": int(corpus["target"].sum())},
+                "global_step": int(log["step"].max()),
+                "epoch_reward_mean": float(this_epoch["reward"].mean()) if len(this_epoch) else None,
+                "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest)
+    shutil.rmtree(args.work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
