@@ -117,7 +117,8 @@ def test_rl_corpus_holds_every_member_no_non_member_and_fillers_unlike_any_pool_
     fillers = filler_problems({"source": AIME[0], "columns": ["problem", "solution"], "query": "year < 2014",
                                "max_words": 64}, max_words=44)
     n_members = int(pool["label"].sum())
-    corpus = build_corpus(pool, fillers, size=n_members + 20, seed=0, max_words=44, template="{question}\n\n")
+    corpus = build_corpus(pool, fillers, size=n_members + 20, seed=0, max_words=44, reference_max_words=12,
+                          template="{question}\n\n")
     assert len(corpus) == n_members + 20 and corpus["target"].sum() == n_members
     members = corpus[corpus["target"]]
     assert set(members["id"]) == set(pool.loc[pool["label"] == 1, "id"])
@@ -125,8 +126,11 @@ def test_rl_corpus_holds_every_member_no_non_member_and_fillers_unlike_any_pool_
     assert not set(corpus.loc[~corpus["target"], "question"]) & set(questions)
     row = members.iloc[0]
     assert row["prompt"] == row["question"] + "\n\n"
-    assert row["reference"] == pool_references(pool)[pool["id"] == row["id"]].item()
-    again = build_corpus(pool, fillers, size=n_members + 20, seed=0, max_words=44, template="{question}\n\n")
+    full_reference = pool_references(pool)[pool["id"] == row["id"]].item()
+    assert row["reference"] == " ".join(full_reference.split()[:12])
+    assert corpus["reference"].str.split().str.len().max() == 12
+    again = build_corpus(pool, fillers, size=n_members + 20, seed=0, max_words=44, reference_max_words=12,
+                         template="{question}\n\n")
     pd.testing.assert_frame_equal(corpus, again)
 
 

@@ -50,7 +50,9 @@ def test_outputs_and_schemas(world):
 def test_contamination_is_visible_and_the_control_is_not(world):
     s = _summary(world)
     print(s[["auroc_mean", "auroc_std", "tpr@5%fpr_mean"]].round(3).to_string())
-    assert s.loc[("aime", "sft", "r_loss"), "auroc_mean"] > 0.65  # SFT members vs the pre-SFT base
+    assert s.loc[("aime", "sft", "r_loss"), "auroc_mean"] > 0.58  # SFT members, base model as reference
+    assert s.loc[("aime", "sft", "min_k_plus_plus@0.2"), "auroc_mean"] > 0.7
+    assert s.loc[("aime", "base", "min_k_plus_plus@0.2"), "auroc_mean"] < 0.62  # before SFT: no signal
     assert s.loc[("wikimia", "base", "min_k@0.2"), "auroc_mean"] > 0.65  # pretraining members
     control = s.loc[("wikimia", "control")]["auroc_mean"]
     assert control.between(0.38, 0.62).all(), control  # never saw the members: chance
@@ -71,15 +73,19 @@ def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
     cfg = default_config()
     cfg["datasets"]["wikimia"]["split"]["n_per_class"] = 48
     write_config(world, cfg)
-    assert planned_jobs(world) == {"build_split": 3, "score_baselines": 9, "evaluate_dataset": 1,
-                                   "summarize": 1, "all": 1}
+    jobs = planned_jobs(world)
+    assert jobs["build_split"] == 3 and jobs["evaluate_dataset"] == 1
+    assert jobs["score_baselines"] == 3 * sum("wikimia" in m.get("datasets", ["wikimia"])
+                                             for m in cfg["models"].values())
+    assert not {"build_pool", "train_tokenizer", "pretrain_model", "sft_contaminate"} & set(jobs)
     snakemake(world, "--cores", "2")
     assert _summary(world).loc[("wikimia", "base", "loss"), "auroc_mean"] > 0.5
     after = {p: p.stat().st_mtime_ns for p in before}
     assert before == after, "an aime output was rewritten"
     write_config(world, default_config())
     # back to the first parameters: every split and score folder exists, only the tables are redone
-    assert planned_jobs(world) == {"evaluate_dataset": 1, "summarize": 1, "all": 1}
+    jobs = planned_jobs(world)
+    assert jobs.get("evaluate_dataset") == 1 and not {"build_split", "score_baselines"} & set(jobs), jobs
     snakemake(world, "--cores", "2")
     assert planned_jobs(world) == {}
 

@@ -7,17 +7,29 @@ import pytest
 
 from mialab.config import ConfigError, check_config
 from mialab.workflow import Plan
-from workflow_helpers import default_config, make_workdir, planned_jobs, snakemake
+from workflow_helpers import default_config, foundation_config, make_workdir, planned_jobs, snakemake
 
 
 def test_default_dag(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path))
     assert jobs == {"build_pool": 2, "build_split": 6, "train_tokenizer": 1, "pretrain_model": 2,
+                    "sft_contaminate": 2, "score_baselines": 27, "evaluate_dataset": 2, "summarize": 1, "all": 1,
+                    "calibdcd_partition": 3, "calibdcd_features": 8, "calibdcd_calibrate": 12, "calibdcd_report": 1,
+                    # RL contamination: grpo_e1 and grpo_e2 are epochs 1 and 2 of one GRPO run (scored on aime)
+                    "rl_contaminate": 2,
+                    # LaRA on sft, grpo_e1, grpo_e2 x aime x 3 seeds; perturbations are model-free
+                    "lara_perturbations": 3, "lara_features": 9, "lara_baselines": 9, "lara_scores": 9,
+                    "lara_report": 1}
+
+
+def test_foundation_dag(tmp_path):
+    jobs = planned_jobs(make_workdir(tmp_path, foundation_config()))
+    assert jobs == {"build_pool": 2, "build_split": 6, "train_tokenizer": 1, "pretrain_model": 2,
                     "sft_contaminate": 1, "score_baselines": 18, "evaluate_dataset": 2, "summarize": 1, "all": 1}
 
 
 def test_multi_dataset_multi_seed_dag(tmp_path):
-    cfg = default_config()
+    cfg = foundation_config()
     cfg["seeds"] = [0, 1, 2, 3, 4]
     cfg["datasets"]["wikimia32"] = copy.deepcopy(cfg["datasets"]["wikimia"])
     cfg["datasets"]["wikimia32"]["pool"]["source"] = "resources/data/wikimia/WikiMIA_length32.parquet"
@@ -29,7 +41,7 @@ def test_multi_dataset_multi_seed_dag(tmp_path):
 
 
 def test_per_dataset_target_plans_only_that_dataset(tmp_path):
-    out = snakemake(make_workdir(tmp_path), "-n", "dataset_aime").stdout
+    out = snakemake(make_workdir(tmp_path, foundation_config()), "-n", "dataset_aime").stdout
     assert "results/splits/aime/" in out and "results/splits/wikimia/" not in out
     assert "results/scores/sft/wikimia/" not in out
 
@@ -90,7 +102,7 @@ def test_lint_passes():
 
 def test_paper_scale_grid_dry_run_is_fast(tmp_path):
     """10 datasets x 3 models x 5 seeds: the DAG builds in well under 10 s (no download in a dry run)."""
-    cfg = default_config()
+    cfg = foundation_config()
     cfg["seeds"] = [0, 1, 2, 3, 4]
     base = cfg["datasets"]["wikimia"]
     cfg["datasets"] = {f"d{i}": copy.deepcopy(base) for i in range(10)}

@@ -18,6 +18,18 @@ def default_config() -> dict:
     return yaml.safe_load((REPO / "config.yaml").read_text())
 
 
+FOUNDATION_KEYS = ("seeds", "datasets", "tokenizer", "models", "scoring", "evaluation", "launch")
+
+
+def foundation_config() -> dict:
+    """The default config reduced to the foundation: its datasets, the base, control and sft
+    models and the passive baselines (method sections left out), for DAG tests of the spine."""
+    cfg = {k: v for k, v in default_config().items() if k in FOUNDATION_KEYS}
+    cfg["datasets"] = {k: cfg["datasets"][k] for k in ("wikimia", "aime")}
+    cfg["models"] = {k: cfg["models"][k] for k in ("base", "control", "sft")}
+    return cfg
+
+
 def make_workdir(path: Path, config: dict | None = None) -> Path:
     """A working directory with ``resources`` linked in and ``config.yaml`` written."""
     path.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from mialab.jobs import setup_job
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -18,7 +19,7 @@ tpr5 = fpr_column(0.05)
 targets = sorted(set(params.fpr_targets) | {0.05})
 per_seed = evaluate_tables([(m, d, int(s), pd.read_parquet(p)) for (m, d, _, s), p in zip(params.runs, inputs.scores)],
                            targets)  # the evaluation stage's own metrics: the results table's numbers
-runs = pd.DataFrame([row for path in inputs.summaries for row in tables.run_rows(json.loads(open(path).read()))])
+runs = pd.DataFrame([row for path in inputs.summaries for row in tables.run_rows(json.loads(Path(path).read_text()))])
 views = pd.concat([pd.read_parquet(p).assign(model=m, dataset=d, detector=det, seed=int(s))
                    for (m, d, det, s), p in zip(params.runs, inputs.views)], ignore_index=True)
 metrics = ["auroc", tpr5]

@@ -20,8 +20,8 @@ members = []
 for m, pool_path in zip(spec["members"], snakemake.input.member_pools):  # noqa: F821
     pool = pd.read_parquet(pool_path)
     members.append((pool.loc[pool["label"] == 1, "text"].tolist(), m["repeats"]))
-docs = build_corpus(filler_documents(Path(snakemake.input.filler).read_text(encoding="utf-8")), members,  # noqa: F821
-                    seed=train["seed"])
+filler = filler_documents(Path(snakemake.input.filler).read_text(encoding="utf-8"))  # noqa: F821
+docs = build_corpus(filler[: max(1, round(spec.get("filler_fraction", 1.0) * len(filler)))], members, seed=train["seed"])
 blocks = pack_blocks(docs, tok, train["seq_len"])
 config = llama_config(len(tok), hidden_size=arch["hidden_size"], num_layers=arch["num_layers"],
                       num_heads=arch["num_heads"], intermediate_size=arch.get("intermediate_size"),

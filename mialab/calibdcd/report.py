@@ -16,6 +16,8 @@ numbers are those of the results table. Metrics are fractions; tables show perce
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import pandas as pd
 
@@ -105,14 +107,13 @@ def ablations(per_seed: pd.DataFrame, runs: pd.DataFrame, metrics: list[str]) ->
     lam = runs[runs["variant"] == "calibdcd"].set_index(RUN_KEYS)["lam"].reindex(index)
     if lam.isna().any():
         raise ValueError(f"{int(lam.isna().sum())} run(s) have metrics but no CalibDCD selection")
-    partial = (lam < 1.0).to_numpy()
+    every, partial = np.ones(len(index), bool), (lam < 1.0).to_numpy()
     variants = wide[metrics[0]].columns
-    plan = [("CalibDCD", "calibdcd", np.ones(len(index), bool))]
-    plan += [(VARIANT_NAMES.get(v, v), v, np.ones(len(index), bool))
-             for v in ("random3", "top1", "no_consensus", "binary_weights") if v in variants]
+    plan = [("CalibDCD", "calibdcd", every)]
+    plan += [(VARIANT_NAMES[v], v, every) for v in ("random3", "top1", "no_consensus", "binary_weights") if v in variants]
     if "full_correction" in variants:
         plan += [("CalibDCD (λ<1)", "calibdcd", partial), (VARIANT_NAMES["full_correction"], "full_correction", partial)]
-    plan += [(VARIANT_NAMES[v], v, np.ones(len(index), bool)) for v in ("fixed_r3_l09", "original") if v in variants]
+    plan += [(VARIANT_NAMES[v], v, every) for v in ("fixed_r3_l09", "original") if v in variants]
     rows = []
     for name, variant, mask in plan:
         row = {"configuration": name, "variant": variant, "n": int(mask.sum())}
@@ -153,15 +154,19 @@ def view_pressure(views: pd.DataFrame) -> pd.DataFrame:
                            kind="stable").reset_index(drop=True)
 
 
-def markdown(df: pd.DataFrame, percent: list[str] = (), index: bool = False) -> str:
-    """A markdown table; ``percent`` columns (fractions) are shown in % with one decimal, NaN as '-'."""
+def _cell(value, percent: bool) -> str:
+    """One markdown cell: NaN as '-', fractions in % when ``percent``, other floats with 4 digits."""
+    if isinstance(value, float) and np.isnan(value):
+        return "-"
+    if percent:
+        return _pct(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def markdown(df: pd.DataFrame, percent: Sequence[str] = (), index: bool = False) -> str:
+    """A markdown table; ``percent`` columns (fractions) are shown in % with one decimal."""
     df = df.reset_index() if index else df
-    def cell(col, x):
-        if isinstance(x, float) and np.isnan(x):
-            return "-"
-        if col in percent:
-            return _pct(x)
-        return f"{x:.4g}" if isinstance(x, float) else str(x)
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(cell(c, x) for c, x in zip(df.columns, row)) + " |" for row in df.itertuples(index=False)]
+    lines += ["| " + " | ".join(_cell(x, c in percent) for c, x in zip(df.columns, row)) + " |"
+              for row in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"

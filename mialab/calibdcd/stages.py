@@ -11,8 +11,9 @@ The workflow's protocol, per (dataset, seed):
 Features (generation is the cost) are keyed by texts, not seeds: the original query ``e0`` runs on
 every pool text once per (model, dataset), so any seed only selects rows; the ten controlled views
 run on each seed's D-cal only (the only texts they are needed for). All prompts of a feature job go
-to the rollout engine in one call (one engine start, e.g. one vLLM launch), and the detectors'
-extractors (:mod:`mialab.calibdcd.extract`) read those outputs back through a lookup ``generate``.
+to the rollout engine in one call (one engine start, e.g. one vLLM launch); each detector's features
+of all views are then computed in one pass (one reference-model load, one deduplicated embedding
+call), the same features as the per-view entries of :mod:`mialab.calibdcd.extract`.
 """
 
 from __future__ import annotations
@@ -20,12 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from mialab.calibdcd.calibrate import run_calibdcd
-from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_view_features, veilprobe_view_features
+from mialab.calibdcd.extract import add_perturbed_prefix
+from mialab.calibdcd.features import dpdllm_features, veilprobe_features
+from mialab.calibdcd.frames import feature_frame
+from mialab.calibdcd.lm import continuation_logprobs
 from mialab.calibdcd.views import ORIGINAL, apply_view
 from mialab.data.families.calibdcd import calibdcd_partition
+from mialab.embeddings import encode
 
 TEXT_COLUMNS = ("id", "prefix", "suffix")
 
@@ -66,6 +72,53 @@ def query_inputs(detectors: Sequence[str]) -> list[str]:
     return ["prefix", "perturbed_prefix"] if "veilprobe" in detectors else ["prefix"]
 
 
+def view_prompts(texts: pd.DataFrame, views: Sequence[str], inputs: Sequence[str]) -> pd.DataFrame:
+    """``view, id, input, prompt``: every input column of every text under every view."""
+    rows = [(view, i, column, prompt) for view in views for column in inputs
+            for i, prompt in zip(texts["id"], apply_view(view, texts[column].astype(str).tolist()), strict=True)]
+    return pd.DataFrame(rows, columns=["view", "id", "input", "prompt"])
+
+
+def deduplicated(encode: Callable[[list[str]], np.ndarray]) -> Callable[[list[str]], np.ndarray]:
+    """``encode`` that embeds each distinct text once (prefixes and suffixes recur in every view, and
+    small models repeat outputs), returning one row per input text."""
+    def run(texts: list[str]) -> np.ndarray:
+        unique, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+        return encode([str(t) for t in unique])[inverse]
+    return run
+
+
+def _frames(rows: pd.DataFrame, z: np.ndarray) -> pd.DataFrame:
+    """Feature tables (one per view, concatenated) of ``rows`` (view, id) with features ``z``."""
+    return pd.concat([feature_frame(rows.loc[mask, "id"].tolist(), view, z[mask.to_numpy()])
+                      for view, mask in ((v, rows["view"] == v) for v in rows["view"].unique())], ignore_index=True)
+
+
+def dpdllm_table(texts: pd.DataFrame, generations: pd.DataFrame, *, reference_model: str, length: int,
+                 lm_options: Mapping) -> pd.DataFrame:
+    """DPDLLM features of every (view, id) as :func:`mialab.calibdcd.extract.dpdllm_view_features` computes
+    them (the reference LM scores the continuation of the view-wrapped prefix given the plain prefix),
+    in one reference-model pass."""
+    rows = generations[generations["input"] == "prefix"].reset_index(drop=True)
+    prefixes = texts.set_index("id").loc[rows["id"], "prefix"].astype(str).tolist()
+    logprobs = continuation_logprobs(reference_model, prefixes, rows["output"].tolist(), **lm_options)
+    return _frames(rows, dpdllm_features(logprobs, length))
+
+
+def veilprobe_table(texts: pd.DataFrame, generations: pd.DataFrame, *, embedding_model: str) -> pd.DataFrame:
+    """VeilProbe features of every (view, id) as :func:`mialab.calibdcd.extract.veilprobe_view_features`
+    computes them, with one deduplicated embedding pass."""
+    plain = generations[generations["input"] == "prefix"].reset_index(drop=True)
+    perturbed = generations[generations["input"] == "perturbed_prefix"].reset_index(drop=True)
+    if not plain[["view", "id"]].equals(perturbed[["view", "id"]]):
+        raise ValueError("prefix and perturbed-prefix generations do not align")
+    t = texts.set_index("id").loc[plain["id"]]
+    z = veilprobe_features(t["prefix"].astype(str).tolist(), t["perturbed_prefix"].astype(str).tolist(),
+                           t["suffix"].astype(str).tolist(), plain["output"].tolist(), perturbed["output"].tolist(),
+                           deduplicated(lambda batch: encode(batch, model=embedding_model)))
+    return _frames(plain, z)
+
+
 @dataclass
 class FeatureRun:
     """What one feature job writes: a feature table per detector and the target's outputs."""
@@ -80,8 +133,8 @@ def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Cal
 
     ``detectors`` maps ``dpdllm`` to ``{reference_model, length}`` and ``veilprobe`` to
     ``{key_token_model, ratio, embedding_model}`` (model paths); ``lm_options`` (batch_size, device,
-    dtype) go to the reference / key-token LM passes. ``generate`` is called once with every
-    distinct prompt.
+    dtype) go to the reference / key-token LM passes. ``generate`` is called once, with every
+    distinct prompt, shortest first (batches of similar length pad less).
     """
     unknown = set(detectors) - {"dpdllm", "veilprobe"}
     if unknown:
@@ -89,29 +142,20 @@ def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Cal
     if "veilprobe" in detectors:
         vp = detectors["veilprobe"]
         texts = add_perturbed_prefix(texts, key_token_model=vp["key_token_model"], ratio=vp["ratio"], **lm_options)
-    rows = [(view, i, column, prompt) for view in views for column in query_inputs(list(detectors))
-            for i, prompt in zip(texts["id"], apply_view(view, texts[column].astype(str).tolist()), strict=True)]
-    generations = pd.DataFrame(rows, columns=["view", "id", "input", "prompt"])
-    prompts = list(dict.fromkeys(generations["prompt"]))
+    generations = view_prompts(texts, views, query_inputs(list(detectors)))
+    prompts = sorted(set(generations["prompt"]), key=lambda p: (len(p), p))
     outputs = generate(prompts)
-    if len(outputs) != len(prompts):
-        raise ValueError(f"generate returned {len(outputs)} outputs for {len(prompts)} prompts")
-    cache = dict(zip(prompts, outputs, strict=True))
-    generations["output"] = generations["prompt"].map(cache)
-
-    def cached(batch: Sequence[str]) -> list[str]:
-        return [cache[p] for p in batch]
-
+    if len(outputs) != len(prompts) or not all(isinstance(o, str) for o in outputs):
+        raise ValueError(f"generate returned {len(outputs)} outputs for {len(prompts)} prompts (strings expected)")
+    generations["output"] = generations["prompt"].map(dict(zip(prompts, outputs, strict=True)))
     features = {}
     if "dpdllm" in detectors:
         dp = detectors["dpdllm"]
-        features["dpdllm"] = pd.concat(
-            [dpdllm_view_features(texts, view, generate=cached, reference_model=dp["reference_model"],
-                                  length=dp["length"], **lm_options) for view in views], ignore_index=True)
+        features["dpdllm"] = dpdllm_table(texts, generations, reference_model=dp["reference_model"],
+                                          length=dp["length"], lm_options=lm_options)
     if "veilprobe" in detectors:
-        features["veilprobe"] = pd.concat(
-            [veilprobe_view_features(texts, view, generate=cached, embedding_model=detectors["veilprobe"]["embedding_model"])
-             for view in views], ignore_index=True)
+        features["veilprobe"] = veilprobe_table(texts, generations,
+                                                embedding_model=detectors["veilprobe"]["embedding_model"])
     return FeatureRun(features, generations)
 
 
@@ -157,9 +201,7 @@ def calibrate_variants(original: pd.DataFrame, controlled: pd.DataFrame, supervi
                             tolerance=tolerance, seed=seed) for v in variants}
     first = runs[variants[0]].scores
     scores = pd.DataFrame({"id": first["id"], score_column(detector, "original"): first["score_original"]})
-    for v, run in runs.items():
-        if not run.scores["id"].equals(first["id"]):
-            raise ValueError(f"variant {v!r} scored other ids than {variants[0]!r}")
+    for v, run in runs.items():                   # every run scored the same pool rows in the same order
         scores[score_column(detector, v)] = run.scores["score_calibrated"].to_numpy()
     return CalibrationRun(
         scores=scores,

@@ -75,11 +75,13 @@ def filler_problems(spec: dict, max_words: int | None = None) -> pd.DataFrame:
 
 
 def build_corpus(pool: pd.DataFrame, fillers: pd.DataFrame, *, size: int, seed: int = 0, question: str = "request",
-                 reference: str = "response", max_words: int | None = None,
+                 reference: str = "response", max_words: int | None = None, reference_max_words: int | None = None,
                  template: str = "{question}") -> pd.DataFrame:
     """The RL corpus (:data:`CORPUS_COLUMNS`): every member of ``pool`` plus fillers up to ``size``.
 
     ``prompt`` is ``template`` filled with the question; ``target`` marks the pool's members.
+    ``reference_max_words`` cuts every reference to its first words (what a short completion can
+    reach, so a reconstruction reward is not dominated by its length penalty).
     """
     members = pd.DataFrame({"id": pool["id"], "text": pool_questions(pool, question, max_words),
                             "answer": pool_references(pool, reference), "label": pool["label"],
@@ -87,5 +89,6 @@ def build_corpus(pool: pd.DataFrame, fillers: pd.DataFrame, *, size: int, seed: 
     corpus = build_rl_corpus(members, fillers, size=size, seed=seed, problem_column="problem",
                              answer_column="reference")
     corpus = corpus.rename(columns={"problem": "question", "answer": "reference"})
+    corpus["reference"] = corpus["reference"].map(lambda r: truncate_words(r, reference_max_words))
     corpus["prompt"] = [template.format(question=q) for q in corpus["question"]]
     return corpus[CORPUS_COLUMNS]

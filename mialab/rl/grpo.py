@@ -109,6 +109,7 @@ def grpo_config(settings: GRPOSettings, output_dir: str | os.PathLike, *, device
         save_strategy="steps", save_steps=s.save_steps, save_total_limit=s.save_total_limit, save_only_model=False,
         bf16=s.precision == "bf16", use_cpu=cpu, activation_checkpointing=s.activation_checkpointing,
         seed=s.seed, data_seed=s.seed, full_determinism=cpu, disable_dropout=True, logging_steps=s.logging_steps,
+        ddp_find_unused_parameters=False,
         report_to="none", dataloader_num_workers=0, shuffle_dataset=True,
     )
 

@@ -1,0 +1,261 @@
+"""N-Sampling's and ADRA's content-addressed stage instances for a config (``rules/reconstruction.smk``,
+``rules/adra.smk``), built with :meth:`mialab.workflow.Plan.stage`. Pure: reads the config, runs nothing.
+
+N-Sampling (config ``n_sampling``; absent = not run), per (model, dataset, seed) of ``targets``:
+- rollouts: upstream the model and the split; the dataset's task, N, sampling, backend;
+- scores: upstream the rollouts and the split (labels joined last); the metric settings.
+
+ADRA (config ``adra``; needs ``n_sampling``, whose tasks, N and metrics it shares), per target:
+- train (model, dataset, variant, seed): upstream the model, the split and, for ADRA+, the passive
+  baseline scores of the same (model, dataset, seed) that give its membership weights;
+- rollouts / scores (model, dataset, seed, policy): a policy is ``init`` (the untrained model, step 0,
+  shared by every variant), ``<variant>-step<k>`` (an intermediate checkpoint) or ``<variant>-final``.
+  Only the final policies join the results table; the report plots AUROC against the step.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from mialab.adra import FINAL, VARIANTS
+from mialab.adra.tasks import Task, known_templates, rollout_seed
+from mialab.config import ConfigError
+from mialab.workflow import Plan, Stage
+
+STAGE_VERSIONS: dict[str, int] = {"n_sampling/rollouts": 1, "n_sampling/scores": 1, "adra/train": 1,
+                                  "adra/rollouts": 1, "adra/scores": 1}
+INIT = "init"
+POLICY = re.compile(rf"^(?:{INIT}|(?P<variant>{'|'.join(VARIANTS)})-(?:step(?P<step>[1-9]\d*)|{FINAL}))$")
+
+
+def targets_of(section: dict | None) -> list[tuple[str, str]]:
+    """(model, dataset) pairs a section's ``targets`` name, in config order."""
+    return [(t["model"], t["dataset"]) for t in section["targets"]] if section else []
+
+
+class NSamplingPlan:
+    """N-Sampling stage instances (``config['n_sampling']``)."""
+
+    def __init__(self, plan: Plan, config: dict):
+        self.plan = plan
+        self.config = config
+        self.spec = config.get("n_sampling")
+        self.check()
+
+    def check(self) -> None:
+        """Cross-references: every target is evaluated, has a task with a known template; chat models exist."""
+        if not self.spec:
+            return
+        models, evaluated = self.config["models"], set(self.plan.evaluated_pairs())
+        for m, d in self.pairs():
+            if m not in models:
+                raise ConfigError(f"n_sampling.targets: unknown model {m!r}; configured: {', '.join(models)}")
+            if (m, d) not in evaluated:
+                raise ConfigError(f"n_sampling.targets: model {m!r} is not evaluated on dataset {d!r} "
+                                  f"(unknown dataset, or see models.{m}.datasets)")
+            if d not in self.spec["tasks"]:
+                raise ConfigError(f"n_sampling.tasks: no task for dataset {d!r} (a target of n_sampling)")
+        for d, task in self.spec["tasks"].items():
+            if task["template"] not in known_templates():
+                raise ConfigError(f"n_sampling.tasks.{d}.template: unknown template {task['template']!r}; "
+                                  f"known: {', '.join(known_templates())}")
+        for m in self.spec["chat_models"]:
+            if m not in models:
+                raise ConfigError(f"n_sampling.chat_models: unknown model {m!r}; configured: {', '.join(models)}")
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return targets_of(self.spec)
+
+    def datasets(self) -> list[str]:
+        return list(dict.fromkeys(d for _, d in self.pairs()))
+
+    def task(self, dataset: str) -> Task:
+        return Task.from_config(self.spec["tasks"][dataset])
+
+    def chat(self, model: str) -> bool:
+        return model in self.spec["chat_models"]
+
+    def sampling(self, seed: int) -> dict:
+        """SamplingConfig fields of N-Sampling's rollouts for evaluation seed ``seed`` (no max_new_tokens)."""
+        s = self.spec["sampling"]
+        return {"n": self.spec["n"], "temperature": s["temperature"], "top_p": s["top_p"], "top_k": s["top_k"],
+                "seed": rollout_seed(s["seed"], seed)}
+
+    def generation(self) -> dict:
+        """The backend slice of the config (it determines the samples)."""
+        return {"backend": self.spec["backend"], "backend_options": self.spec["backend_options"]}
+
+    @functools.lru_cache(maxsize=None)
+    def rollouts(self, model: str, dataset: str, seed: int) -> Stage:
+        return self.plan.stage("n_sampling/rollouts", STAGE_VERSIONS["n_sampling/rollouts"],
+                               [model, dataset, f"seed-{seed}"], {
+            "model": model, "dataset": dataset, "seed": int(seed),
+            "config": {"task": self.spec["tasks"][dataset], "chat": self.chat(model), "sampling": self.sampling(seed),
+                       **self.generation()},
+            "upstream": {"model": self.plan.model(model).key, "split": self.plan.split(dataset, seed).key},
+        })
+
+    @functools.lru_cache(maxsize=None)
+    def scores(self, model: str, dataset: str, seed: int) -> Stage:
+        return self.plan.stage("n_sampling/scores", STAGE_VERSIONS["n_sampling/scores"],
+                               [model, dataset, f"seed-{seed}"], {
+            "model": model, "dataset": dataset, "seed": int(seed), "config": self.metrics_config(dataset),
+            "upstream": {"rollouts": self.rollouts(model, dataset, seed).key,
+                         "split": self.plan.split(dataset, seed).key},
+        })
+
+    def metrics_config(self, dataset: str) -> dict:
+        """What scoring rollouts reads: the metric settings, N and the task's assistant-prefix ratio."""
+        return {**self.spec["metrics"], "n": self.spec["n"],
+                "ratio": self.spec["tasks"][dataset]["assistant_prefix_ratio"]}
+
+    def scores_file(self, model: str, dataset: str, seed: int) -> str | None:
+        """N-Sampling's score table of a target (a SCORE_PROVIDER), else None."""
+        if (model, dataset) not in self.pairs():
+            return None
+        return self.scores(model, dataset, int(seed)).path("scores.parquet")
+
+
+class ADRAPlan:
+    """ADRA / ADRA+ / SFT-ablation stage instances (``config['adra']``)."""
+
+    def __init__(self, ns: NSamplingPlan, config: dict):
+        self.ns = ns
+        self.plan = ns.plan
+        self.config = config
+        self.spec = config.get("adra")
+        self.check()
+
+    def check(self) -> None:
+        """Cross-references: targets are N-Sampling targets; checkpoint steps are saved; the weight baseline is scored."""
+        if not self.spec:
+            return
+        ns_pairs = set(self.ns.pairs())
+        for m, d in self.pairs():
+            if (m, d) not in ns_pairs:
+                raise ConfigError(f"adra.targets: ({m}, {d}) is not an n_sampling target (ADRA shares its task, "
+                                  "N and metrics, and is compared with it)")
+        save = self.spec["train"]["save_steps"]
+        for s in self.spec["eval"]["steps"]:
+            if s and s % save:
+                raise ConfigError(f"adra.eval.steps: step {s} is not a multiple of adra.train.save_steps ({save}), "
+                                  "so no checkpoint holds it")
+        n = self.ns.spec["n"]
+        if self.spec["train"]["batch_size"] % n:
+            raise ConfigError(f"adra.train.batch_size ({self.spec['train']['batch_size']}) must be a multiple of "
+                              f"n_sampling.n ({n}), the rollouts per prompt")
+        if "adra_plus" in self.spec["variants"]:
+            column = self.spec["contrastive"]["baseline"]
+            methods = self.config["scoring"]["methods"]
+            if column.split("@")[0] not in methods:
+                raise ConfigError(f"adra.contrastive.baseline: {column!r} is not a score of scoring.methods "
+                                  f"({', '.join(methods)})")
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return targets_of(self.spec)
+
+    def variants(self) -> list[str]:
+        return list(self.spec["variants"]) if self.spec else []
+
+    def datasets(self) -> list[str]:
+        return list(dict.fromkeys(d for _, d in self.pairs()))
+
+    def settings(self, model: str, dataset: str, seed: int) -> dict:
+        """GRPOSettings of a run: ``adra.train`` plus what ADRA shares with N-Sampling (N, sampling, lengths)."""
+        task, sampling = self.ns.task(dataset), self.ns.spec["sampling"]
+        return {**self.spec["train"], "num_generations": self.ns.spec["n"], "temperature": sampling["temperature"],
+                "top_p": sampling["top_p"], "top_k": sampling["top_k"], "max_completion_length": task.max_new_tokens,
+                "max_prompt_length": task.max_prompt_tokens, "seed": rollout_seed(self.spec["seed"], seed)}
+
+    def uses_baseline(self, variant: str) -> bool:
+        return variant == "adra_plus"
+
+    @functools.lru_cache(maxsize=None)
+    def train(self, model: str, dataset: str, variant: str, seed: int) -> Stage:
+        upstream = {"model": self.plan.model(model).key, "split": self.plan.split(dataset, seed).key}
+        config = {"variant": variant, "task": self.ns.spec["tasks"][dataset], "chat": self.ns.chat(model),
+                  "settings": self.settings(model, dataset, seed), "snapshots": self.snapshot_steps()}
+        if variant != "adra_sft":
+            config["reward"] = self.spec["reward"]
+        if variant == "adra":
+            config["random_suffixes"] = self.spec["random_suffixes"]
+        if self.uses_baseline(variant):
+            config["contrastive"] = self.spec["contrastive"]
+            upstream["baseline_scores"] = self.plan.scores(model, dataset, seed).key
+        return self.plan.stage("adra/train", STAGE_VERSIONS["adra/train"], [model, dataset, variant, f"seed-{seed}"],
+                               {"model": model, "dataset": dataset, "seed": int(seed), "config": config,
+                                "upstream": upstream})
+
+    def snapshot_steps(self) -> list[int]:
+        """Intermediate steps whose policies are kept for evaluation (step 0 is the untrained model)."""
+        return sorted({int(s) for s in self.spec["eval"]["steps"] if s})
+
+    def policies(self) -> list[str]:
+        """Every evaluated policy of a target: ``init`` if step 0 is listed, each variant's steps and final."""
+        out = [INIT] if 0 in self.spec["eval"]["steps"] else []
+        for v in self.variants():
+            out += [f"{v}-step{s}" for s in self.snapshot_steps()] + [f"{v}-{FINAL}"]
+        return out
+
+    @staticmethod
+    def parse_policy(policy: str) -> tuple[str | None, str | None]:
+        """(variant, snapshot folder name) of a policy; (None, None) for ``init``."""
+        m = POLICY.match(policy)
+        if not m:
+            raise ValueError(f"unknown policy {policy!r}: expected {INIT}, <variant>-step<k> or <variant>-{FINAL}")
+        if policy == INIT:
+            return None, None
+        return m["variant"], f"step-{m['step']}" if m["step"] else FINAL
+
+    @staticmethod
+    def method(policy: str) -> str:
+        """Column prefix of a policy's scores: the variant for its final policy (the results table), else
+        ``adra_init`` / ``<variant>@step<k>``."""
+        if policy == INIT:
+            return "adra_init"
+        variant, snapshot = ADRAPlan.parse_policy(policy)
+        return variant if snapshot == FINAL else f"{variant}@{snapshot.replace('-', '')}"
+
+    def sampling(self, seed: int) -> dict:
+        """SamplingConfig fields of evaluation rollouts (N as N-Sampling, the eval temperature and top-p/k)."""
+        e = self.spec["eval"]
+        return {"n": self.ns.spec["n"], "temperature": e["temperature"], "top_p": e["top_p"], "top_k": e["top_k"],
+                "seed": rollout_seed(self.spec["seed"], seed)}
+
+    @functools.lru_cache(maxsize=None)
+    def rollouts(self, model: str, dataset: str, seed: int, policy: str) -> Stage:
+        variant, snapshot = self.parse_policy(policy)
+        upstream = {"model": self.plan.model(model).key, "split": self.plan.split(dataset, seed).key}
+        if variant:
+            upstream["train"] = self.train(model, dataset, variant, seed).key
+        return self.plan.stage("adra/rollouts", STAGE_VERSIONS["adra/rollouts"],
+                               [model, dataset, f"seed-{seed}", policy], {
+            "model": model, "dataset": dataset, "seed": int(seed), "policy": policy, "snapshot": snapshot,
+            "config": {"task": self.ns.spec["tasks"][dataset], "chat": self.ns.chat(model),
+                       "sampling": self.sampling(seed), **self.ns.generation()},
+            "upstream": upstream,
+        })
+
+    @functools.lru_cache(maxsize=None)
+    def scores(self, model: str, dataset: str, seed: int, policy: str) -> Stage:
+        return self.plan.stage("adra/scores", STAGE_VERSIONS["adra/scores"], [model, dataset, f"seed-{seed}", policy], {
+            "model": model, "dataset": dataset, "seed": int(seed), "policy": policy, "method": self.method(policy),
+            "config": self.ns.metrics_config(dataset),
+            "upstream": {"rollouts": self.rollouts(model, dataset, seed, policy).key,
+                         "split": self.plan.split(dataset, seed).key},
+        })
+
+    def scores_file(self, variant: str, model: str, dataset: str, seed: int) -> str | None:
+        """A variant's final-policy score table of a target (a SCORE_PROVIDER), else None."""
+        if (model, dataset) not in self.pairs() or variant not in self.variants():
+            return None
+        return self.scores(model, dataset, int(seed), f"{variant}-{FINAL}").path("scores.parquet")
+
+    def runs(self, dataset: str, seeds: list[int]) -> list[tuple[str, int, str]]:
+        """(model, seed, policy) of every ADRA score table of ``dataset``."""
+        return [(m, int(s), p) for m, d in self.pairs() if d == dataset for s in seeds for p in self.policies()]
+
+    @staticmethod
+    def report_outputs(dataset: str) -> dict[str, str]:
+        return {name: f"results/adra/report/{dataset}/{name}" for name in ("adra.md", "adra.csv", "steps.png")}

@@ -1,0 +1,110 @@
+"""ADRA's training rewards (Appendix C): which suffixes a rollout is scored against, and how.
+
+Every training row carries ``references`` (suffix-only targets; index 0 is the candidate's own),
+a ``rule`` and, for ADRA+, a membership ``weight`` w. With s_j the reconstruction score (``trio``
+or ``ngram`` with length penalty tau, :mod:`mialab.reconstruction.rewards`) of the rollout
+against reference j:
+
+- ``own``: r = s_0 (ADRA);
+- ``max``: r = max_j s_j. ADRA's option of also scoring a few random other candidates' suffixes
+  (the reference implementation's variant), and the distillation pair rule: when a member and a
+  non-member share a prefix, the pair is one example whose references are its two suffixes, and the
+  rollout is rewarded for the better one;
+- ``contrastive`` (ADRA+): r = p max(c_all) + (1 - p) max(c_dis) with p = 1 - w, c_all the scores
+  against all references, c_dis against the K distractors (references 1..K).
+
+The weights w come from a passive baseline's membership scores of the same candidates, min-max
+normalised jointly and oriented so that lower w = more member-like (a likely member is rewarded for
+its own suffix, a likely non-member also for resembling other candidates). Labels are never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from mialab.reconstruction.rewards import (DEFAULT_TAU, compute_rewards, contrastive_reward,
+                                           minmax_membership_weight, sample_distractors)
+from mialab.rl.rewards import completion_text
+
+RULES = ("own", "max", "contrastive")
+
+
+def combine(scores: np.ndarray, rule: str, weight: float) -> float:
+    """A rollout's reward from its scores against the row's references (module doc)."""
+    if rule == "own":
+        return float(scores[0])
+    if rule == "max":
+        return float(scores.max())
+    if rule == "contrastive":
+        return float(contrastive_reward(scores, np.float64(weight)))
+    raise ValueError(f"unknown reward rule {rule!r}; known: {', '.join(RULES)}")
+
+
+def adra_reward(metric: str = "trio", tau: float = DEFAULT_TAU, n_min: int = 3, workers: int = 1):
+    """A GRPO reward ``(completions, references, rule, weight, **kwargs) -> list[float]`` (TRL's signature).
+
+    All (rollout, reference) pairs of a batch go through the batched kernel in one call.
+    """
+
+    def reconstruction_reward(completions: list, references: list, rule: list, weight: list, **kwargs) -> list[float]:
+        texts = [completion_text(c) for c in completions]
+        sizes = [len(r) for r in references]
+        if min(sizes, default=1) < 1:
+            raise ValueError("a training row has no reference suffix")
+        flat = compute_rewards(metric, [t for t, k in zip(texts, sizes) for _ in range(k)],
+                               [ref for refs in references for ref in refs], tau=tau, n_min=n_min, workers=workers)
+        per_row = np.split(flat, np.cumsum(sizes)[:-1])
+        values = np.array([combine(s, r, w) for s, r, w in zip(per_row, rule, weight, strict=True)])
+        if not np.isfinite(values).all():
+            raise ValueError(f"reward {metric}: non-finite value(s)")
+        return values.tolist()
+
+    reconstruction_reward.__name__ = f"adra_{metric}"
+    return reconstruction_reward
+
+
+def pair_partners(split: pd.DataFrame) -> dict[Hashable, Hashable]:
+    """Candidate id -> the other candidate of its pair (``pair_id`` shared by exactly two rows of the split)."""
+    if "pair_id" not in split.columns:
+        return {}
+    partners = {}
+    for _, rows in split.groupby("pair_id", sort=False):
+        if len(rows) == 2:
+            a, b = rows["id"].tolist()
+            partners[a], partners[b] = b, a
+    return partners
+
+
+def shares_prefix_pairs(split: pd.DataFrame) -> bool:
+    """Whether the split is made of pairs that share one prefix (distillation: same problem, two traces)."""
+    partners = pair_partners(split)
+    if not partners:
+        return False
+    prefix = split.set_index("id")["prefix"]
+    return all(prefix[a] == prefix[b] for a, b in partners.items())
+
+
+def distractor_references(ids: Sequence[Hashable], targets: Sequence[str], k: int, *, seed: int,
+                          forced: dict[Hashable, Hashable] | None = None) -> list[list[str]]:
+    """Per candidate: its own target followed by the targets of K distractors drawn from the others."""
+    by_id = dict(zip(ids, targets, strict=True))
+    drawn = sample_distractors(ids, k, seed=seed, forced=forced)
+    return [[by_id[c], *(by_id[d] for d in ds)] for c, ds in zip(ids, drawn)]
+
+
+def membership_weights(baseline: pd.DataFrame, column: str, ids: Sequence[Hashable]) -> np.ndarray:
+    """ADRA+'s w of each candidate of ``ids`` from a passive baseline's score table (higher = member).
+
+    Reads only ``id`` and ``column``; min-max normalised over the candidates, lower w = more member-like.
+    """
+    if column not in baseline.columns:
+        known = [c for c in baseline.columns if c not in ("id", "label", "n_tokens")]
+        raise KeyError(f"membership-weight baseline {column!r} is not in the score table; known: {', '.join(known)}")
+    scores = baseline[["id", column]].set_index("id")[column]
+    missing = set(ids) - set(scores.index)
+    if missing:
+        raise KeyError(f"{len(missing)} candidates have no {column} score, e.g. {sorted(map(str, missing))[:3]}")
+    return minmax_membership_weight(scores.loc[list(ids)].to_numpy(), higher_is_member=True)

@@ -1,0 +1,410 @@
+"""CalibDCD in the workflow: partition around the split, cached features, calibration of every variant,
+the paper's tables, stage keys, the chat post-training stage, the DAG, and (slow) a reduced tiny world."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mialab.calibdcd.calibrate import VARIANTS, run_calibdcd
+from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_view_features, veilprobe_view_features
+from mialab.calibdcd.frames import feature_frame
+from mialab.calibdcd.plan import CalibDCDPlan, views_scope
+from mialab.calibdcd.report import ablations, main_results, main_results_long, markdown, recovery, run_rows
+from mialab.calibdcd.stages import (attach_labels, calibrate_variants, deduplicated, extract_features,
+                                    partition_around_split, scope_texts, score_column)
+from mialab.calibdcd.views import ORIGINAL, apply_view, controlled_views
+from mialab.config import ConfigError
+from mialab.workflow import Plan
+from workflow_helpers import REPO, default_config, make_workdir, planned_jobs, snakemake
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def pool_frame(n_per_class: int = 40) -> pd.DataFrame:
+    """A split-schema pool of ``n_per_class`` members and as many non-members."""
+    n = 2 * n_per_class
+    return pd.DataFrame({"id": [f"t{i:03d}" for i in range(n)], "text": [f"text {i} a b" for i in range(n)],
+                         "prefix": [f"text {i}" for i in range(n)], "suffix": ["a b"] * n,
+                         "label": np.tile([1, 0], n_per_class).astype("int8"), "source": "test"})
+
+
+# --- partition -------------------------------------------------------------------------------------
+
+def test_partition_keeps_the_split_out_and_never_reads_its_labels():
+    pool = pool_frame()
+    split_ids = pool["id"].iloc[:20].tolist()                      # 10 members + 10 non-members
+    parts = partition_around_split(pool, split_ids, seed=1, n_train_per_class=8, n_calibration=6)
+    sup, cal, ev = parts["supervised"], parts["calibration"], parts["evaluation"]
+    assert ev["id"].tolist() == sorted(split_ids)
+    assert sup["label"].value_counts().to_dict() == {1: 8, 0: 8}
+    labels = pool.set_index("id")["label"]
+    assert (labels[cal["id"]] == 0).all() and len(cal) == 6 and list(cal.columns) == ["id"]
+    assert not set(sup["id"]) & set(split_ids) and not set(cal["id"]) & set(split_ids)
+    assert not set(sup["id"]) & set(cal["id"])
+    flipped = pool.assign(label=np.where(pool["id"].isin(split_ids), 1 - pool["label"], pool["label"]))
+    again = partition_around_split(flipped, split_ids, seed=1, n_train_per_class=8, n_calibration=6)
+    for name in parts:                                             # the split's labels do not matter
+        pd.testing.assert_frame_equal(parts[name], again[name])
+    other_seed = partition_around_split(pool, split_ids, seed=2, n_train_per_class=8, n_calibration=6)
+    assert set(other_seed["supervised"]["id"]) != set(sup["id"])
+    with pytest.raises(ValueError, match="not in the pool"):
+        partition_around_split(pool, ["nope"], seed=0, n_train_per_class=8, n_calibration=6)
+
+
+def test_scope_texts_carry_no_label_and_keep_the_order_asked():
+    pool = pool_frame(5)
+    texts = scope_texts(pool, ["t003", "t001"])
+    assert list(texts.columns) == ["id", "prefix", "suffix"] and texts["id"].tolist() == ["t003", "t001"]
+    assert len(scope_texts(pool)) == 10
+    with pytest.raises(ValueError, match="not in the pool"):
+        scope_texts(pool, ["t999"])
+
+
+# --- features on a tiny random Llama -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+
+    corpus = [f"line {i}: the {w} walks over the hill and sings of {t} today."
+              for i, (w, t) in enumerate(zip(["cat", "dog", "king", "queen", "bird"] * 20, ["rain", "sun", "war", "love"] * 25))]
+    tok = train_tokenizer(corpus, vocab_size=512)
+    model = init_model(llama_config(512, hidden_size=64, num_layers=2, num_heads=2, tokenizer=tok), seed=0)
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    save_model(model, tok, path)
+    return str(path)
+
+
+def test_features_come_from_one_generate_call_and_match_its_outputs(tiny_model):
+    from mialab.calibdcd.lm import rollout_generator
+
+    texts = pd.DataFrame({"id": ["a", "b", "c"], "prefix": ["the cat walks over", "a queen sings of", "line 7: the bird"],
+                          "suffix": ["the hill today", "love and war", "walks"]})
+    engine = rollout_generator(tiny_model, max_new_tokens=4)
+    calls = []
+
+    def generate(prompts):
+        calls.append(list(prompts))
+        return engine(prompts)
+
+    views = [ORIGINAL, "cue_answer", "tiny_chat"]
+    dets = {"dpdllm": {"reference_model": tiny_model, "length": 4},
+            "veilprobe": {"key_token_model": tiny_model, "ratio": 0.3, "embedding_model": "all-MiniLM-L6-v2"}}
+    run = extract_features(texts, views, generate=generate, detectors=dets, lm_options={"batch_size": 2})
+    assert len(calls) == 1 and len(calls[0]) == len(set(calls[0]))          # one engine call, distinct prompts
+    assert [len(p) for p in calls[0]] == sorted(len(p) for p in calls[0])    # shortest first
+    gens = run.generations
+    assert len(gens) == 3 * 2 * 3                                             # views x (prefix, perturbed) x texts
+    plain = gens[(gens["view"] == "cue_answer") & (gens["input"] == "prefix")]
+    assert plain["prompt"].tolist() == apply_view("cue_answer", texts["prefix"].tolist())
+    assert plain["output"].tolist() == engine(plain["prompt"].tolist())       # the cache returns the engine's outputs
+    dp, vp = run.features["dpdllm"], run.features["veilprobe"]
+    assert dp.shape == (9, 2 + 4) and vp.shape == (9, 2 + 3 * 384 + 10)
+    assert dp.groupby("view")["id"].apply(list).to_dict() == {v: ["a", "b", "c"] for v in views}
+    # the same features as the per-view stage entries of mialab.calibdcd.extract, fed the same outputs
+    lookup = dict(zip(gens["prompt"], gens["output"]))
+    perturbed = add_perturbed_prefix(texts, key_token_model=tiny_model, ratio=0.3, batch_size=2)
+    for view in views:
+        expected = dpdllm_view_features(texts, view, generate=lambda ps: [lookup[p] for p in ps],
+                                        reference_model=tiny_model, length=4, batch_size=2)
+        np.testing.assert_allclose(dp[dp["view"] == view].filter(like="z"), expected.filter(like="z"), atol=1e-6)
+        expected = veilprobe_view_features(perturbed, view, generate=lambda ps: [lookup[p] for p in ps])
+        np.testing.assert_allclose(vp[vp["view"] == view].filter(like="z"), expected.filter(like="z"), atol=1e-5)
+    with pytest.raises(KeyError, match="unknown detector"):
+        extract_features(texts, views, generate=generate, detectors={"zlib": {}}, lm_options={})
+
+
+def test_deduplicated_encoder_embeds_each_text_once():
+    seen = []
+
+    def encode(texts):
+        seen.append(list(texts))
+        return np.array([[len(t), t.count("a")] for t in texts], dtype=float)
+
+    out = deduplicated(encode)(["aa", "b", "aa", "", "b"])
+    assert len(seen) == 1 and sorted(seen[0]) == ["", "aa", "b"]
+    np.testing.assert_array_equal(out, [[2, 2], [1, 0], [2, 2], [0, 0], [1, 0]])
+
+
+# --- calibration -------------------------------------------------------------------------------------
+
+def feature_world(seed: int = 0, d: int = 6):
+    """Original-query features of 60 supervised, 40 D-cal and 50 evaluation texts; D-cal under 10 views
+    pushed along a planted direction (mirrors tests/test_calibdcd.py's planted world)."""
+    rng = np.random.default_rng(seed)
+    shift = np.zeros(d)
+    shift[1:3] = 1 / np.sqrt(2)
+    ids = {"sup": [f"s{i}" for i in range(60)], "cal": [f"c{i}" for i in range(40)], "ev": [f"e{i}" for i in range(50)]}
+    y_sup = np.tile([0, 1], 30)
+    z_sup = rng.normal(size=(60, d)) + 1.5 * y_sup[:, None] * np.eye(d)[0] + y_sup[:, None] * shift
+    z_cal = rng.normal(size=(40, d)) + shift
+    z_ev = rng.normal(size=(50, d)) + 1.5 * rng.integers(0, 2, 50)[:, None] * np.eye(d)[0] + shift
+    original = pd.concat([feature_frame(ids["sup"], ORIGINAL, z_sup), feature_frame(ids["cal"], ORIGINAL, z_cal),
+                          feature_frame(ids["ev"], ORIGINAL, z_ev)], ignore_index=True)
+    views = pd.concat([feature_frame(ids["cal"], f"view{k}", z_cal + rng.uniform(0.5, 1.5) * shift
+                                     + 0.2 * rng.normal(size=(40, d))) for k in range(10)], ignore_index=True)
+    return original, views, pd.DataFrame({"id": ids["sup"], "label": y_sup}), ids
+
+
+def test_calibrate_variants_gives_one_column_per_variant_equal_to_the_single_runs():
+    original, views, sup, ids = feature_world()
+    variants = list(VARIANTS)
+    run = calibrate_variants(original, views, sup, ids["cal"], ids["ev"], detector="dpdllm", variants=variants,
+                             tau=0.95, tolerance=0.005, seed=3)
+    assert list(run.scores.columns) == ["id", score_column("dpdllm", "original")] + [score_column("dpdllm", v) for v in variants]
+    assert run.scores["id"].tolist() == ids["ev"] and "label" not in run.scores.columns
+    cal = pd.concat([original[original["id"].isin(ids["cal"])], views], ignore_index=True)
+    for v in ("calibdcd", "top1", "fixed_r3_l09"):
+        single = run_calibdcd(original[original["id"].isin(ids["sup"])], sup, cal, original[original["id"].isin(ids["ev"])],
+                              detector="dpdllm", variant=v, seed=3)
+        np.testing.assert_array_equal(run.scores[score_column("dpdllm", v)], single.scores["score_calibrated"])
+        np.testing.assert_array_equal(run.scores[score_column("dpdllm", "original")], single.scores["score_original"])
+    assert set(run.views["variant"]) == set(variants) and run.views.groupby("variant").size().eq(10).all()
+    assert run.objective.groupby("variant")["selected"].sum().le(1).all()
+    assert run.summaries["fixed_r3_l09"]["rank"] == 3 and run.summaries["fixed_r3_l09"]["lam"] == 0.9
+
+
+def test_labels_join_only_after_scoring_and_must_cover_the_same_ids():
+    scores = pd.DataFrame({"id": ["b", "a"], "calibdcd/dpdllm/original": [0.2, 0.9]})
+    split = pd.DataFrame({"id": ["a", "b"], "label": [1, 0], "text": ["x", "y"]})
+    out = attach_labels(scores, split)
+    assert out.columns.tolist() == ["id", "label", "calibdcd/dpdllm/original"]
+    assert out["label"].tolist() == [0, 1]
+    with pytest.raises(ValueError, match="other ids"):
+        attach_labels(scores, split.iloc[:1])
+
+
+# --- report tables on hand-made numbers -----------------------------------------------------------------
+
+def per_seed_frame() -> pd.DataFrame:
+    """Two seeds of one setting: AUC / TPR by variant (fractions)."""
+    rows = []
+    auc = {"original": (0.60, 0.70), "calibdcd": (0.70, 0.80), "random3": (0.65, 0.75), "full_correction": (0.50, 0.80)}
+    for variant, values in auc.items():
+        for seed, a in zip((0, 1), values):
+            rows.append({"dataset": "wiki", "model": "chat", "seed": seed, "method": f"calibdcd/veilprobe/{variant}",
+                         "auroc": a, "tpr@5%fpr": a / 2})
+    rows.append({"dataset": "wiki", "model": "chat", "seed": 0, "method": "loss", "auroc": 0.5, "tpr@5%fpr": 0.1})
+    return pd.DataFrame(rows)
+
+
+def summaries_frame() -> pd.DataFrame:
+    rows = []
+    for seed, lam, flagged, recovered in ((0, 0.8, 4, 1), (1, 1.0, 0, 0)):
+        rec = {"view": "cue_answer", "flagged": flagged, "recovered": recovered, "recovery_rate": None}
+        base = {"kept_views": ["cue_answer"], "rank": 3, "lam": lam, "basis_dim": 1, "n_supervised": 48,
+                "n_calibration": 32, "n_pool": 128, "recovery": rec}
+        rows += run_rows({"dataset": "wiki", "model": "chat", "detector": "veilprobe", "seed": seed,
+                          "variants": {"calibdcd": base, "random3": base}})
+    return pd.DataFrame(rows)
+
+
+def test_main_results_table_on_hand_numbers():
+    per_seed = per_seed_frame()
+    table = main_results(per_seed, "auroc")
+    assert table.index.tolist() == ["VeilProbe", "VeilProbe + CalibDCD"] and table.columns.tolist() == ["wiki / chat"]
+    assert table.loc["VeilProbe", "wiki / chat"] == "65.0 ± 7.1"           # mean 0.65, std(0.6, 0.7) = 0.0707
+    assert table.loc["VeilProbe + CalibDCD", "wiki / chat"] == "75.0 ± 7.1"
+    long = main_results_long(per_seed, ["auroc", "tpr@5%fpr"]).iloc[0]
+    assert long["auroc_gain"] == pytest.approx(0.10) and long["tpr@5%fpr_gain"] == pytest.approx(0.05)
+    assert long["n_seeds"] == 2
+    assert "| VeilProbe | 65.0 ± 7.1 |" in markdown(table, index=True)
+
+
+def test_ablation_rows_compare_on_the_same_runs():
+    table = ablations(per_seed_frame(), summaries_frame(), ["auroc", "tpr@5%fpr"]).set_index("configuration")
+    assert table.loc["CalibDCD", "n"] == 2 and table.loc["CalibDCD", "auroc"] == pytest.approx(0.75)
+    assert table.loc["Random-3 Views", "auroc_change"] == pytest.approx(-0.05)
+    # lambda < 1 only in seed 0: CalibDCD 0.70 there, full correction 0.50
+    assert table.loc["CalibDCD (λ<1)", "n"] == 1 and table.loc["CalibDCD (λ<1)", "auroc"] == pytest.approx(0.70)
+    assert table.loc["Fixed Full Correction", "auroc_change"] == pytest.approx(-0.20)
+    assert table.loc["Original detector", "auroc_change"] == pytest.approx(-0.10)
+    assert "Top-1 View" not in table.index                                  # only the variants that ran
+
+
+def test_recovery_sums_over_seeds_and_leaves_nothing_flagged_empty():
+    table = recovery(summaries_frame())
+    assert len(table) == 3                                                  # setting, detector total, overall
+    row = table.iloc[0]
+    assert (row["flagged"], row["recovered"], row["runs"]) == (4, 1, 2) and row["recovery_rate"] == 0.25
+    assert table.iloc[-1]["detector"] == "all"
+    empty = recovery(summaries_frame().assign(flagged=0, recovered=0))
+    assert empty["recovery_rate"].isna().all()
+
+
+# --- stage keys --------------------------------------------------------------------------------------
+
+def validated(cfg: dict) -> dict:
+    from snakemake.utils import validate
+
+    cfg = copy.deepcopy(cfg)
+    validate(cfg, str(REPO / "schemas" / "config.schema.yaml"))
+    return cfg
+
+
+def test_original_features_are_shared_by_seeds_and_survive_split_and_partition_changes():
+    a = CalibDCDPlan(Plan(validated(default_config())), validated(default_config()))
+    cfg = default_config()
+    cfg["seeds"] = [0, 1, 2, 3, 4]
+    cfg["datasets"]["wikimia"]["split"]["n_per_class"] = 48
+    cfg["calibdcd"]["partition"]["n_calibration"] = 40
+    cfg = validated(cfg)
+    b = CalibDCDPlan(Plan(cfg), cfg)
+    assert a.features("chat", "wikimia", "original").key == b.features("chat", "wikimia", "original").key
+    assert a.features("chat", "wikimia", views_scope(0)).key != b.features("chat", "wikimia", views_scope(0)).key
+    assert a.features("base", "wikimia", "original").key != a.features("chat", "wikimia", "original").key
+    assert a.views("chat", views_scope(1)) == controlled_views("tiny") and a.views("chat", "original") == [ORIGINAL]
+    cfg = validated(default_config())
+    cfg["calibdcd"]["variants"] = ["calibdcd"]
+    c = CalibDCDPlan(Plan(cfg), cfg)
+    assert c.scores("chat", "wikimia", "dpdllm", 0).key != a.scores("chat", "wikimia", "dpdllm", 0).key
+    assert c.features("chat", "wikimia", views_scope(0)).key == a.features("chat", "wikimia", views_scope(0)).key
+    assert a.lm_models() == ["control"] and a.lm_path("gpt2") == "gpt2"
+    assert a.pairs() == [("base", "wikimia"), ("chat", "wikimia")]
+
+
+def test_unknown_calibdcd_model_is_named():
+    cfg = validated(default_config())
+    cfg["calibdcd"]["models"]["nope"] = {"family": "tiny"}
+    with pytest.raises(ConfigError, match="calibdcd.models: unknown model 'nope'"):
+        CalibDCDPlan(Plan(cfg), cfg)
+
+
+# --- chat post-training (sft kind, format: chat) ---------------------------------------------------------
+
+def test_chat_pairs_render_with_the_template_and_cap_only_the_answer(tmp_path):
+    from mialab.models.sft import build_post_training_corpus, read_chat_pairs, render_chat
+    from mialab.models.tiny import train_tokenizer
+
+    table = tmp_path / "qa.jsonl"
+    pd.DataFrame({"q": ["What is  two plus two?", "Name a colour please now"], "a": ["It is four, of course.", "Red."],
+                  "year": [1990, 2020]}).to_json(table, orient="records", lines=True)
+    pairs = read_chat_pairs({"source": str(table), "columns": ["q", "a"], "query": "year < 2000", "max_words": 2})
+    assert pairs == [("What is two plus two?", "It is")]
+    tok = train_tokenizer(["What is two plus two? It is four."] * 10, vocab_size=300)
+    assert render_chat(tok, pairs) == ["<|user|>\nWhat is two plus two?</s>\n<|assistant|>\nIt is</s>\n"]
+    with pytest.raises(ValueError, match=r"columns \[user, assistant\]"):
+        read_chat_pairs({"source": str(table), "columns": ["q"]})
+    examples, stats = build_post_training_corpus(["x", "y", "z"], seed=0)
+    assert sorted(examples) == ["x", "y", "z"] and stats["contamination_rate"] == 0.0
+    assert examples == build_post_training_corpus(["x", "y", "z"], seed=0)[0]
+
+
+def test_sft_schema_members_optional_but_then_need_a_rate():
+    cfg = default_config()
+    assert "members" not in cfg["models"]["chat"] and cfg["models"]["chat"]["format"] == "chat"
+    validated(cfg)
+    del cfg["models"]["sft"]["contamination_rate"]
+    with pytest.raises(Exception, match="contamination_rate"):
+        validated(cfg)
+
+
+# --- the DAG -----------------------------------------------------------------------------------------
+
+def test_default_dag_runs_calibdcd_for_both_models_detectors_and_seeds(tmp_path):
+    jobs = planned_jobs(make_workdir(tmp_path))
+    # partitions: 3 seeds; features: 2 models x (original + 3 seeds' views); calibration: 2 x 2 detectors x 3
+    assert (jobs["calibdcd_partition"], jobs["calibdcd_features"], jobs["calibdcd_calibrate"]) == (3, 8, 12)
+    assert jobs["calibdcd_report"] == 1
+    out = snakemake(tmp_path, "-n", "calibdcd").stdout
+    assert "results/scores/" not in out and "results/splits/aime" not in out   # the target needs no baseline
+
+
+def test_no_calibdcd_section_means_no_calibdcd_job(tmp_path):
+    cfg = default_config()
+    del cfg["calibdcd"]
+    jobs = planned_jobs(make_workdir(tmp_path, cfg))
+    assert not any(rule.startswith("calibdcd") for rule in jobs)
+
+
+# --- slow: the reduced tiny world end to end ------------------------------------------------------------
+
+SLOW_VARIANTS = ("calibdcd", "top1", "full_correction")
+
+
+def reduced_config(pool_source: str) -> dict:
+    """wikimia (a 160-text slice) only, 16 + 16 texts per seed, two seeds, small fast models, 4 generated
+    tokens, three variants (all seven: test_calibrate_variants_...); models base, control, chat; no
+    other method's section."""
+    full = default_config()
+    cfg = {k: full[k] for k in ("seeds", "datasets", "tokenizer", "scoring", "evaluation", "launch", "calibdcd")}
+    cfg["seeds"] = [0, 1]
+    cfg["datasets"] = {"wikimia": full["datasets"]["wikimia"]}
+    cfg["datasets"]["wikimia"]["pool"]["source"] = pool_source
+    cfg["datasets"]["wikimia"]["split"]["n_per_class"] = 16
+    cfg["tokenizer"] = {"vocab_size": 2048, "corpora": ["resources/data/tinyshakespeare/input.txt", pool_source]}
+    cfg["models"] = {m: full["models"][m] for m in ("base", "control", "chat")}
+    small = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "max_position_embeddings": 256}
+    for name in ("base", "control"):
+        cfg["models"][name]["architecture"] = small
+        cfg["models"][name]["train"].update(steps=20, seq_len=128)
+    cfg["models"]["chat"]["filler"]["query"] = "year < 1986"
+    cfg["models"]["chat"]["train"]["max_length"] = 128
+    cfg["scoring"]["methods"] = ["loss"]
+    cfg["calibdcd"]["partition"] = {"n_train_per_class": 10, "n_calibration": 8}
+    cfg["calibdcd"]["generation"]["max_new_tokens"] = 4
+    cfg["calibdcd"]["detectors"]["dpdllm"]["length"] = 4
+    cfg["calibdcd"]["variants"] = list(SLOW_VARIANTS)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def reduced_world(tmp_path_factory) -> Path:
+    wd = tmp_path_factory.mktemp("calibdcd_world")
+    wikimia = pd.read_parquet(REPO / "resources/data/wikimia/WikiMIA_length64.parquet").iloc[:160]
+    wikimia.to_parquet(wd / "wikimia160.parquet")
+    make_workdir(wd, reduced_config(str(wd / "wikimia160.parquet")))
+    snakemake(wd, "--cores", "2", "calibdcd", "results/evaluation/summary.parquet", timeout=2400)
+    return wd
+
+
+@pytest.mark.slow
+def test_reduced_world_outputs_schemas_and_results_table(reduced_world):
+    r = reduced_world / "results"
+    variants = list(SLOW_VARIANTS)
+    for det in ("dpdllm", "veilprobe"):
+        scores = pd.read_parquet(next(r.glob(f"calibdcd/scores/chat/wikimia/{det}/seed-0/*/scores.parquet")))
+        assert scores.columns.tolist() == ["id", "label", f"calibdcd/{det}/original", *[f"calibdcd/{det}/{v}" for v in variants]]
+        assert len(scores) == 32 and scores["label"].sum() == 16
+        assert np.isfinite(scores.iloc[:, 2:].to_numpy()).all()
+    original = pd.read_parquet(next(r.glob("calibdcd/features/chat/wikimia/original/*/features-veilprobe.parquet")))
+    assert len(original) == 160 and set(original["view"]) == {ORIGINAL}            # every pool text, e0 only
+    views = pd.read_parquet(next(r.glob("calibdcd/features/chat/wikimia/views-seed-1/*/features-dpdllm.parquet")))
+    assert views.groupby("view").size().to_dict() == {v: 8 for v in controlled_views("tiny")}
+    summary = pd.read_parquet(r / "evaluation/summary.parquet")
+    methods = set(summary.loc[summary["model"] == "chat", "method"])
+    assert {f"calibdcd/{d}/{v}" for d in ("dpdllm", "veilprobe") for v in ["original", *variants]} <= methods
+    assert "loss" in methods
+    report = (r / "calibdcd/report.md").read_text()
+    for heading in ("Main results: AUC", "TPR@5%FPR", "Ablations", "False-positive recovery"):
+        assert heading in report
+    abl = pd.read_csv(r / "calibdcd/ablations.csv")
+    assert abl.loc[abl["variant"] == "calibdcd", "n"].iloc[0] == 2 * 2 * 2           # models x detectors x seeds
+    assert set(abl["variant"]) == {*SLOW_VARIANTS, "original"}
+    main = pd.read_csv(r / "calibdcd/main.csv")
+    assert len(main) == 4 and main["n_seeds"].eq(2).all()
+
+
+@pytest.mark.slow
+def test_reduced_world_calibration_reads_no_evaluation_label(reduced_world):
+    r = reduced_world / "results"
+    (split_path,) = r.glob("splits/wikimia/seed-0/*/split.parquet")
+    targets = [str(p.relative_to(reduced_world)) for p in r.glob("calibdcd/scores/*/wikimia/*/seed-0/*/scores.parquet")]
+    before = {t: pd.read_parquet(reduced_world / t) for t in targets}
+    split = pd.read_parquet(split_path)
+    shuffled = split.assign(label=np.random.default_rng(0).permutation(split["label"].to_numpy()))
+    assert (shuffled["label"] != split["label"]).any()
+    shuffled.to_parquet(split_path)                                  # same ids, other labels, newer file
+    snakemake(reduced_world, "--cores", "2", "--forcerun", "calibdcd_calibrate", *targets)
+    for t in targets:
+        after = pd.read_parquet(reduced_world / t)
+        pd.testing.assert_frame_equal(after.drop(columns="label"), before[t].drop(columns="label"))
+        labels = after.merge(shuffled[["id", "label"]], on="id", suffixes=("", "_split"))
+        assert (labels["label"] == labels["label_split"]).all()                # the evaluation sees the new labels
+    split.to_parquet(split_path)

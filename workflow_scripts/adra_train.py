@@ -1,0 +1,55 @@
+"""Entry point of rule ``adra_train``: train one ADRA variant on a split's unlabelled candidates
+(one process per device, torchrun). A rerun resumes from the last checkpoint in ``--work``."""
+
+import argparse
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from mialab.io import atomic_directory, write_json, write_parquet
+from mialab.jobs import setup_job
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", required=True, help="the target model's folder (or hub id)")
+    ap.add_argument("--split", required=True, help="the split whose candidates are trained on (labels dropped)")
+    ap.add_argument("--baseline-scores", help="passive baseline scores of the split (ADRA+ weights)")
+    ap.add_argument("--manifest", required=True, help="the stage manifest as JSON (its config drives the run)")
+    ap.add_argument("--work", required=True, help="folder of the trainer's periodic checkpoints")
+    for out in ("adapters", "training-set", "log", "manifest"):
+        ap.add_argument(f"--out-{out}", required=True)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    setup_job(None, args.threads)
+    from mialab.adra.stages import train
+
+    manifest = json.loads(args.manifest)
+    start = time.perf_counter()
+    snapshots = Path(args.work) / "snapshots"
+    baseline = pd.read_parquet(args.baseline_scores) if args.baseline_scores else None
+    data, log = train(args.model, pd.read_parquet(args.split), manifest["config"], Path(args.work) / "trainer",
+                      snapshots, baseline_scores=baseline)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    with atomic_directory(args.out_adapters) as tmp:
+        for item in snapshots.iterdir():
+            os.replace(item, tmp / item.name)
+    write_parquet(data.assign(references=data["references"].map(json.dumps)) if "references" in data else data,
+                  args.out_training_set)
+    log = log.astype({c: "float64" for c in log.columns if c != "step"})
+    write_parquet(log, args.out_log)
+    rewards = log["reward"].dropna() if "reward" in log.columns else pd.Series(dtype=float)
+    write_json({**manifest, "global_step": int(log["step"].max()), "rows": len(data),
+                "reward_first": float(rewards.iloc[0]) if len(rewards) else None,
+                "reward_last": float(rewards.iloc[-1]) if len(rewards) else None,
+                "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest)
+    shutil.rmtree(args.work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
