@@ -71,7 +71,7 @@ rule calibdcd_features:
         ),
         pool=lambda wc: pool_file(wc.dataset),
         model=lambda wc: model_dir(wc.model),
-        lms=lambda wc: [model_dir(m) for m in CALIBDCD_PLAN.lm_models()],
+        lms=lambda wc: model_dirs(CALIBDCD_PLAN.lm_models()),
     output:
         features=expand(
             "results/calibdcd/features/{{model}}/{{dataset}}/{{scope}}/{{key}}/features-{det}.parquet",

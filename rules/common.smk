@@ -66,6 +66,11 @@ def model_dir(model):
     return PLAN.model_path(model) if PLAN.is_built(model) else []
 
 
+def model_dirs(models):
+    """The folders to build for several models (given ``hf`` models need none)."""
+    return [d for d in map(model_dir, models) if d]
+
+
 def scores_file(model, dataset, seed):
     return PLAN.scores(model, dataset, seed).path("scores.parquet")
 
@@ -96,7 +101,7 @@ def dataset_outputs(dataset):
 
 
 def all_outputs():
-    out = [model_dir(m) for m in MODELS]
+    out = model_dirs(MODELS)
     for ds in DATASETS:
         out += dataset_outputs(ds)
     return out + ["results/evaluation/summary.md", "results/evaluation/summary.csv", *EXTRA_TARGETS]

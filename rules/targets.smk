@@ -9,7 +9,7 @@ rule splits:
 
 rule models:
     input:
-        [model_dir(m) for m in MODELS],
+        model_dirs(MODELS),
 
 
 rule scores:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from workflow_helpers import make_workdir, snakemake
+
 REPO = Path(__file__).resolve().parents[1]
 BOOT = REPO / "tests" / "slurm" / "boot.sh"
 STOP = REPO / "tests" / "slurm" / "stop.sh"
@@ -43,3 +45,16 @@ def slurm_env() -> dict[str, str]:
         subprocess.run(["bash", str(STOP)], check=True, timeout=120)
 
 
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory) -> Path:
+    """The default config.yaml run end to end (every stage and method) from an empty results/.
+
+    One run per test session, shared by every slow test that inspects the tiny world's outputs.
+    """
+    wd = make_workdir(tmp_path_factory.mktemp("tiny_world"))
+    start = time.monotonic()
+    snakemake(wd, "--profile", str(REPO / "profiles" / "local"), timeout=5400)
+    print(f"tiny world end to end: {time.monotonic() - start:.0f}s")
+    return wd

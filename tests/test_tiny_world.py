@@ -9,16 +9,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workflow_helpers import default_config, make_workdir, planned_jobs, snakemake, write_config
+from workflow_helpers import default_config, planned_jobs, snakemake, write_config
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> Path:
-    wd = make_workdir(tmp_path_factory.mktemp("tiny_world"))
-    snakemake(wd, "--profile", str(Path(__file__).resolve().parents[1] / "profiles" / "local"), timeout=3600)
-    return wd
+def world(tiny_world) -> Path:
+    return tiny_world
 
 
 def _summary(wd: Path) -> pd.DataFrame:

@@ -1,0 +1,291 @@
+"""ADRA / ADRA+ / N-Sampling logic (mialab.adra): tasks and prompts, rewards, the unlabelled training
+set, scoring, the report, and (slow) GRPO / SFT-ablation training with exact resume on a tiny Llama."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from mialab.adra.attack import rollout_metrics, score_table, top_k_mean
+from mialab.adra.report import step_curve, summary, with_steps
+from mialab.adra.rewards import (adra_reward, combine, distractor_references, membership_weights, pair_partners,
+                                 shares_prefix_pairs)
+from mialab.adra.tasks import Task, fit_prefix, known_templates, load_template, prompts, target, trainer_prompt
+from mialab.adra.training import training_set
+from mialab.generation.prompts import prompt_token_ids
+
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma tau upsilon phi chi psi "
+         "omega river stone cloud field light").split()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from mialab.models.tiny import train_tokenizer
+
+    return train_tokenizer([" ".join(WORDS)] * 50, vocab_size=300)
+
+
+def candidates(n: int = 6, words: int = 8) -> pd.DataFrame:
+    """Unlabelled candidates with distinct prefixes and suffixes of ``words`` words."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(n):
+        prefix = " ".join(rng.choice(WORDS, words))
+        suffix = " ".join(rng.choice(WORDS, words))
+        rows.append({"id": f"c{i}", "prefix": prefix, "suffix": suffix, "text": f"{prefix} {suffix}", "source": "t"})
+    return pd.DataFrame(rows)
+
+
+TASK = Task(template="continuation", assistant_prefix_ratio=0.25, max_new_tokens=8)
+
+
+# --- rewards -----------------------------------------------------------------------------------
+
+def test_contrastive_rule_on_hand_numbers():
+    # c_all = [0.8, 0.5, 0.3], w = 0.9 -> p = 0.1 -> 0.1 * 0.8 + 0.9 * 0.5 = 0.53
+    assert combine(np.array([0.8, 0.5, 0.3]), "contrastive", 0.9) == pytest.approx(0.53)
+    # a likely member (w = 0) is rewarded for its own suffix only when it is the best match
+    assert combine(np.array([0.8, 0.5, 0.3]), "contrastive", 0.0) == pytest.approx(0.8)
+    assert combine(np.array([0.2, 0.5, 0.3]), "contrastive", 0.0) == pytest.approx(0.5)
+    assert combine(np.array([0.2, 0.5]), "own", np.nan) == 0.2 and combine(np.array([0.2, 0.5]), "max", np.nan) == 0.5
+    with pytest.raises(ValueError, match="known: own, max, contrastive"):
+        combine(np.array([0.2]), "mean", 0.0)
+
+
+def test_adra_reward_scores_each_rollout_against_its_row_references():
+    own, other = "the quick brown fox jumps over the lazy dog", "seven silver swans swam south in spring"
+    reward = adra_reward("trio", tau=1.5)
+    values = reward([own, own, own, other], references=[[own], [own, other], [other, own], [own, other]],
+                    rule=["own", "contrastive", "contrastive", "max"], weight=[np.nan, 0.9, 0.2, np.nan],
+                    prompts=["p"] * 4, trainer_state=None)
+    # identical text: trio = 1; disjoint: 0. Row 2: 0.1 * max(1, 0) + 0.9 * max(0) = 0.1;
+    # row 3 (own suffix disjoint, the distractor identical): 0.8 * 1 + 0.2 * 1 = 1
+    assert values == pytest.approx([1.0, 0.1, 1.0, 1.0])
+
+
+def test_distractors_are_other_candidates_seeded_and_a_pair_partner_comes_first():
+    ids = [f"c{i}" for i in range(10)]
+    targets = [f"target of {i}" for i in ids]
+    refs = distractor_references(ids, targets, 7, seed=3)
+    for i, r in zip(ids, refs):
+        assert r[0] == f"target of {i}" and len(r) == 8
+        assert f"target of {i}" not in r[1:], "a candidate is never its own distractor"
+    assert refs == distractor_references(ids, targets, 7, seed=3)
+    assert refs != distractor_references(ids, targets, 7, seed=4)
+    forced = distractor_references(ids, targets, 7, seed=3, forced={"c0": "c5", "c5": "c0"})
+    assert forced[0][1] == "target of c5" and forced[5][1] == "target of c0"
+
+
+def test_membership_weights_are_min_max_normalised_lower_for_members_and_ignore_labels():
+    scores = pd.DataFrame({"id": ["a", "b", "c"], "label": [1, 0, 1], "min_k_plus_plus@0.2": [-1.0, -3.0, -2.0]})
+    w = membership_weights(scores, "min_k_plus_plus@0.2", ["c", "a", "b"])
+    np.testing.assert_allclose(w, [0.5, 0.0, 1.0])  # the highest score (most member-like) gets w = 0
+    shuffled = scores.assign(label=[0, 1, 0])
+    np.testing.assert_array_equal(membership_weights(shuffled, "min_k_plus_plus@0.2", ["c", "a", "b"]), w)
+    with pytest.raises(KeyError, match="known: min_k_plus_plus@0.2"):
+        membership_weights(scores.drop(columns="label"), "zlib", ["a"])
+
+
+# --- tasks and prompts -------------------------------------------------------------------------
+
+def test_templates_load_without_the_trailing_newline_and_unknown_names_list_the_known_ones():
+    assert load_template("continuation") == "{prefix}"
+    assert {"continuation", "wikipedia", "math"} <= set(known_templates())
+    assert load_template("math").endswith("{prefix}")
+    with pytest.raises(KeyError, match="known: .*continuation"):
+        load_template("contnuation")
+
+
+def test_fit_prefix_drops_the_first_words_until_the_prompt_fits(tokenizer):
+    prefix, suffix = " ".join(WORDS), "river stone cloud field"
+    full = len(prompt_token_ids(tokenizer, f"{prefix} river"))
+    assert fit_prefix(tokenizer, "{prefix}", prefix, suffix, chat=False, ratio=0.25, max_tokens=full) == prefix
+    cut = fit_prefix(tokenizer, "{prefix}", prefix, suffix, chat=False, ratio=0.25, max_tokens=12)
+    assert prefix.endswith(cut) and len(cut.split()) < len(WORDS)
+    assert len(prompt_token_ids(tokenizer, f"{cut} river")) <= 12
+    longer = " ".join(prefix.split()[-len(cut.split()) - 1:])
+    assert len(prompt_token_ids(tokenizer, f"{longer} river")) > 12, "as few words as needed are dropped"
+    with pytest.raises(ValueError, match="even without prefix words"):
+        fit_prefix(tokenizer, "{prefix}", prefix, " ".join(WORDS * 3), chat=False, ratio=0.5, max_tokens=4)
+
+
+def test_trainer_prompts_tokenise_to_the_engine_prompt_ids(tokenizer):
+    for chat in (False, True):
+        text = prompts(candidates(1), tokenizer, TASK, chat=chat)[0]
+        ids = tokenizer(trainer_prompt(tokenizer, text))["input_ids"]  # a trainer adds special tokens
+        assert ids == prompt_token_ids(tokenizer, text)
+    assert trainer_prompt(tokenizer, "<s>hello") == "hello"
+
+
+# --- the training set --------------------------------------------------------------------------
+
+def test_training_set_refuses_labels_and_targets_skip_the_given_words(tokenizer):
+    cands = candidates()
+    with pytest.raises(ValueError, match="unlabelled"):
+        training_set(cands.assign(label=1), tokenizer, TASK, "adra", chat=False, seed=0)
+    adra = training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0)
+    suffix = cands["suffix"][0].split()
+    assert adra["references"][0] == [" ".join(suffix[2:])]  # floor(0.25 * 8) = 2 words given
+    assert adra["prompt"][0].endswith(" ".join(suffix[:2])) and set(adra["rule"]) == {"own"}
+    rand = training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0, random_suffixes=2)
+    assert set(rand["rule"]) == {"max"} and all(len(r) == 3 for r in rand["references"])
+    plus = training_set(cands, tokenizer, TASK, "adra_plus", chat=False, seed=0, distractors=3,
+                        weights=np.linspace(0, 1, len(cands)))
+    assert set(plus["rule"]) == {"contrastive"} and all(len(r) == 4 for r in plus["references"])
+    np.testing.assert_allclose(plus["weight"], np.linspace(0, 1, len(cands)))
+    sft = training_set(cands, tokenizer, TASK, "adra_sft", chat=False, seed=0)
+    assert sft["completion"][0] == " " + " ".join(suffix[2:])
+
+
+def test_pair_rule_one_example_per_shared_prefix_pair_rewarded_for_the_better_suffix(tokenizer):
+    cands = candidates(4)
+    cands["pair_id"] = ["p0", "p0", "p1", "p1"]
+    cands.loc[1, "prefix"], cands.loc[3, "prefix"] = cands.loc[0, "prefix"], cands.loc[2, "prefix"]
+    assert shares_prefix_pairs(cands) and pair_partners(cands) == {"c0": "c1", "c1": "c0", "c2": "c3", "c3": "c2"}
+    task = Task(template="continuation", assistant_prefix_ratio=0.0, max_new_tokens=8)
+    rows = training_set(cands, tokenizer, task, "adra", chat=False, seed=0)
+    assert list(rows["id"]) == ["c0", "c2"] and set(rows["rule"]) == {"max"}
+    assert rows["references"][0] == [cands["suffix"][0], cands["suffix"][1]]
+    reward = adra_reward("trio")
+    assert reward([cands["suffix"][1]], references=[rows["references"][0]], rule=["max"], weight=[np.nan]) == [1.0]
+    with pytest.raises(ValueError, match="ADRA\\+ does not apply"):
+        training_set(cands, tokenizer, task, "adra_plus", chat=False, seed=0, weights=np.zeros(4))
+    with pytest.raises(ValueError, match="assistant_prefix_ratio to 0"):
+        training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0)
+    different = cands.assign(prefix=[f"other prefix {i}" for i in range(4)])  # WikiMIA-24 Hard style pairs
+    assert not shares_prefix_pairs(different)
+
+
+# --- scoring and the report --------------------------------------------------------------------
+
+def test_score_table_aggregates_n_rollouts_per_candidate_and_joins_labels_last():
+    split = pd.DataFrame({"id": ["a", "b"], "suffix": ["one two three four five six seven eight"] * 2,
+                         "label": [1, 0]})
+    rollouts = pd.DataFrame({"id": ["a", "a", "b", "b"], "sample": [0, 1, 0, 1],
+                             "text": ["three four five six seven eight", "zzz", "zzz", "yyy"]})
+    metrics = rollout_metrics(rollouts, split, ratio=0.25, n=2)
+    table = score_table(metrics, split, "n_sampling")
+    assert list(table["label"]) == [1, 0]
+    assert table.loc[0, "n_sampling/lcs_ratio_ref@bon"] == 1.0  # the suffix after the 2 given words
+    assert table.loc[0, "n_sampling/lcs_ratio_ref@aon"] == 0.5
+    assert table.loc[1, "n_sampling/jaccard@bon"] == 0.0
+    assert "n_sampling/n_cand@aon" not in table.columns
+    with pytest.raises(ValueError, match="need 3 rollouts"):
+        rollout_metrics(rollouts, split, ratio=0.25, n=3)
+
+
+def test_top_k_mean_and_the_report_summary():
+    assert top_k_mean([0.9, 0.8, 0.7, 0.6, 0.5, 0.1]) == pytest.approx(0.7)
+    rows = []
+    for seed in (0, 1):
+        for i, m in enumerate(["a@aon", "b@aon", "c@aon", "d@aon", "e@aon", "f@aon"]):
+            rows.append({"model": "m", "seed": seed, "attack": "adra", "metric": m, "auroc": 0.5 + 0.05 * i + 0.1 * seed})
+            rows.append({"model": "m", "seed": seed, "attack": "adra@step4", "metric": m, "auroc": 0.5})
+            rows.append({"model": "m", "seed": seed, "attack": "adra_init", "metric": m, "auroc": 0.4})
+        rows.append({"model": "m", "seed": seed, "attack": "passive", "metric": "loss", "auroc": 0.6 + 0.1 * seed})
+    table = summary(pd.DataFrame(rows), primary="a@aon").set_index("attack")
+    assert table.loc["adra", "top5_mean"] == pytest.approx(np.mean([0.65, 0.75]))  # 0.55..0.75 (+0.1)
+    assert table.loc["adra", "primary_mean"] == pytest.approx(0.55) and table.loc["adra", "best_metric"] == "f@aon"
+    assert table.loc["passive", "best_mean"] == pytest.approx(0.65) and pd.isna(table.loc["passive", "top5_mean"])
+    curve = step_curve(table.reset_index(), {"m": {"adra": 12}})
+    assert list(zip(curve["step"], curve["top5_mean"].round(3))) == [(0, 0.4), (4, 0.5), (12, 0.7)]
+    assert list(with_steps(table.reset_index(), {"m": {"adra": 12}})["step"].fillna(-1)) == [12, 4, 0, -1]
+
+
+# --- training (slow: a tiny random Llama, real TRL + peft) --------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, tokenizer) -> str:
+    from mialab.models.tiny import init_model, llama_config, save_model
+
+    import torch
+
+    model = init_model(llama_config(len(tokenizer), hidden_size=64, num_layers=2, num_heads=4, tokenizer=tokenizer),
+                       seed=0)
+    # 40 steps on random word sequences, so that rollouts are words and the reward varies
+    rng, opt = np.random.default_rng(0), torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(40):
+        batch = tokenizer([" ".join(rng.choice(WORDS, 12)) for _ in range(8)], return_tensors="pt", padding=True)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        model(**batch, labels=labels).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    save_model(model, tokenizer, path)
+    return str(path)
+
+
+def settings(**over):
+    from mialab.rl.grpo import GRPOSettings
+
+    base = dict(lr=5e-3, beta=0.005, max_steps=4, num_generations=4, batch_size=8, max_completion_length=8,
+                max_prompt_length=32, save_steps=2, save_total_limit=None, temperature=1.0, top_p=0.95, top_k=50,
+                lora={"r": 4, "lora_alpha": 8, "target_modules": "all-linear"}, seed=0)
+    return GRPOSettings(**{**base, **over})
+
+
+def adapter(path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(path, "adapter_model.safetensors"))
+
+
+def same(a: dict, b: dict) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def crashing(reward, after: int):
+    """The reward, raising on its call ``after + 1``: a job killed mid-run (after the checkpoint of step 2)."""
+    calls = {"n": 0}
+
+    def crashing_reward(completions, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > after:
+            raise RuntimeError("simulated preemption")
+        return reward(completions, **kwargs)
+
+    return crashing_reward
+
+
+@pytest.mark.slow
+def test_adra_plus_resumed_after_a_crash_ends_with_the_uninterrupted_adapter(tiny_model, tokenizer, tmp_path):
+    from mialab.adra.training import train_policy
+
+    data = training_set(candidates(4), tokenizer, TASK, "adra_plus", chat=False, seed=0, distractors=2,
+                        weights=np.array([0.0, 0.3, 0.6, 1.0])).drop(columns="id")
+    reward = adra_reward("trio")
+    log = train_policy(tiny_model, data, "adra_plus", settings(), tmp_path / "a", reward, snapshot_steps=[2],
+                       snapshot_dir=tmp_path / "a-policies")
+    assert int(log["step"].max()) == 4 and np.isfinite(log["reward"].dropna()).all()
+    assert {p.name for p in (tmp_path / "a-policies").iterdir()} == {"step-2", "final"}
+    assert not (tmp_path / "a-policies" / "final" / "optimizer.pt").exists()
+    with pytest.raises(RuntimeError, match="simulated preemption"):
+        train_policy(tiny_model, data, "adra_plus", settings(), tmp_path / "b", crashing(reward, 2),
+                     snapshot_steps=[2], snapshot_dir=tmp_path / "b-policies")
+    assert (tmp_path / "b" / "checkpoint-2").is_dir() and not (tmp_path / "b-policies" / "final").exists()
+    train_policy(tiny_model, data, "adra_plus", settings(), tmp_path / "b", reward, snapshot_steps=[2],
+                 snapshot_dir=tmp_path / "b-policies")
+    final_a, final_b = adapter(tmp_path / "a-policies" / "final"), adapter(tmp_path / "b-policies" / "final")
+    assert same(final_a, final_b), "the resumed run must end with the uninterrupted run's adapter"
+    assert same(adapter(tmp_path / "a-policies" / "step-2"), adapter(tmp_path / "b-policies" / "step-2"))
+    assert not same(final_a, adapter(tmp_path / "a-policies" / "step-2")), "training changed the adapter"
+
+
+@pytest.mark.slow
+def test_sft_ablation_trains_a_lora_adapter_with_the_grpo_budget(tiny_model, tokenizer, tmp_path):
+    from mialab.adra.training import train_policy
+    from mialab.rl.grpo import checkpoint_state
+
+    data = training_set(candidates(4), tokenizer, TASK, "adra_sft", chat=False, seed=0).drop(columns="id")
+    train_policy(tiny_model, data, "adra_sft", settings(), tmp_path / "w", None, snapshot_steps=[2],
+                 snapshot_dir=tmp_path / "p")
+    state = checkpoint_state(tmp_path / "p" / "final")
+    assert state.global_step == 4 and state.train_batch_size == 2  # 8 completions / 4 rollouts = 2 prompts a step
+    assert not same(adapter(tmp_path / "p" / "final"), adapter(tmp_path / "p" / "step-2"))
