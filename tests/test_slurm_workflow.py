@@ -13,14 +13,15 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, VENV_BIN
-from workflow_helpers import default_config, make_workdir
+from workflow_helpers import foundation_config, make_workdir
 
 pytestmark = pytest.mark.slow
 
 
 def reduced_config() -> dict:
-    """The tiny world with one seed and a few training steps: scheduling, not accuracy, is tested."""
-    cfg = default_config()
+    """The tiny world's spine with one seed and a few training steps: scheduling, not accuracy, is
+    tested (the method stages run in the local end-to-end test)."""
+    cfg = foundation_config()
     cfg["seeds"] = [0]
     for ds in cfg["datasets"].values():
         ds["split"]["n_per_class"] = 16

@@ -11,6 +11,8 @@ ADRA (config ``adra``; needs ``n_sampling``, whose tasks, N and metrics it share
 - rollouts / scores (model, dataset, seed, policy): a policy is ``init`` (the untrained model, step 0,
   shared by every variant), ``<variant>-step<k>`` (an intermediate checkpoint) or ``<variant>-final``.
   Only the final policies join the results table; the report plots AUROC against the step.
+
+The plans read a config validated against ``schemas/config.schema.yaml`` (defaults filled in).
 """
 
 from __future__ import annotations
