@@ -46,7 +46,7 @@ def test_rl_checkpoints_of_one_run_share_its_key_and_only_the_run_config_changes
     cfg["models"]["grpo_e2"] = copy.deepcopy(cfg["models"]["grpo_e2"])  # YAML merge keys share nested dicts
     cfg["models"]["grpo_e2"]["reference"] = "base"
     assert Plan(cfg).rl_run("grpo_e2").key == run.key
-    cfg["models"]["grpo_e2"]["train"]["lr"] = 2e-4
+    cfg["models"]["grpo_e2"]["train"]["lr"] *= 2  # a different learning rate: a different run
     changed = Plan(cfg)
     assert changed.rl_run("grpo_e2").key != run.key and changed.rl_run("grpo_e1").key == run.key
     assert changed.scores("grpo_e2", "aime", 0).key != plan.scores("grpo_e2", "aime", 0).key
@@ -185,7 +185,7 @@ def reduced_config() -> dict:
     models = {"base": base, "sft": sft, "grpo_e1": grpo, "grpo_e2": {**copy.deepcopy(grpo), "epoch": 2}}
     cfg["models"] = models
     lara = cfg["lara"]
-    lara.update(models=["sft", "grpo_e2"], question={"rule": "request", "max_words": 24},
+    lara.update(models=["sft", "grpo_e2"], question={"rule": "request", "max_words": 44},
                 controls={"n_reference": 6, "seed": 0}, neighbours={"n": 3}, features={"batch_size": 16,
                                                                                        "max_length": 128})
     lara["paraphrase"]["n_variants"] = 2
