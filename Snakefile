@@ -6,12 +6,14 @@ configfile: "config.yaml"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/paraphrase.smk"
 include: "rules/models.smk"
 include: "rules/scoring.smk"
 include: "rules/evaluation.smk"
 include: "rules/accounting.smk"
 include: "rules/calibdcd.smk"
 include: "rules/lara.smk"
+include: "rules/leakage.smk"
 include: "rules/targets.smk"
 
 

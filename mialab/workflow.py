@@ -30,6 +30,15 @@ STAGE_VERSIONS: dict[str, int] = {
     "sft": 1,
     "rl": 1,
     "scores": 1,
+    "paraphrase": 1,
+    "leakage": 1,
+}
+
+# datasets.<name>.paraphrase.apply_to -> the ADRA experiment and what each part of it sees
+# (mialab.data.paraphrase.EXPERIMENTS, repeated here so building the plan imports no pandas).
+PARAPHRASE_EXPERIMENTS: dict[str, dict] = {
+    "evaluation": {"experiment": "existing_model", "setting": {"evaluate": "paraphrased"}},
+    "training": {"experiment": "finetune", "setting": {"train": "paraphrased", "evaluate": "original"}},
 }
 
 
@@ -114,9 +123,83 @@ class Plan:
 
     @functools.lru_cache(maxsize=None)
     def split(self, dataset: str, seed: int) -> Stage:
+        """The drawn split. A dataset with a ``paraphrase`` entry records it here (so the split's
+        manifest names the setting and every stage keyed on the split follows it); without one
+        the key is what it always was."""
         spec = self.config["datasets"][dataset].get("split", {})
+        extra = {}
+        para = self.paraphrase_spec(dataset)
+        if para is not None:
+            experiment = PARAPHRASE_EXPERIMENTS[para["apply_to"]]
+            extra = {"paraphrase": {**para, **experiment}}
         return self._stage("splits", "split", [dataset, f"seed-{seed}"], {
             "dataset": dataset, "seed": int(seed), "config": spec, "upstream": {"pool": self.pool(dataset).key},
+            **extra,
+        })
+
+    # -- the paraphrased setting (rules/paraphrase.smk) ----------------------------------------
+    def paraphrase_spec(self, dataset: str) -> dict | None:
+        """``datasets.<dataset>.paraphrase`` with defaults (None: the verbatim setting)."""
+        spec = self.config["datasets"][dataset].get("paraphrase")
+        if not spec:
+            return None
+        spec = {"apply_to": "evaluation", "options": {}, **spec}
+        if spec["apply_to"] not in PARAPHRASE_EXPERIMENTS:
+            raise ValueError(f"datasets.{dataset}.paraphrase.apply_to: {spec['apply_to']!r}; "
+                             f"known: {', '.join(PARAPHRASE_EXPERIMENTS)}")
+        return spec
+
+    def paraphrase_applies_to(self, dataset: str) -> str | None:
+        spec = self.paraphrase_spec(dataset)
+        return spec["apply_to"] if spec else None
+
+    @functools.lru_cache(maxsize=None)
+    def paraphrased_split(self, dataset: str, seed: int) -> Stage:
+        """The split with its texts paraphrased, ids aligned (``apply_to: evaluation``)."""
+        spec = self.paraphrase_spec(dataset)
+        if spec is None or spec["apply_to"] != "evaluation":
+            raise KeyError(f"dataset {dataset!r} asks for no paraphrased evaluation split")
+        return self._stage("paraphrases", "paraphrase", [dataset, f"seed-{seed}"], {
+            "dataset": dataset, "seed": int(seed), "config": spec,
+            "family": self.config["datasets"][dataset]["pool"]["family"],
+            "upstream": {"split": self.split(dataset, seed).key},
+        })
+
+    def evaluated_split(self, dataset: str, seed: int) -> Stage:
+        """The split every scoring stage reads: the paraphrased one for ``apply_to: evaluation``."""
+        if self.paraphrase_applies_to(dataset) == "evaluation":
+            return self.paraphrased_split(dataset, seed)
+        return self.split(dataset, seed)
+
+    @functools.lru_cache(maxsize=None)
+    def paraphrased_pool(self, dataset: str) -> Stage:
+        """The pool with its members paraphrased (``apply_to: training``): what models train on."""
+        spec = self.paraphrase_spec(dataset)
+        if spec is None or spec["apply_to"] != "training":
+            raise KeyError(f"dataset {dataset!r} asks for no paraphrased training pool")
+        return self._stage("paraphrases", "paraphrase", [dataset, "pool"], {
+            "dataset": dataset, "config": spec, "family": self.config["datasets"][dataset]["pool"]["family"],
+            "upstream": {"pool": self.pool(dataset).key},
+        })
+
+    def member_pool(self, dataset: str) -> Stage:
+        """The pool whose label-1 rows a contaminating model trains on."""
+        if self.paraphrase_applies_to(dataset) == "training":
+            return self.paraphrased_pool(dataset)
+        return self.pool(dataset)
+
+    # -- leakage and shift checks (rules/leakage.smk) -------------------------------------------
+    def leakage_options(self, dataset: str) -> dict:
+        from mialab.data.leakage import leakage_options
+
+        return leakage_options(self.config.get("leakage"), dataset, self.dataset_names())
+
+    @functools.lru_cache(maxsize=None)
+    def leakage(self, dataset: str, seed: int) -> Stage:
+        """Duplicate, blind-baseline and length checks of the split the attacks are evaluated on."""
+        return self._stage("leakage", "leakage", [dataset, f"seed-{seed}"], {
+            "dataset": dataset, "seed": int(seed), "config": self.leakage_options(dataset),
+            "upstream": {"split": self.evaluated_split(dataset, seed).key},
         })
 
     # -- models -------------------------------------------------------------------------------
@@ -141,7 +224,7 @@ class Plan:
         if kind == "hf":
             return Stage("models", stable_hash({"hf": spec["path"], "revision": spec.get("revision")}),
                          spec["path"], {"kind": "hf", "path": spec["path"]})
-        members = {m["dataset"]: self.pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
+        members = {m["dataset"]: self.member_pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
         if kind == "pretrain":
             upstream = {"tokenizer": self.tokenizer().key, "member_pools": members}
             extra = {"filler": source_fingerprint(spec["filler"])}
@@ -168,7 +251,7 @@ class Plan:
         (``results/rl/<key>/epoch-<e>/``).
         """
         spec = self.model_spec(name)
-        members = {m["dataset"]: self.pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
+        members = {m["dataset"]: self.member_pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
         run = {k: v for k, v in spec.items() if k not in ("epoch", "reference", "datasets")}
         return self._stage("rl", "rl", [], {
             "config": run, "filler": source_fingerprint(spec["filler"]["source"]),
@@ -190,7 +273,7 @@ class Plan:
     @functools.lru_cache(maxsize=None)
     def scores(self, model: str, dataset: str, seed: int) -> Stage:
         ref = self.reference_of(model)
-        upstream = {"model": self.model(model).key, "split": self.split(dataset, seed).key}
+        upstream = {"model": self.model(model).key, "split": self.evaluated_split(dataset, seed).key}
         if ref is not None:
             upstream["reference_scores"] = self.scores(ref, dataset, seed).key
         return self._stage("scores", "scores", [model, dataset, f"seed-{seed}"], {

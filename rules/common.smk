@@ -57,8 +57,14 @@ def pool_file(dataset):
     return PLAN.pool(dataset).path("pool.parquet")
 
 
+def member_pool_file(dataset):
+    """The pool a contaminating model trains on: paraphrased members when the dataset asks for that."""
+    return PLAN.member_pool(dataset).path("pool.parquet")
+
+
 def split_file(dataset, seed):
-    return PLAN.split(dataset, seed).path("split.parquet")
+    """The split the attacks read: the paraphrased one when the dataset asks for that setting."""
+    return PLAN.evaluated_split(dataset, seed).path("split.parquet")
 
 
 def model_dir(model):
@@ -80,8 +86,11 @@ def scores_file(model, dataset, seed):
 #   and one column per method, higher = member) or None; evaluate_dataset joins every table of a
 #   (model, dataset, seed) on id, so their methods appear in the same results table.
 # - EXTRA_TARGETS: further files `rule all` builds (per-method reports, figures).
+# - DATASET_OUTPUTS: functions dataset -> list of paths that the per-dataset target
+#   `dataset_<name>` (and `rule all`) also builds (e.g. the leakage checks of its splits).
 SCORE_PROVIDERS = [scores_file]
 EXTRA_TARGETS = []
+DATASET_OUTPUTS = []
 
 
 def evaluation_outputs(dataset):
@@ -97,7 +106,10 @@ def dataset_outputs(dataset):
     out = [split_file(dataset, s) for s in SEEDS]
     out += [path for _, _, path in evaluation_runs(dataset)]
     ev = evaluation_outputs(dataset)
-    return out + list(ev.values())
+    out += list(ev.values())
+    for provider in DATASET_OUTPUTS:
+        out += provider(dataset)
+    return out
 
 
 def all_outputs():

@@ -28,6 +28,7 @@ rule summarize:
     input:
         summaries=[f"results/evaluation/{d}/summary.parquet" for d in DATASETS],
         per_seed=[f"results/evaluation/{d}/per_seed.parquet" for d in DATASETS],
+        leakage=lambda wc: LEAKAGE_TABLES,  # rules/leakage.smk: the split checks beside the results
     output:
         summary="results/evaluation/summary.parquet",
         per_seed="results/evaluation/per_seed.parquet",

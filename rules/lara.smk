@@ -32,7 +32,7 @@ for _ds in LARA_PLAN.datasets():
 rule rl_contaminate:
     input:
         init=lambda wc: model_dir(RL_PLAN.spec(wc.key)["init"]),
-        member_pool=lambda wc: pool_file(RL_PLAN.spec(wc.key)["members"]["dataset"]),
+        member_pool=lambda wc: member_pool_file(RL_PLAN.spec(wc.key)["members"]["dataset"]),
         filler=lambda wc: local_files(RL_PLAN.spec(wc.key)["filler"]["source"]),
         previous=lambda wc: RL_PLAN.previous(wc.key, int(wc.epoch)),
     output:
@@ -52,6 +52,7 @@ rule rl_contaminate:
         nproc=config["launch"]["nproc"],
         python=sys.executable,
         script=os.path.join(workflow.basedir, "workflow_scripts", "rl_contaminate.py"),
+    priority: 10  # training is the critical path: schedule it before the cheap jobs
     threads: 2
     conda:
         "../environment.yml"

@@ -24,7 +24,7 @@ rule pretrain_model:
     input:
         tokenizer=lambda wc: PLAN.tokenizer().path("tokenizer"),
         filler=lambda wc: config["models"][wc.model]["filler"],
-        member_pools=lambda wc: [pool_file(m["dataset"]) for m in config["models"][wc.model]["members"]],
+        member_pools=lambda wc: [member_pool_file(m["dataset"]) for m in config["models"][wc.model]["members"]],
     output:
         model=directory("results/models/{model}/{key}/model"),
         manifest="results/models/{model}/{key}/manifest.json",
@@ -33,6 +33,7 @@ rule pretrain_model:
     params:
         spec=lambda wc: config["models"][wc.model],
         manifest=lambda wc: _checked(PLAN.model(wc.model), wc).manifest,
+    priority: 10  # training is the critical path: schedule it before the cheap jobs
     threads: 1
     conda:
         "../environment.yml"
@@ -47,7 +48,7 @@ rule pretrain_model:
 rule sft_contaminate:
     input:
         init=lambda wc: model_dir(config["models"][wc.model]["init"]),
-        member_pool=lambda wc: [pool_file(m["dataset"]) for m in [config["models"][wc.model].get("members")] if m],
+        member_pool=lambda wc: [member_pool_file(m["dataset"]) for m in [config["models"][wc.model].get("members")] if m],
         filler=lambda wc: local_files(config["models"][wc.model]["filler"]["source"]),
     output:
         model=directory("results/models/{model}/{key}/model"),
@@ -61,6 +62,7 @@ rule sft_contaminate:
         nproc=config["launch"]["nproc"],
         python=sys.executable,
         script=os.path.join(workflow.basedir, "workflow_scripts", "sft_contaminate.py"),
+    priority: 10  # training is the critical path: schedule it before the cheap jobs
     threads: 2
     conda:
         "../environment.yml"

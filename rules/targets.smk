@@ -1,4 +1,4 @@
-# Per-stage targets (snakemake splits / models / scores / evaluation) and one target per dataset
+# Per-stage targets (snakemake splits / models / scores / evaluation / leakage) and one target per dataset
 # (snakemake dataset_<name>) for partial runs.
 
 
@@ -21,6 +21,11 @@ rule evaluation:
     input:
         "results/evaluation/summary.md",
         "results/evaluation/summary.csv",
+
+
+rule leakage:
+    input:
+        LEAKAGE_SUMMARY.values(),
 
 
 for _ds in DATASETS:

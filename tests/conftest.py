@@ -1,9 +1,11 @@
-"""Shared fixtures: the real single-node SLURM booted by tests/slurm/boot.sh."""
+"""Shared fixtures: the real single-node SLURM booted by tests/slurm/boot.sh, the default tiny world
+run once per session, and a copy of it with shuffled evaluation labels."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -45,8 +47,6 @@ def slurm_env() -> dict[str, str]:
         subprocess.run(["bash", str(STOP)], check=True, timeout=120)
 
 
-
-
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory) -> Path:
     """The default config.yaml run end to end (every stage and method) from an empty results/.
@@ -58,3 +58,30 @@ def tiny_world(tmp_path_factory) -> Path:
     snakemake(wd, "--profile", str(REPO / "profiles" / "local"), timeout=5400)
     print(f"tiny world end to end: {time.monotonic() - start:.0f}s")
     return wd
+
+
+@pytest.fixture(scope="session")
+def shuffled_world(tiny_world, tmp_path_factory) -> dict:
+    """A copy of the tiny world whose seed-0 splits carry permuted labels (same ids, other labels),
+    with the label-free methods' seed-0 score tables rebuilt from there: CalibDCD on ``chat`` and
+    LaRA on ``grpo_e2``, every stage from the split on. Tests compare them with ``before``."""
+    import numpy as np
+    import pandas as pd
+
+    wd = tmp_path_factory.mktemp("shuffled_world")
+    shutil.copytree(tiny_world, wd, symlinks=True, dirs_exist_ok=True)   # keeps mtimes: nothing is stale
+    targets = [str(p.relative_to(wd)) for pattern in ("results/calibdcd/scores/chat/wikimia/*/seed-0/*/scores.parquet",
+                                                       "results/lara/scores/grpo_e2/aime/seed-0/*/scores.parquet")
+               for p in wd.glob(pattern)]
+    assert len(targets) == 3, targets
+    before = {t: pd.read_parquet(wd / t) for t in targets}
+    splits = {}
+    for dataset in ("wikimia", "aime"):
+        (path,) = wd.glob(f"results/splits/{dataset}/seed-0/*/split.parquet")
+        split = pd.read_parquet(path)
+        shuffled = split.assign(label=np.random.default_rng(0).permutation(split["label"].to_numpy()))
+        assert (shuffled["label"] != split["label"]).any()
+        shuffled.to_parquet(path, index=False)                       # a newer file: its consumers rerun
+        splits[dataset] = shuffled
+    snakemake(wd, "--cores", "2", "--forcerun", "calibdcd_calibrate", "lara_scores", *targets, timeout=1800)
+    return {"workdir": wd, "before": before, "splits": splits}

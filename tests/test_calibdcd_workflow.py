@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -323,60 +322,24 @@ def test_no_calibdcd_section_means_no_calibdcd_job(tmp_path):
     assert not any(rule.startswith("calibdcd") for rule in jobs)
 
 
-# --- slow: the reduced tiny world end to end ------------------------------------------------------------
-
-SLOW_VARIANTS = ("calibdcd", "top1", "full_correction")
-
-
-def reduced_config(pool_source: str) -> dict:
-    """wikimia (a 160-text slice) only, 16 + 16 texts per seed, two seeds, small fast models, 4 generated
-    tokens, three variants (all seven: test_calibrate_variants_...); models base, control, chat; no
-    other method's section."""
-    full = default_config()
-    cfg = {k: full[k] for k in ("seeds", "datasets", "tokenizer", "scoring", "evaluation", "launch", "calibdcd")}
-    cfg["seeds"] = [0, 1]
-    cfg["datasets"] = {"wikimia": full["datasets"]["wikimia"]}
-    cfg["datasets"]["wikimia"]["pool"]["source"] = pool_source
-    cfg["datasets"]["wikimia"]["split"]["n_per_class"] = 16
-    cfg["tokenizer"] = {"vocab_size": 2048, "corpora": ["resources/data/tinyshakespeare/input.txt", pool_source]}
-    cfg["models"] = {m: full["models"][m] for m in ("base", "control", "chat")}
-    small = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "max_position_embeddings": 256}
-    for name in ("base", "control"):
-        cfg["models"][name]["architecture"] = small
-        cfg["models"][name]["train"].update(steps=20, seq_len=128)
-    cfg["models"]["chat"]["filler"]["query"] = "year < 1986"
-    cfg["models"]["chat"]["train"]["max_length"] = 128
-    cfg["scoring"]["methods"] = ["loss"]
-    cfg["calibdcd"]["partition"] = {"n_train_per_class": 10, "n_calibration": 8}
-    cfg["calibdcd"]["generation"]["max_new_tokens"] = 4
-    cfg["calibdcd"]["detectors"]["dpdllm"]["length"] = 4
-    cfg["calibdcd"]["variants"] = list(SLOW_VARIANTS)
-    return cfg
-
-
-@pytest.fixture(scope="module")
-def reduced_world(tmp_path_factory) -> Path:
-    wd = tmp_path_factory.mktemp("calibdcd_world")
-    wikimia = pd.read_parquet(REPO / "resources/data/wikimia/WikiMIA_length64.parquet").iloc[:160]
-    wikimia.to_parquet(wd / "wikimia160.parquet")
-    make_workdir(wd, reduced_config(str(wd / "wikimia160.parquet")))
-    snakemake(wd, "--cores", "2", "calibdcd", "results/evaluation/summary.parquet", timeout=2400)
-    return wd
-
+# --- slow: the default tiny world end to end (the session's shared run) ----------------------------------
 
 @pytest.mark.slow
-def test_reduced_world_outputs_schemas_and_results_table(reduced_world):
-    r = reduced_world / "results"
-    variants = list(SLOW_VARIANTS)
+def test_tiny_world_outputs_schemas_and_results_table(tiny_world):
+    r = tiny_world / "results"
+    cfg = default_config()["calibdcd"]
+    n_seeds, variants = len(default_config()["seeds"]), list(VARIANTS)
     for det in ("dpdllm", "veilprobe"):
         scores = pd.read_parquet(next(r.glob(f"calibdcd/scores/chat/wikimia/{det}/seed-0/*/scores.parquet")))
         assert scores.columns.tolist() == ["id", "label", f"calibdcd/{det}/original", *[f"calibdcd/{det}/{v}" for v in variants]]
-        assert len(scores) == 32 and scores["label"].sum() == 16
+        assert len(scores) == 128 and scores["label"].sum() == 64
         assert np.isfinite(scores.iloc[:, 2:].to_numpy()).all()
     original = pd.read_parquet(next(r.glob("calibdcd/features/chat/wikimia/original/*/features-veilprobe.parquet")))
-    assert len(original) == 160 and set(original["view"]) == {ORIGINAL}            # every pool text, e0 only
+    pool = pd.read_parquet(REPO / "resources/data/wikimia/WikiMIA_length64.parquet")
+    assert len(original) == len(pool) and set(original["view"]) == {ORIGINAL}    # every pool text, e0 only
     views = pd.read_parquet(next(r.glob("calibdcd/features/chat/wikimia/views-seed-1/*/features-dpdllm.parquet")))
-    assert views.groupby("view").size().to_dict() == {v: 8 for v in controlled_views("tiny")}
+    n_cal = cfg["partition"]["n_calibration"]
+    assert views.groupby("view").size().to_dict() == {v: n_cal for v in controlled_views("tiny")}
     summary = pd.read_parquet(r / "evaluation/summary.parquet")
     methods = set(summary.loc[summary["model"] == "chat", "method"])
     assert {f"calibdcd/{d}/{v}" for d in ("dpdllm", "veilprobe") for v in ["original", *variants]} <= methods
@@ -385,26 +348,20 @@ def test_reduced_world_outputs_schemas_and_results_table(reduced_world):
     for heading in ("Main results: AUC", "TPR@5%FPR", "Ablations", "False-positive recovery"):
         assert heading in report
     abl = pd.read_csv(r / "calibdcd/ablations.csv")
-    assert abl.loc[abl["variant"] == "calibdcd", "n"].iloc[0] == 2 * 2 * 2           # models x detectors x seeds
-    assert set(abl["variant"]) == {*SLOW_VARIANTS, "original"}
+    assert abl.loc[abl["variant"] == "calibdcd", "n"].iloc[0] == 2 * 2 * n_seeds     # models x detectors x seeds
+    assert set(abl["variant"]) == {*variants, "original"}
     main = pd.read_csv(r / "calibdcd/main.csv")
-    assert len(main) == 4 and main["n_seeds"].eq(2).all()
+    assert len(main) == 4 and main["n_seeds"].eq(n_seeds).all()
 
 
 @pytest.mark.slow
-def test_reduced_world_calibration_reads_no_evaluation_label(reduced_world):
-    r = reduced_world / "results"
-    (split_path,) = r.glob("splits/wikimia/seed-0/*/split.parquet")
-    targets = [str(p.relative_to(reduced_world)) for p in r.glob("calibdcd/scores/*/wikimia/*/seed-0/*/scores.parquet")]
-    before = {t: pd.read_parquet(reduced_world / t) for t in targets}
-    split = pd.read_parquet(split_path)
-    shuffled = split.assign(label=np.random.default_rng(0).permutation(split["label"].to_numpy()))
-    assert (shuffled["label"] != split["label"]).any()
-    shuffled.to_parquet(split_path)                                  # same ids, other labels, newer file
-    snakemake(reduced_world, "--cores", "2", "--forcerun", "calibdcd_calibrate", *targets)
-    for t in targets:
-        after = pd.read_parquet(reduced_world / t)
-        pd.testing.assert_frame_equal(after.drop(columns="label"), before[t].drop(columns="label"))
-        labels = after.merge(shuffled[["id", "label"]], on="id", suffixes=("", "_split"))
-        assert (labels["label"] == labels["label_split"]).all()                # the evaluation sees the new labels
-    split.to_parquet(split_path)
+def test_calibration_reads_no_evaluation_label(shuffled_world):
+    """seed 0's wikimia split with permuted labels: every calibrated score is unchanged, and the
+    evaluation (the scores' label column) sees the new labels."""
+    for target, before in shuffled_world["before"].items():
+        if "/calibdcd/" not in target:
+            continue
+        after = pd.read_parquet(shuffled_world["workdir"] / target)
+        pd.testing.assert_frame_equal(after.drop(columns="label"), before.drop(columns="label"))
+        labels = after.merge(shuffled_world["splits"]["wikimia"][["id", "label"]], on="id", suffixes=("", "_split"))
+        assert len(labels) == len(after) and (labels["label"] == labels["label_split"]).all()

@@ -4,7 +4,6 @@ run of a reduced tiny world in a scratch directory."""
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,7 +18,7 @@ from mialab.lara.stages import (EVALUATED, REFERENCE, aligned_features, known_no
 from mialab.rl.corpus import pool_questions
 from mialab.rl.plan import RLPlan
 from mialab.workflow import Plan
-from workflow_helpers import REPO, default_config, make_workdir, planned_jobs, snakemake
+from workflow_helpers import REPO, default_config, make_workdir, planned_jobs
 
 AIME_POOL = {"family": "aime", "source": [str(REPO / "resources/data/aime/aime_1983_2023.json"),
                                           str(REPO / "resources/data/aime/aime_2024.json")],
@@ -156,101 +155,60 @@ def test_score_table_reads_labels_last_and_mixes_lara_with_self_critique():
         score_table(metrics, baselines, split.iloc[:5], betas=[0.5])
 
 
-# --- end to end (slow) -------------------------------------------------------------------------
-
-def reduced_config() -> dict:
-    """The tiny world cut down to what RL contamination and LaRA need: one dataset (AIME 2023-2024,
-    30 members), a 3-layer base, two GRPO epochs of 18 steps, two seeds."""
-    cfg = default_config()
-    cfg["seeds"] = [0, 1]
-    aime = cfg["datasets"]["aime"]
-    aime["pool"]["membership"]["years"] = [2023, 2024]
-    aime["split"]["n_per_class"] = 8
-    cfg["datasets"] = {"aime": aime}
-    cfg.pop("calibdcd")
-    cfg["tokenizer"] = {"vocab_size": 1024, "corpora": ["resources/data/aime/aime_1983_2023.json"]}
-    models = cfg["models"]
-    base = models["base"]
-    base.update(filler="resources/data/tinyshakespeare/input.txt", members=[])
-    base.pop("reference")
-    base["architecture"] = {"hidden_size": 64, "num_layers": 3, "num_heads": 4, "max_position_embeddings": 256}
-    base["train"].update(steps=20, batch_size=4, seq_len=128)
-    sft = models["sft"]
-    sft["members"]["repeats"] = 1
-    sft["train"].update(epochs=1, max_length=128)
-    grpo = models["grpo_e1"]
-    grpo["corpus"].update(size=36, max_words=24)
-    grpo["train"].update(num_generations=4, batch_size=16, max_prompt_length=96, max_completion_length=8,
-                         save_steps=4)
-    models = {"base": base, "sft": sft, "grpo_e1": grpo, "grpo_e2": {**copy.deepcopy(grpo), "epoch": 2}}
-    cfg["models"] = models
-    lara = cfg["lara"]
-    lara.update(models=["sft", "grpo_e2"], question={"rule": "request", "max_words": 44},
-                controls={"n_reference": 6, "seed": 0}, neighbours={"n": 3}, features={"batch_size": 16,
-                                                                                       "max_length": 128})
-    lara["paraphrase"]["n_variants"] = 2
-    lara["baselines"] = {"batch_size": 16, "recall": {"prefix_size": 1, "prefix_max_words": 8, "max_words": 16},
-                         "cdd": {"n_samples": 2, "max_new_tokens": 8}, "self_critique": {"max_new_tokens": 8}}
-    return cfg
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> Path:
-    wd = make_workdir(tmp_path_factory.mktemp("lara_world"), reduced_config())
-    snakemake(wd, "--cores", "2", timeout=3600)
-    return wd
-
+# --- end to end (slow): the default tiny world, the session's shared run ------------------------------
 
 @pytest.mark.slow
-def test_rl_checkpoints_are_models_with_their_training_logs(world):
-    plan_dirs = sorted((world / "results/rl").glob("*/epoch-*"))
+def test_rl_checkpoints_are_models_with_their_training_logs(tiny_world):
+    plan_dirs = sorted((tiny_world / "results/rl").glob("*/epoch-*"))
     assert [p.name for p in plan_dirs] == ["epoch-1", "epoch-2"]
+    (pool_path,) = tiny_world.glob("results/pools/aime/*/pool.parquet")
+    n_members = int(pd.read_parquet(pool_path)["label"].sum())
+    corpus_size = default_config()["models"]["grpo_e1"]["corpus"]["size"]
     for epoch, folder in enumerate(plan_dirs, start=1):
         assert (folder / "model/model.safetensors").exists() and (folder / "model/tokenizer.json").exists()
         assert (folder / "trainer/optimizer.pt").exists() and not (folder / "work").exists()
         log = pd.read_parquet(folder / "log.parquet")
         assert log["epoch"].max() == pytest.approx(epoch) and np.isfinite(log["reward"].dropna()).all()
         corpus = pd.read_parquet(folder / "corpus.parquet")
-        assert len(corpus) == 36 and corpus["target"].sum() == 30
-    summary = pd.read_parquet(world / "results/evaluation/summary.parquet")
+        assert len(corpus) == corpus_size and corpus["target"].sum() == n_members   # every member, then filler
+    summary = pd.read_parquet(tiny_world / "results/evaluation/summary.parquet")
     assert {"loss", "min_k@0.2", "min_k_plus_plus@0.2"} <= set(summary.loc[summary["model"] == "grpo_e1", "method"])
 
 
 @pytest.mark.slow
-def test_lara_outputs_follow_their_schemas_and_join_the_results_table(world):
-    r = world / "results/lara"
+def test_lara_outputs_follow_their_schemas_and_join_the_results_table(tiny_world):
+    cfg = default_config()["lara"]
+    r = tiny_world / "results/lara"
+    n_forms = cfg["paraphrase"]["n_variants"] + 2                  # original, blanked, paraphrases
     for table_path in r.glob("perturbations/aime/seed-*/*/perturbations.parquet"):
         table = pd.read_parquet(table_path)
         assert {"id", "role", "neighbour", "form", "variant", "text", "set"} <= set(table.columns)
-        assert table.groupby("id").size().eq((3 + 1) * (2 + 2)).all()
-        assert table.loc[table["set"] == REFERENCE, "id"].nunique() == 6
+        assert table.groupby("id").size().eq((cfg["neighbours"]["n"] + 1) * n_forms).all()
+        assert table.loc[table["set"] == REFERENCE, "id"].nunique() == cfg["controls"]["n_reference"]
     for index_path in r.glob("features/*/aime/seed-*/*/index.parquet"):
         index = pd.read_parquet(index_path)
         assert {"text", "shard", "row"} <= set(index.columns) and not index["text"].duplicated().any()
         assert (index_path.parent / "shards/shard-00000.safetensors").exists()
     metrics = pd.read_parquet(next(r.glob("scores/sft/aime/seed-0/*/metrics.parquet")))
-    assert sorted(metrics["layer"].unique()) == [1, 2, 3] and set(metrics["set"]) == {EVALUATED, REFERENCE}
-    summary = pd.read_parquet(world / "results/evaluation/summary.parquet")
+    n_layers = default_config()["models"]["base"]["architecture"]["num_layers"]
+    assert sorted(metrics["layer"].unique()) == list(range(1, n_layers + 1))
+    assert set(metrics["set"]) == {EVALUATED, REFERENCE}
+    summary = pd.read_parquet(tiny_world / "results/evaluation/summary.parquet")
     lara = summary[summary["method"].str.startswith("lara")]
-    assert set(lara["model"]) == {"sft", "grpo_e2"}
+    assert set(lara["model"]) == set(cfg["models"])
     assert {"lara", "lara/rsm", "lara/dc", "lara/rsi", "lara/self_critique", "lara/recall", "lara/cdd",
             "lara/lara+sc@0.65"} <= set(lara["method"])
-    assert lara["auroc_mean"].between(0, 1).all() and (lara["n_seeds"] == 2).all()
+    assert lara["auroc_mean"].between(0, 1).all() and (lara["n_seeds"] == len(default_config()["seeds"])).all()
     report = (r / "report/aime/lara.md").read_text()
     assert "| aime | grpo_e2 | lara |" in report and "| aime | sft | loss |" in report
     assert (r / "report/aime/layers.png").stat().st_size > 10_000
 
 
 @pytest.mark.slow
-def test_lara_scores_do_not_change_when_the_evaluation_labels_are_shuffled(world):
-    (split_path,) = world.glob("results/splits/aime/seed-0/*/split.parquet")
-    (scores_path,) = world.glob("results/lara/scores/grpo_e2/aime/seed-0/*/scores.parquet")
-    before = pd.read_parquet(scores_path)
-    split = pd.read_parquet(split_path)
-    shuffled = split.assign(label=np.random.default_rng(1).permutation(split["label"].to_numpy()))
-    assert (shuffled["label"] != split["label"]).any()
-    shuffled.to_parquet(split_path, index=False)
-    snakemake(world, "--cores", "2", str(scores_path.relative_to(world)))  # reruns perturbations .. scores
-    after = pd.read_parquet(scores_path)
+def test_lara_scores_do_not_change_when_the_evaluation_labels_are_shuffled(shuffled_world):
+    (target,) = [t for t in shuffled_world["before"] if "/lara/" in t]
+    before = shuffled_world["before"][target]
+    after = pd.read_parquet(shuffled_world["workdir"] / target)
+    shuffled = shuffled_world["splits"]["aime"]
     assert after.set_index("id")["label"].to_dict() == shuffled.set_index("id")["label"].to_dict()
     pd.testing.assert_frame_equal(before.drop(columns="label"), after.drop(columns="label"))

@@ -139,3 +139,20 @@ def test_unknown_and_unavailable_backends():
     except ImportError:
         with pytest.raises(ImportError, match="vllm package"):
             get_paraphraser("vllm", model="any")
+
+
+def test_paraphrase_members_rewrites_only_the_members_of_a_pool(offline):
+    from mialab.data.paraphrase import paraphrase_members, paraphraser_for
+
+    pool = get_family("wikimia")({"source": str(WIKIMIA)}).head(40)
+    out = paraphrase_members(pool, offline)
+    members = (pool["label"] == 1).to_numpy()
+    assert out["id"].tolist() == pool["id"].tolist() and out["label"].tolist() == pool["label"].tolist()
+    assert out.loc[~members, "text"].tolist() == pool.loc[~members, "text"].tolist()
+    assert (out.loc[members, "text"] != pool.loc[members, "text"]).mean() > 0.3
+    assert set(out.loc[members, "setting"]) == {"paraphrased"} and set(out.loc[~members, "setting"]) == {"original"}
+    assert (out["text"] == out["prefix"] + " " + out["suffix"]).all()
+    # the workflow's entry: the dataset's config entry names the backend and its options
+    para = paraphraser_for({"backend": "offline", "apply_to": "training", "options": {"rate": 0.5, "seed": 0}},
+                           family="wikimia")
+    assert para.backend == "offline" and para(pool["text"].head(5).tolist()) == offline(pool["text"].head(5).tolist())

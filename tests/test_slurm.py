@@ -8,8 +8,6 @@ packages cannot be installed and CI is not set.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 import shutil
 import subprocess

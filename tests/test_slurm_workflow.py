@@ -62,11 +62,12 @@ def test_tiny_world_completes_through_slurm(slurm_world):
     assert "has been submitted with SLURM jobid" in slurm_world["log"]
 
 
-def test_training_rules_get_eight_gpus_and_scoring_none(slurm_world):
+def test_training_rules_get_eight_gpus_scoring_one_and_evaluation_none(slurm_world):
     jobs = slurm_world["jobs"].set_index("rule")
     for rule in ("pretrain_model", "sft_contaminate"):
         assert (jobs.loc[[rule], "alloc_gpus"] == 8).all(), jobs.loc[[rule]]
-    assert (jobs.loc[["score_baselines"], "alloc_gpus"] == 0).all()
+    assert (jobs.loc[["score_baselines"], "alloc_gpus"] == 1).all()
+    assert (jobs.loc[["build_split", "evaluate_dataset", "summarize"], "alloc_gpus"] == 0).all()
 
 
 def test_accounting_has_every_rule_with_wildcards_and_time(slurm_world):

@@ -19,13 +19,16 @@ def test_default_dag(tmp_path):
                     "rl_contaminate": 2,
                     # LaRA on sft, grpo_e1, grpo_e2 x aime x 3 seeds; perturbations are model-free
                     "lara_perturbations": 3, "lara_features": 9, "lara_baselines": 9, "lara_scores": 9,
-                    "lara_report": 1}
+                    "lara_report": 1,
+                    # leakage / shift checks of every (dataset, seed) split and their summary
+                    "leakage_check": 6, "leakage_summary": 1}
 
 
 def test_foundation_dag(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path, foundation_config()))
     assert jobs == {"build_pool": 2, "build_split": 6, "train_tokenizer": 1, "pretrain_model": 2,
-                    "sft_contaminate": 1, "score_baselines": 18, "evaluate_dataset": 2, "summarize": 1, "all": 1}
+                    "sft_contaminate": 1, "score_baselines": 18, "evaluate_dataset": 2, "summarize": 1, "all": 1,
+                    "leakage_check": 6, "leakage_summary": 1}
 
 
 def test_multi_dataset_multi_seed_dag(tmp_path):

@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import StratifiedKFold, cross_val_score
-from sklearn.pipeline import make_pipeline
 
 from mialab.data.schema import validate_split
+
+# scikit-learn is imported inside the checks: the workflow's plan reads DEFAULTS and
+# leakage_options() at DAG-building time, which should not pay for importing it.
 
 PAIR_COLUMNS = ["member_id", "nonmember_id"]
 
@@ -74,6 +72,8 @@ def ngram_near_duplicates(split: pd.DataFrame, *, n: int = 5, threshold: float =
     Intersections come from a sparse product of binary n-gram indicator matrices; texts shorter
     than ``n`` words have no n-grams and match nothing.
     """
+    from sklearn.feature_extraction.text import CountVectorizer
+
     members, nonmembers = _classes(split, column)
     vec = CountVectorizer(ngram_range=(n, n), binary=True, lowercase=True, token_pattern=r"(?u)\b\w+\b")
     try:
@@ -124,6 +124,11 @@ def embedding_near_duplicates(split: pd.DataFrame, *, threshold: float = 0.95, c
 def blind_baseline(split: pd.DataFrame, *, column: str = "text", folds: int = 5, seed: int = 0,
                    ngram_range: tuple[int, int] = (1, 2), warn_above: float = 0.6) -> dict:
     """Cross-validated AUROC of a bag-of-n-grams logistic regression that never sees the model."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+
     split = validate_split(split, name="split to check")
     y = split["label"].to_numpy().astype(int)
     k = min(folds, int(np.bincount(y).min()))
@@ -139,6 +144,8 @@ def blind_baseline(split: pd.DataFrame, *, column: str = "text", folds: int = 5,
 
 def length_report(split: pd.DataFrame, *, column: str = "text", tolerance: float = 0.1) -> dict:
     """Words per text per class and the AUROC of length alone (members scored by length)."""
+    from sklearn.metrics import roc_auc_score
+
     split = validate_split(split, name="split to check")
     words = split[column].str.split().str.len().to_numpy()
     y = split["label"].to_numpy().astype(int)
@@ -156,10 +163,11 @@ def length_report(split: pd.DataFrame, *, column: str = "text", tolerance: float
 def check_split(split: pd.DataFrame, *, column: str = "text", ngram_n: int = 5, jaccard_threshold: float = 0.5,
                 cosine_threshold: float = 0.95, embed: bool = True, embedding_model: str | None = None,
                 embeddings: np.ndarray | None = None, allow_duplicates: bool = False, seed: int = 0,
-                folds: int = 5, warn_above: float = 0.6) -> dict:
+                folds: int = 5, warn_above: float = 0.6, name: str = "split") -> dict:
     """Every check above; a small JSON-ready dict for the report.
 
-    Raises :class:`LeakageError` on any cross-class duplicate unless ``allow_duplicates``.
+    Raises :class:`LeakageError` on any cross-class duplicate unless ``allow_duplicates``; its
+    message starts with ``name`` and lists up to five offending (member, non-member) id pairs.
     ``embed=False`` skips the embedding check (no encoder needed).
     """
     dups = {
@@ -172,9 +180,10 @@ def check_split(split: pd.DataFrame, *, column: str = "text", ngram_n: int = 5, 
     found = {kind: len(df) for kind, df in dups.items()}
     if any(found.values()) and not allow_duplicates:
         kind = next(k for k, v in found.items() if v)
-        example = dups[kind].iloc[0]
-        raise LeakageError(f"cross-class duplicates found {found}; e.g. ({kind}) member {example['member_id']!r} "
-                           f"~ non-member {example['nonmember_id']!r}; set allow_duplicates to only report them")
+        examples = "; ".join(f"member {r['member_id']!r} ~ non-member {r['nonmember_id']!r}"
+                             for r in dups[kind].head(5).to_dict("records"))
+        raise LeakageError(f"{name}: cross-class duplicates found {found}; e.g. ({kind}) {examples}; "
+                           f"set allow_duplicates to only report them")
     return {
         "n_members": int((split["label"] == 1).sum()),
         "n_nonmembers": int((split["label"] == 0).sum()),
@@ -183,3 +192,134 @@ def check_split(split: pd.DataFrame, *, column: str = "text", ngram_n: int = 5, 
         "blind_baseline": blind_baseline(split, column=column, folds=folds, seed=seed, warn_above=warn_above),
         "length": length_report(split, column=column),
     }
+
+
+# -- the workflow stage (rules/leakage.smk): options, one table row per split, the summary -------
+
+#: Defaults of the config's ``leakage`` section (``schemas/config.schema.yaml`` repeats them).
+DEFAULTS: dict = {
+    "allow_duplicates": False,     # true, or a list of dataset names whose duplicates are only reported
+    "blind_warn": 0.6,             # blind-baseline AUROC above which a split is flagged
+    "ngram_n": 5,
+    "jaccard_threshold": 0.5,
+    "cosine_threshold": 0.95,
+    "embed": True,
+    "embedding_model": "all-MiniLM-L6-v2",
+    "folds": 5,
+    "column": "text",
+}
+
+
+def leakage_options(section: dict | None, dataset: str, datasets: list[str] | None = None) -> dict:
+    """The ``leakage`` config section resolved for one dataset (defaults filled in,
+    ``allow_duplicates`` a bool). A list under ``allow_duplicates`` must name configured datasets."""
+    opts = {**DEFAULTS, **(section or {})}
+    unknown = set(opts) - set(DEFAULTS)
+    if unknown:
+        raise KeyError(f"leakage: unknown option(s) {sorted(unknown)}; known: {', '.join(DEFAULTS)}")
+    allow = opts["allow_duplicates"]
+    if isinstance(allow, (list, tuple)):
+        bad = [d for d in allow if datasets is not None and d not in datasets]
+        if bad:
+            raise KeyError(f"leakage.allow_duplicates: unknown dataset(s) {bad}; configured: {', '.join(datasets)}")
+        allow = dataset in allow
+    return {**opts, "allow_duplicates": bool(allow)}
+
+
+def run_check(split: pd.DataFrame, options: dict, *, seed: int, name: str) -> dict:
+    """:func:`check_split` with the resolved options of :func:`leakage_options`."""
+    o = options
+    return check_split(split, column=o["column"], ngram_n=o["ngram_n"], jaccard_threshold=o["jaccard_threshold"],
+                       cosine_threshold=o["cosine_threshold"], embed=o["embed"], embedding_model=o["embedding_model"],
+                       allow_duplicates=o["allow_duplicates"], seed=seed, folds=o["folds"],
+                       warn_above=o["blind_warn"], name=name)
+
+
+DUPLICATE_KINDS = ("exact", "ngram", "embedding")
+
+
+def report_row(report: dict, *, dataset: str, seed: int, setting: str = "original") -> dict:
+    """One flat row of the per-split table: counts, blind baseline, length statistics.
+
+    A duplicate check that was not run (``embed: false``) has count -1.
+    """
+    blind, length = report["blind_baseline"], report["length"]
+    row = {"dataset": dataset, "seed": int(seed), "setting": setting,
+           "n_members": report["n_members"], "n_nonmembers": report["n_nonmembers"]}
+    for kind in DUPLICATE_KINDS:
+        row[f"dup_{kind}"] = int(report["duplicates"][kind]["count"]) if kind in report["duplicates"] else -1
+    row.update({"blind_auroc": blind["auroc"], "blind_auroc_std": blind["auroc_std"], "blind_folds": blind["folds"],
+                "blind_warn": blind["warn_above"], "blind_warning": blind["warning"],
+                "length_auroc": length["length_auroc"], "length_warning": length["warning"]})
+    for cls in ("members", "nonmembers"):
+        for stat in ("mean", "std", "q05", "q50", "q95"):
+            row[f"{cls}_words_{stat}"] = length[cls][stat]
+    return row
+
+
+def warnings_of(table: pd.DataFrame) -> list[str]:
+    """One line per split whose blind baseline exceeds its threshold."""
+    return [f"WARNING: {r.dataset} seed {r.seed} ({r.setting}): blind-baseline AUROC {r.blind_auroc:.3f} > "
+            f"{r.blind_warn:g} (± {r.blind_auroc_std:.3f} over {r.blind_folds} folds): members and non-members "
+            f"may be separable without the model (topic, date or style shift); read attack AUROCs on this "
+            f"split against it"
+            for r in table.itertuples() if r.blind_warning]
+
+
+def _dups(r) -> str:
+    return " / ".join("n/a" if getattr(r, f"dup_{k}") < 0 else str(getattr(r, f"dup_{k}")) for k in DUPLICATE_KINDS)
+
+
+def summary_markdown(table: pd.DataFrame) -> str:
+    """``results/leakage/summary.md``: one line per split, then the warnings."""
+    table = table.sort_values(["dataset", "seed"])
+    head = ["dataset", "seed", "setting", "members", "non-members", "duplicates exact / n-gram / embedding",
+            "blind AUROC", "length AUROC", "words members (mean ± std)", "words non-members (mean ± std)"]
+    lines = ["# Leakage and distribution-shift checks", "",
+             "Per split: cross-class duplicate pairs (exact; word n-gram Jaccard; embedding cosine), the "
+             "blind baseline (bag-of-n-grams logistic regression, cross-validated AUROC, no model involved) "
+             "and the length shift (AUROC of word count alone). 50% = no shift.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table.itertuples():
+        lines.append("| " + " | ".join([
+            r.dataset, str(r.seed), r.setting, str(r.n_members), str(r.n_nonmembers), _dups(r),
+            f"{100 * r.blind_auroc:.1f} ± {100 * r.blind_auroc_std:.1f}" + (" ⚠" if r.blind_warning else ""),
+            f"{100 * r.length_auroc:.1f}" + (" ⚠" if r.length_warning else ""),
+            f"{r.members_words_mean:.1f} ± {r.members_words_std:.1f}",
+            f"{r.nonmembers_words_mean:.1f} ± {r.nonmembers_words_std:.1f}"]) + " |")
+    warns = warnings_of(table)
+    lines += ["", *(warns or ["No split exceeds its blind-baseline threshold."])]
+    return "\n".join(lines) + "\n"
+
+
+def per_dataset(table: pd.DataFrame) -> pd.DataFrame:
+    """Seed-aggregated split checks per dataset: blind and length AUROC mean ± std (ddof 1),
+    duplicate pairs summed over seeds, number of flagged seeds."""
+    rows = []
+    for dataset, df in table.groupby("dataset", sort=True):
+        row = {"dataset": dataset, "setting": "/".join(sorted(df["setting"].unique())), "n_seeds": len(df)}
+        for col in ("blind_auroc", "length_auroc"):
+            row[f"{col}_mean"] = float(df[col].mean())
+            row[f"{col}_std"] = float(df[col].std(ddof=1)) if len(df) > 1 else 0.0
+        for kind in DUPLICATE_KINDS:
+            counts = df[f"dup_{kind}"]
+            row[f"dup_{kind}"] = -1 if (counts < 0).any() else int(counts.sum())
+        row["blind_warnings"] = int(df["blind_warning"].sum())
+        row["members_words_mean"] = float(df["members_words_mean"].mean())
+        row["nonmembers_words_mean"] = float(df["nonmembers_words_mean"].mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def split_checks_markdown(table: pd.DataFrame) -> str:
+    """The per-dataset "split checks" table of the main results summary."""
+    agg = per_dataset(table)
+    head = ["dataset", "setting", "seeds", "blind-baseline AUROC", "length AUROC",
+            "cross-class duplicates exact / n-gram / embedding (sum over seeds)", "seeds flagged"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in agg.itertuples():
+        lines.append("| " + " | ".join([
+            r.dataset, r.setting, str(r.n_seeds), f"{100 * r.blind_auroc_mean:.1f} ± {100 * r.blind_auroc_std:.1f}",
+            f"{100 * r.length_auroc_mean:.1f} ± {100 * r.length_auroc_std:.1f}", _dups(r),
+            str(r.blind_warnings)]) + " |")
+    return "\n".join(lines) + "\n"

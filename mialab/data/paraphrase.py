@@ -278,12 +278,13 @@ def row_separator(text: str, prefix: str, suffix: str, *, row_id: str) -> str:
     return text[len(prefix):len(text) - len(suffix)]
 
 
-def paraphrase_split(split: pd.DataFrame, paraphraser: Paraphraser) -> pd.DataFrame:
+def paraphrase_split(split: pd.DataFrame, paraphraser: Paraphraser, *, require_both_classes: bool = True
+                     ) -> pd.DataFrame:
     """The split with every prefix and suffix paraphrased and ``setting`` = ``paraphrased``.
 
     Ids, labels, pair ids and row order are unchanged; each distinct segment is paraphrased once.
     """
-    split = validate_split(split, name="split to paraphrase")
+    split = validate_split(split, name="split to paraphrase", require_both_classes=require_both_classes)
     seps = [row_separator(t, p, s, row_id=i) for t, p, s, i in
             zip(split["text"], split["prefix"], split["suffix"], split["id"])]
     segments = sorted({seg for seg in pd.concat([split["prefix"], split["suffix"]]) if seg.strip()})
@@ -328,3 +329,33 @@ def paraphrase_setting(split: pd.DataFrame, paraphraser: Paraphraser, *, experim
         "fraction_changed": changed / len(original),
     }
     return parts, manifest
+
+
+# -- the workflow stage (rules/paraphrase.smk) --------------------------------------------------
+
+#: ``datasets.<name>.paraphrase.apply_to`` -> ADRA experiment: ``evaluation`` (an existing model is
+#: evaluated on paraphrases) or ``training`` (the contaminating model trains on paraphrased members
+#: and is evaluated on the originals).
+APPLY_TO = {"evaluation": "existing_model", "training": "finetune"}
+
+
+def paraphraser_for(spec: dict, *, family: str | None = None) -> Paraphraser:
+    """The backend a (normalised) ``paraphrase`` entry names; LLM backends get the dataset's family
+    (which picks the prompt template) unless the options name a template or family."""
+    options = dict(spec.get("options") or {})
+    if spec["backend"] in ("hf", "vllm"):
+        options.setdefault("family", family)
+    return get_paraphraser(spec["backend"], **options)
+
+
+def paraphrase_members(pool: pd.DataFrame, paraphraser: Paraphraser) -> pd.DataFrame:
+    """A pool whose members (label 1) are paraphrased, non-members untouched, ids and order kept:
+    the member pool a fine-tuning stage trains on in the ``training`` setting."""
+    pool = validate_split(pool, name="pool to paraphrase", require_both_classes=False)
+    members = pool["label"] == 1
+    out = pool.assign(setting="original")
+    if members.any():
+        para = paraphrase_split(pool[members], paraphraser, require_both_classes=False)
+        for col in ("text", "prefix", "suffix", "setting"):
+            out.loc[members, col] = para[col].to_numpy()
+    return out

@@ -11,7 +11,6 @@ process (``DS_ACCELERATOR=cpu``, gloo) and on 8 GPUs (NCCL, bf16) under ``torchr
 from __future__ import annotations
 
 import math
-import os
 import random
 
 from mialab.progress import console, progress

@@ -1,0 +1,54 @@
+# The paraphrased setting (ADRA appendix B; mialab.data.paraphrase). A dataset entry asks for it with
+# `paraphrase: {backend: offline|hf|vllm, apply_to: evaluation|training, options: {...}}`:
+#
+# - apply_to: evaluation (existing models): rule paraphrase rewrites each seed's split (prefix,
+#   suffix and text; ids, labels and order kept) into results/paraphrases/<dataset>/seed-<s>/<key>/,
+#   and split_file() (rules/common.smk) hands that split to every stage that reads the split.
+# - apply_to: training (fine-tuning experiments): paraphrase_pool rewrites the pool's members into
+#   results/paraphrases/<dataset>/pool/<key>/pool.parquet (PLAN.member_pool(dataset), read by the
+#   training rules through member_pool_file()) for models to train on, evaluated on the original split.
+#
+# Either way the split's manifest records the setting (mialab.workflow.Plan.split), and the
+# paraphrase stage's manifest records the backend, its options and how many rows changed.
+
+
+rule paraphrase:
+    input:
+        split=lambda wc: PLAN.split(wc.dataset, int(wc.seed)).path("split.parquet"),
+    output:
+        split="results/paraphrases/{dataset}/seed-{seed}/{key}/split.parquet",
+        manifest="results/paraphrases/{dataset}/seed-{seed}/{key}/manifest.json",
+    params:
+        spec=lambda wc: PLAN.paraphrase_spec(wc.dataset),
+        family=lambda wc: config["datasets"][wc.dataset]["pool"]["family"],
+        manifest=lambda wc: _checked(PLAN.paraphrased_split(wc.dataset, int(wc.seed)), wc).manifest,
+    threads: 1
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/paraphrase/{dataset}/seed-{seed}/{key}.log",
+    benchmark:
+        "results/benchmarks/paraphrase/{dataset}/seed-{seed}/{key}.tsv"
+    script:
+        "../workflow_scripts/paraphrase.py"
+
+
+rule paraphrase_pool:
+    input:
+        pool=lambda wc: pool_file(wc.dataset),
+    output:
+        pool="results/paraphrases/{dataset}/pool/{key}/pool.parquet",
+        manifest="results/paraphrases/{dataset}/pool/{key}/manifest.json",
+    params:
+        spec=lambda wc: PLAN.paraphrase_spec(wc.dataset),
+        family=lambda wc: config["datasets"][wc.dataset]["pool"]["family"],
+        manifest=lambda wc: _checked(PLAN.paraphrased_pool(wc.dataset), wc).manifest,
+    threads: 1
+    conda:
+        "../environment.yml"
+    log:
+        "results/logs/paraphrase_pool/{dataset}/{key}.log",
+    benchmark:
+        "results/benchmarks/paraphrase_pool/{dataset}/{key}.tsv"
+    script:
+        "../workflow_scripts/paraphrase.py"
