@@ -14,6 +14,8 @@ include: "rules/accounting.smk"
 include: "rules/calibdcd.smk"
 include: "rules/lara.smk"
 include: "rules/leakage.smk"
+include: "rules/reconstruction.smk"
+include: "rules/adra.smk"
 include: "rules/targets.smk"
 
 

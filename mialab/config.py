@@ -13,6 +13,13 @@ class ConfigError(ValueError):
     """The configuration is inconsistent; the message names the offending key."""
 
 
+def check_names(key: str, names, configured, what: str) -> None:
+    """Every name under config key ``key`` must be one of ``configured`` (``what``: "model", "dataset")."""
+    for name in names:
+        if name not in configured:
+            raise ConfigError(f"{key}: unknown {what} {name!r}; configured: {', '.join(configured)}")
+
+
 def check_config(config: dict) -> None:
     """Check cross-references: families, datasets and models named by other entries."""
     datasets, models = config["datasets"], config["models"]
@@ -25,17 +32,13 @@ def check_config(config: dict) -> None:
         where = f"models.{name}"
         for ref_key in ("reference", "init"):
             ref = spec.get(ref_key)
-            if ref is not None and ref not in models:
-                raise ConfigError(f"{where}.{ref_key}: unknown model {ref!r}; configured: {', '.join(models)}")
+            check_names(f"{where}.{ref_key}", [ref] if ref is not None else [], models, "model")
             if ref == name:
                 raise ConfigError(f"{where}.{ref_key}: a model cannot be its own {ref_key}")
         members = spec.get("members") or []
-        for m in members if isinstance(members, list) else [members]:
-            if m["dataset"] not in datasets:
-                raise ConfigError(f"{where}.members: unknown dataset {m['dataset']!r}; configured: {', '.join(datasets)}")
-        for ds in spec.get("datasets", []):
-            if ds not in datasets:
-                raise ConfigError(f"{where}.datasets: unknown dataset {ds!r}; configured: {', '.join(datasets)}")
+        check_names(f"{where}.members", [m["dataset"] for m in (members if isinstance(members, list) else [members])],
+                    datasets, "dataset")
+        check_names(f"{where}.datasets", spec.get("datasets", []), datasets, "dataset")
         if spec["kind"] == "rl" and spec["epoch"] > spec["train"]["epochs"]:
             raise ConfigError(f"{where}.epoch: {spec['epoch']} is past the run's last epoch "
                               f"(train.epochs = {spec['train']['epochs']})")

@@ -1,6 +1,8 @@
 # ADRA / ADRA+ (Yin et al. 2026, active data reconstruction attack): GRPO with LoRA on the evaluation
 # candidates themselves (unlabelled), then N rollouts from the trained policy scored like N-Sampling.
 # Config section `adra:` (needs `n_sampling:`, whose tasks, N and metrics it shares); absent = not run.
+# Tiny world: the overlay configs/tiny_adra.yaml (`--configfile config.yaml configs/tiny_adra.yaml`);
+# paper scale: configs/paper/adra_*.yaml.
 # Stage keys: mialab/adra/plan.py; the jobs: mialab/adra/stages.py; training: mialab/adra/training.py.
 #
 # - adra_train (model, dataset, variant, seed): variant adra (reward against the own suffix), adra_plus
@@ -12,8 +14,9 @@
 #   init (the untrained model, step 0), <variant>-step<k> or <variant>-final.
 # - adra_scores: as n_sampling_scores; the final policies' columns (adra/..., adra_plus/...,
 #   adra_sft/...) join the results table through SCORE_PROVIDERS.
-# - adra_report (dataset): top-5 / primary-metric AUROC of every attack beside N-Sampling and the best
-#   passive baseline, and AUROC against the RL step; `snakemake adra` builds them and all they need.
+# - adra_report (dataset, every N-Sampling dataset): top-5 / primary-metric AUROC of N-Sampling, ADRA
+#   where it runs and the best passive baseline, and AUROC against the RL step; `snakemake adra` builds
+#   them and all they need.
 from mialab.adra import VARIANTS
 from mialab.adra.plan import ADRAPlan
 
@@ -21,7 +24,7 @@ ADRA_PLAN = ADRAPlan(NS_PLAN, config)
 
 for _variant in VARIANTS:
     SCORE_PROVIDERS.append(lambda model, dataset, seed, v=_variant: ADRA_PLAN.scores_file(v, model, dataset, seed))
-for _ds in ADRA_PLAN.datasets():
+for _ds in ADRA_PLAN.report_datasets():
     EXTRA_TARGETS.extend(ADRA_PLAN.report_outputs(_ds).values())
 
 
@@ -30,40 +33,9 @@ wildcard_constraints:
     policy=r"init|(" + "|".join(VARIANTS) + r")-(step[1-9]\d*|final)",
 
 
-def adra_train_stage(wc):
-    return _checked(ADRA_PLAN.train(wc.model, wc.dataset, wc.variant, int(wc.seed)), wc)
-
-
-def adra_baseline_scores(wc):
-    """ADRA+'s membership weights come from the passive baseline scores of the same split."""
-    return {"baseline": scores_file(wc.model, wc.dataset, int(wc.seed))} if ADRA_PLAN.uses_baseline(wc.variant) else {}
-
-
-def adra_policy_adapters(wc):
-    """The adapters folder of the run a policy comes from (none for the untrained model)."""
-    variant, _ = ADRA_PLAN.parse_policy(wc.policy)
-    if variant is None:
-        return {}
-    return {"adapters": ADRA_PLAN.train(wc.model, wc.dataset, variant, int(wc.seed)).path("adapters")}
-
-
-def adra_report_runs(dataset):
-    """(model, seed) and path of every score table the report reads: ADRA policies, N-Sampling, baselines."""
-    runs = [((m, s), ADRA_PLAN.scores(m, dataset, s, p).path("scores.parquet")) for m, s, p in ADRA_PLAN.runs(dataset, SEEDS)]
-    for m in dict.fromkeys(m for m, d in ADRA_PLAN.pairs() if d == dataset):
-        runs += [((m, s), NS_PLAN.scores_file(m, dataset, s)) for s in SEEDS]
-        runs += [((m, s), scores_file(m, dataset, s)) for s in SEEDS]
-    return runs
-
-
-def adra_report_trains(dataset):
-    return [((m, v), ADRA_PLAN.train(m, dataset, v, s).path("log.parquet"))
-            for m, d in ADRA_PLAN.pairs() if d == dataset for v in ADRA_PLAN.variants() for s in SEEDS]
-
-
 rule adra_train:
     input:
-        unpack(adra_baseline_scores),
+        unpack(lambda wc: ADRA_PLAN.baseline_input(wc.model, wc.dataset, wc.variant, wc.seed)),
         split=lambda wc: split_file(wc.dataset, int(wc.seed)),
         model=lambda wc: model_dir(wc.model),
     output:
@@ -74,7 +46,9 @@ rule adra_train:
     params:
         model_path=lambda wc: PLAN.model_path(wc.model),
         baseline=lambda wc, input: f"--baseline-scores {input.baseline}" if input.get("baseline") else "",
-        manifest=lambda wc: shlex.quote(json.dumps(adra_train_stage(wc).manifest)),
+        manifest=lambda wc: shlex.quote(
+            json.dumps(_checked(ADRA_PLAN.train(wc.model, wc.dataset, wc.variant, int(wc.seed)), wc).manifest)
+        ),
         work="results/adra/train/{model}/{dataset}/{variant}/seed-{seed}/{key}/work",
         nproc=config["launch"]["nproc"],
         python=sys.executable,
@@ -95,7 +69,7 @@ rule adra_train:
 
 rule adra_eval:
     input:
-        unpack(adra_policy_adapters),
+        unpack(lambda wc: ADRA_PLAN.adapters_input(wc.model, wc.dataset, wc.seed, wc.policy)),
         split=lambda wc: split_file(wc.dataset, int(wc.seed)),
         model=lambda wc: model_dir(wc.model),
     output:
@@ -131,21 +105,23 @@ rule adra_scores:
         "../environment.yml"
     log:
         "results/logs/adra_scores/{model}/{dataset}/seed-{seed}/{policy}/{key}.log",
+    benchmark:
+        "results/benchmarks/adra_scores/{model}/{dataset}/seed-{seed}/{policy}/{key}.tsv"
     script:
         "../workflow_scripts/n_sampling_scores.py"
 
 
 rule adra_report:
     input:
-        scores=lambda wc: [path for _, path in adra_report_runs(wc.dataset)],
-        logs=lambda wc: [path for _, path in adra_report_trains(wc.dataset)],
+        scores=lambda wc: [path for _, path in ADRA_PLAN.report_tables(wc.dataset, SEEDS)],
+        logs=lambda wc: [path for _, path in ADRA_PLAN.report_logs(wc.dataset, SEEDS)],
     output:
         markdown="results/adra/report/{dataset}/adra.md",
         table=report("results/adra/report/{dataset}/adra.csv", category="ADRA", subcategory="{dataset}"),
         steps=report("results/adra/report/{dataset}/steps.png", category="ADRA", subcategory="{dataset}"),
     params:
-        runs=lambda wc: [run for run, _ in adra_report_runs(wc.dataset)],
-        trains=lambda wc: [run for run, _ in adra_report_trains(wc.dataset)],
+        runs=lambda wc: [run for run, _ in ADRA_PLAN.report_tables(wc.dataset, SEEDS)],
+        trains=lambda wc: [run for run, _ in ADRA_PLAN.report_logs(wc.dataset, SEEDS)],
         primary=config.get("n_sampling", {}).get("primary_metric"),
         fpr_targets=config["evaluation"]["fpr_targets"],
     conda:
@@ -158,4 +134,4 @@ rule adra_report:
 
 rule adra:
     input:
-        [path for d in ADRA_PLAN.datasets() for path in ADRA_PLAN.report_outputs(d).values()],
+        [path for d in ADRA_PLAN.report_datasets() for path in ADRA_PLAN.report_outputs(d).values()],

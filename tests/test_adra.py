@@ -15,7 +15,7 @@ from mialab.adra.attack import rollout_metrics, score_table, top_k_mean
 from mialab.adra.report import step_curve, summary, with_steps
 from mialab.adra.rewards import (adra_reward, combine, distractor_references, membership_weights, pair_partners,
                                  shares_prefix_pairs)
-from mialab.adra.tasks import Task, fit_prefix, known_templates, load_template, prompts, target, trainer_prompt
+from mialab.adra.tasks import Task, fit_prefix, known_templates, load_template, prompts, trainer_prompt
 from mialab.adra.training import training_set
 from mialab.generation.prompts import prompt_token_ids
 
@@ -289,3 +289,21 @@ def test_sft_ablation_trains_a_lora_adapter_with_the_grpo_budget(tiny_model, tok
     state = checkpoint_state(tmp_path / "p" / "final")
     assert state.global_step == 4 and state.train_batch_size == 2  # 8 completions / 4 rollouts = 2 prompts a step
     assert not same(adapter(tmp_path / "p" / "final"), adapter(tmp_path / "p" / "step-2"))
+
+
+def test_rollouts_with_a_static_kv_cache_follow_the_schema_and_are_seeded(tokenizer, tmp_path):
+    """The tiny world's N-Sampling rollouts use the hf backend's preallocated (static) KV cache."""
+    from mialab.adra.stages import generate
+    from mialab.models.tiny import init_model, llama_config, save_model
+
+    tiny_model = str(tmp_path / "model")  # untrained: the schema and the seeding do not need words
+    save_model(init_model(llama_config(len(tokenizer), hidden_size=32, num_layers=1, num_heads=2, tokenizer=tokenizer),
+                          seed=0), tokenizer, tiny_model)
+
+    split = candidates(4).assign(label=[1, 0, 1, 0])
+    kw = dict(chat=False, sampling={"n": 3, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": 7}, backend="hf",
+              backend_options={"batch_size": 2, "device": "cpu", "cache_implementation": "static"})
+    a, b = generate(tiny_model, split, TASK, **kw), generate(tiny_model, split, TASK, **kw)
+    assert list(a.columns) == ["id", "sample", "text", "n_tokens", "finish_reason"]
+    assert (a.groupby("id").size() == 3).all() and a["n_tokens"].le(TASK.max_new_tokens).all()
+    pd.testing.assert_frame_equal(a, b)

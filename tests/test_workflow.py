@@ -21,7 +21,10 @@ def test_default_dag(tmp_path):
                     "lara_perturbations": 3, "lara_features": 9, "lara_baselines": 9, "lara_scores": 9,
                     "lara_report": 1,
                     # leakage / shift checks of every (dataset, seed) split and their summary
-                    "leakage_check": 6, "leakage_summary": 1}
+                    "leakage_check": 6, "leakage_summary": 1,
+                    # N-Sampling on sft x aime and base x wikimia (3 seeds), a reconstruction report per
+                    # dataset; ADRA is in configs/tiny_adra.yaml (tests/test_adra_workflow.py)
+                    "n_sampling_rollouts": 6, "n_sampling_scores": 6, "adra_report": 2}
 
 
 def test_foundation_dag(tmp_path):

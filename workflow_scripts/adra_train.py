@@ -39,8 +39,7 @@ def main() -> None:
     with atomic_directory(args.out_adapters) as tmp:
         for item in snapshots.iterdir():
             os.replace(item, tmp / item.name)
-    write_parquet(data.assign(references=data["references"].map(json.dumps)) if "references" in data else data,
-                  args.out_training_set)
+    write_parquet(data, args.out_training_set)
     log = log.astype({c: "float64" for c in log.columns if c != "step"})
     write_parquet(log, args.out_log)
     rewards = log["reward"].dropna() if "reward" in log.columns else pd.Series(dtype=float)

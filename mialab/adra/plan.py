@@ -11,6 +11,8 @@ ADRA (config ``adra``; needs ``n_sampling``, whose tasks, N and metrics it share
 - rollouts / scores (model, dataset, seed, policy): a policy is ``init`` (the untrained model, step 0,
   shared by every variant), ``<variant>-step<k>`` (an intermediate checkpoint) or ``<variant>-final``.
   Only the final policies join the results table; the report plots AUROC against the step.
+- report (dataset): every N-Sampling dataset gets one (top-5 summaries of N-Sampling, ADRA where it
+  runs, and the best passive baseline).
 
 The plans read a config validated against ``schemas/config.schema.yaml`` (defaults filled in).
 """
@@ -160,9 +162,6 @@ class ADRAPlan:
     def variants(self) -> list[str]:
         return list(self.spec["variants"]) if self.spec else []
 
-    def datasets(self) -> list[str]:
-        return list(dict.fromkeys(d for _, d in self.pairs()))
-
     def settings(self, model: str, dataset: str, seed: int) -> dict:
         """GRPOSettings of a run: ``adra.train`` plus what ADRA shares with N-Sampling (N, sampling, lengths)."""
         task, sampling = self.ns.task(dataset), self.ns.spec["sampling"]
@@ -256,7 +255,38 @@ class ADRAPlan:
 
     def runs(self, dataset: str, seeds: list[int]) -> list[tuple[str, int, str]]:
         """(model, seed, policy) of every ADRA score table of ``dataset``."""
+        if not self.spec:
+            return []
         return [(m, int(s), p) for m, d in self.pairs() if d == dataset for s in seeds for p in self.policies()]
+
+    # -- rule inputs --------------------------------------------------------------------------
+    def baseline_input(self, model: str, dataset: str, variant: str, seed: int) -> dict[str, str]:
+        """adra_train's passive baseline scores (ADRA+'s membership weights), else nothing."""
+        if not self.uses_baseline(variant):
+            return {}
+        return {"baseline": self.plan.scores(model, dataset, int(seed)).path("scores.parquet")}
+
+    def adapters_input(self, model: str, dataset: str, seed: int, policy: str) -> dict[str, str]:
+        """adra_eval's adapters folder of the run a policy comes from (nothing for the untrained model)."""
+        variant, _ = self.parse_policy(policy)
+        return {"adapters": self.train(model, dataset, variant, int(seed)).path("adapters")} if variant else {}
+
+    def report_datasets(self) -> list[str]:
+        """Datasets with a reconstruction report: every N-Sampling dataset (ADRA's are among them)."""
+        return self.ns.datasets()
+
+    def report_tables(self, dataset: str, seeds: list[int]) -> list[tuple[tuple[str, int], str]]:
+        """((model, seed), path) of every score table adra_report reads: ADRA policies, N-Sampling, baselines."""
+        out = [((m, s), self.scores(m, dataset, s, p).path("scores.parquet")) for m, s, p in self.runs(dataset, seeds)]
+        for m in dict.fromkeys(m for m, d in self.ns.pairs() if d == dataset):
+            out += [((m, int(s)), self.ns.scores_file(m, dataset, s)) for s in seeds]
+            out += [((m, int(s)), self.plan.scores(m, dataset, int(s)).path("scores.parquet")) for s in seeds]
+        return out
+
+    def report_logs(self, dataset: str, seeds: list[int]) -> list[tuple[tuple[str, str], str]]:
+        """((model, variant), path) of every training log of ``dataset`` (the report's final steps)."""
+        return [((m, v), self.train(m, dataset, v, int(s)).path("log.parquet"))
+                for m, d in self.pairs() if d == dataset for v in self.variants() for s in seeds]
 
     @staticmethod
     def report_outputs(dataset: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 
 from mialab.calibdcd.views import ORIGINAL, controlled_views
-from mialab.config import ConfigError
+from mialab.config import check_names
 from mialab.workflow import Plan, Stage
 
 STAGE_VERSIONS: dict[str, int] = {"partition": 1, "features": 1, "scores": 1}  # bump when a stage's output changes
@@ -50,13 +50,8 @@ class CalibDCDPlan:
         """Cross-references of the ``calibdcd`` section, with errors naming the key."""
         if not self.spec:
             return
-        models, datasets = self.config["models"], self.config["datasets"]
-        for m in self.spec["models"]:
-            if m not in models:
-                raise ConfigError(f"calibdcd.models: unknown model {m!r}; configured: {', '.join(models)}")
-        for d in self.spec.get("datasets", []):
-            if d not in datasets:
-                raise ConfigError(f"calibdcd.datasets: unknown dataset {d!r}; configured: {', '.join(datasets)}")
+        check_names("calibdcd.models", self.spec["models"], self.config["models"], "model")
+        check_names("calibdcd.datasets", self.spec.get("datasets", []), self.config["datasets"], "dataset")
 
     def pairs(self) -> list[tuple[str, str]]:
         """(model, dataset) pairs CalibDCD runs on: its models' evaluated pairs among its datasets."""

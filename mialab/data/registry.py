@@ -15,22 +15,9 @@ from typing import Callable
 
 import pandas as pd
 
+from mialab.registry import Registry
+
 LoadPool = Callable[[dict], pd.DataFrame]
-
-_FAMILIES: dict[str, LoadPool] = {}
-
-
-def register_family(name: str) -> Callable[[LoadPool], LoadPool]:
-    """Decorator: make ``load_pool`` available to the config as ``family: name``."""
-
-    def deco(fn: LoadPool) -> LoadPool:
-        if name in _FAMILIES and _FAMILIES[name] is not fn:
-            raise ValueError(f"dataset family {name!r} registered twice")
-        _FAMILIES[name] = fn
-        return fn
-
-    return deco
-
 
 def _import_all() -> None:
     from mialab.data import families
@@ -39,16 +26,10 @@ def _import_all() -> None:
         importlib.import_module(f"{families.__name__}.{mod.name}")
 
 
-def known_families() -> list[str]:
-    """Names of every registered family, sorted."""
-    _import_all()
-    return sorted(_FAMILIES)
-
-
-def get_family(name: str) -> LoadPool:
-    """The ``load_pool`` of family ``name``; an unknown name fails with the list of known ones."""
-    _import_all()
-    try:
-        return _FAMILIES[name]
-    except KeyError:
-        raise KeyError(f"unknown dataset family {name!r}; known families: {', '.join(sorted(_FAMILIES))}") from None
+FAMILIES: Registry[LoadPool] = Registry("dataset family", load=_import_all, plural="families")
+#: Decorator: make ``load_pool`` available to the config as ``family: name``.
+register_family = FAMILIES.register
+#: Names of every registered family, sorted.
+known_families = FAMILIES.known
+#: The ``load_pool`` of a family; an unknown name fails with the list of known ones.
+get_family = FAMILIES.get

@@ -1,7 +1,9 @@
 """``hf`` rollout backend: transformers ``generate``, batched with left padding, CPU or GPU.
 
 Each batch of prompts is sampled under its own torch seed derived from (seed, batch index), so
-rollouts are reproducible on CPU for a given seed and batch size.
+rollouts are reproducible on CPU for a given seed and batch size. ``cache_implementation`` is passed
+to ``generate`` (e.g. ``static``: a preallocated KV cache, about 1.3x faster on CPU for the tiny world's
+many short rollouts than the default dynamic cache, which grows by concatenation); None = the default.
 """
 
 from __future__ import annotations
@@ -37,13 +39,15 @@ def left_pad(prompts: Sequence[list[int]], pad_id: int):
 class HFBackend:
     """Sample with ``model.generate`` (``num_return_sequences = n``), ``batch_size`` prompts at a time."""
 
-    def __init__(self, model: str, *, device: str = "auto", dtype: str = "float32", batch_size: int = 8):
+    def __init__(self, model: str, *, device: str = "auto", dtype: str = "float32", batch_size: int = 8,
+                 cache_implementation: str | None = None):
         from mialab.models.loading import load_causal_lm
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model = load_causal_lm(model, dtype=dtype, device=device)
         self.batch_size = batch_size
+        self.cache = {"cache_implementation": cache_implementation} if cache_implementation else {}
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
                  stop_ids: frozenset[int]) -> list[list[Completion]]:
@@ -65,7 +69,7 @@ class HFBackend:
                     seqs = self.model.generate(
                         input_ids=ids.to(device), attention_mask=mask.to(device), **decoding,
                         max_new_tokens=sampling.max_new_tokens, num_return_sequences=per_prompt,
-                        eos_token_id=sorted(stop_ids), pad_token_id=pad_id)
+                        eos_token_id=sorted(stop_ids), pad_token_id=pad_id, **self.cache)
                 generated = seqs[:, ids.shape[1]:].tolist()
                 for i in range(len(batch)):
                     rows = generated[i * per_prompt:(i + 1) * per_prompt] * (sampling.n // per_prompt)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from mialab.config import ConfigError
+from mialab.config import ConfigError, check_names
 from mialab.workflow import Plan, Stage
 
 STAGE_VERSIONS: dict[str, int] = {"perturbations": 1, "features": 1, "baselines": 1, "scores": 1}
@@ -32,13 +32,8 @@ class LaRAPlan:
         """Cross-references of the ``lara`` section; every (model, dataset) must be in the results table."""
         if not self.spec:
             return
-        models, datasets = self.config["models"], self.config["datasets"]
-        for m in self.spec["models"]:
-            if m not in models:
-                raise ConfigError(f"lara.models: unknown model {m!r}; configured: {', '.join(models)}")
-        for d in self.spec["datasets"]:
-            if d not in datasets:
-                raise ConfigError(f"lara.datasets: unknown dataset {d!r}; configured: {', '.join(datasets)}")
+        check_names("lara.models", self.spec["models"], self.config["models"], "model")
+        check_names("lara.datasets", self.spec["datasets"], self.config["datasets"], "dataset")
         evaluated = set(self.plan.evaluated_pairs(self.spec["datasets"]))
         for m, d in self.pairs():
             if (m, d) not in evaluated:

@@ -23,36 +23,17 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 import numpy as np
 
 from mialab.reconstruction.kernel import lexical_metrics
+from mialab.registry import Registry
 
 DEFAULT_TAU = 1.5
 
 RewardFn = Callable[..., np.ndarray]
-_REWARDS: dict[str, RewardFn] = {}
-
-
-def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
-    """Decorator: make a reward ``fn(metrics, *, tau) -> array`` available by ``name``."""
-
-    def deco(fn: RewardFn) -> RewardFn:
-        if name in _REWARDS and _REWARDS[name] is not fn:
-            raise ValueError(f"reward {name!r} registered twice")
-        _REWARDS[name] = fn
-        return fn
-
-    return deco
-
-
-def known_rewards() -> list[str]:
-    """Names of every registered reward, sorted."""
-    return sorted(_REWARDS)
-
-
-def get_reward(name: str) -> RewardFn:
-    """The reward function called ``name``; an unknown name fails with the list of known ones."""
-    try:
-        return _REWARDS[name]
-    except KeyError:
-        raise KeyError(f"unknown reward {name!r}; known rewards: {', '.join(known_rewards())}") from None
+REWARDS: Registry[RewardFn] = Registry("reward")
+#: Decorator: make a reward ``fn(metrics, *, tau) -> array`` available by name.
+register_reward = REWARDS.register
+known_rewards = REWARDS.known
+#: The reward function called ``name``; an unknown name fails with the list of known ones.
+get_reward = REWARDS.get
 
 
 def length_penalty(n_cand: np.ndarray, n_ref: np.ndarray, tau: float = DEFAULT_TAU) -> np.ndarray:

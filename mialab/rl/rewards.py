@@ -25,40 +25,23 @@ from typing import Callable
 import numpy as np
 
 from mialab.reconstruction.rewards import DEFAULT_TAU, compute_rewards
+from mialab.registry import Registry
 
 RewardFunction = Callable[..., list[float]]
-_FACTORIES: dict[str, Callable[..., RewardFunction]] = {}
+RL_REWARDS: Registry[Callable[..., RewardFunction]] = Registry("RL reward")
+#: Decorator: make a reward factory ``(**options) -> reward`` available by name.
+register_rl_reward = RL_REWARDS.register
+known_rl_rewards = RL_REWARDS.known
 
 BOXED = re.compile(r"\\boxed\s*\{")
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def register_rl_reward(name: str) -> Callable:
-    """Decorator: make a reward factory ``(**options) -> reward`` available by ``name``."""
-
-    def deco(factory: Callable[..., RewardFunction]) -> Callable[..., RewardFunction]:
-        if name in _FACTORIES and _FACTORIES[name] is not factory:
-            raise ValueError(f"RL reward {name!r} registered twice")
-        _FACTORIES[name] = factory
-        return factory
-
-    return deco
-
-
-def known_rl_rewards() -> list[str]:
-    """Names of every registered RL reward, sorted."""
-    return sorted(_FACTORIES)
 
 
 def make_reward(spec: dict) -> RewardFunction:
     """The reward a config entry ``{name: ..., **options}`` describes."""
     options = dict(spec)
     name = options.pop("name")
-    try:
-        factory = _FACTORIES[name]
-    except KeyError:
-        raise KeyError(f"unknown RL reward {name!r}; known: {', '.join(known_rl_rewards())}") from None
-    return factory(**options)
+    return RL_REWARDS.get(name)(**options)
 
 
 def _checked(name: str, values: np.ndarray, n: int) -> list[float]:

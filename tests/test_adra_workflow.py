@@ -1,0 +1,188 @@
+"""ADRA in the workflow: stage keys and config checks, its jobs with the tiny-world overlay
+configs/tiny_adra.yaml and in the paper-scale configs, and (slow) a reduced ADRA run on a copy of the
+default tiny world where ADRA, ADRA+ and the SFT ablation train, evaluate and reach the results table
+and the report."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from mialab.adra.plan import INIT, ADRAPlan, NSamplingPlan
+from mialab.config import ConfigError
+from mialab.reconstruction.rewards import minmax_membership_weight
+from mialab.workflow import Plan
+from test_n_sampling_workflow import validated
+from workflow_helpers import REPO, default_config, make_workdir, planned_jobs, snakemake, write_config
+
+PAPER_CONFIGS = sorted((REPO / "configs" / "paper").glob("adra_*.yaml"))
+OVERLAY = REPO / "configs" / "tiny_adra.yaml"
+
+
+def adra_config() -> dict:
+    """The default tiny world with the ADRA overlay (configs/tiny_adra.yaml adds the `adra` section)."""
+    cfg = default_config()
+    overlay = yaml.safe_load(OVERLAY.read_text())
+    assert set(overlay) == {"adra"}, "the overlay only adds the adra section"
+    cfg.update(copy.deepcopy(overlay))
+    return cfg
+
+
+def adra_plan(cfg: dict) -> ADRAPlan:
+    cfg = validated(cfg)
+    return ADRAPlan(NSamplingPlan(Plan(cfg), cfg), cfg)
+
+
+def test_the_untrained_policy_is_shared_and_only_adra_plus_depends_on_the_baseline_scores():
+    cfg = adra_config()
+    a = adra_plan(cfg)
+    model, dataset = a.pairs()[0]
+    assert a.policies()[0] == INIT and "adra-final" in a.policies() and "adra_plus-final" in a.policies()
+    assert "train" not in a.rollouts(model, dataset, 0, INIT).manifest["upstream"]
+    baseline = a.train(model, dataset, "adra_plus", 0).manifest["upstream"]["baseline_scores"]
+    assert baseline == a.plan.scores(model, dataset, 0).key
+    changed = copy.deepcopy(cfg)
+    changed["scoring"]["batch_size"] += 1  # new baseline scores: ADRA+ retrains, ADRA does not
+    b = adra_plan(changed)
+    assert b.train(model, dataset, "adra_plus", 0).key != a.train(model, dataset, "adra_plus", 0).key
+    assert b.train(model, dataset, "adra", 0).key == a.train(model, dataset, "adra", 0).key
+    evals = copy.deepcopy(cfg)
+    evals["adra"]["eval"]["temperature"] = 0.5  # evaluation only: no retraining
+    c = adra_plan(evals)
+    assert c.train(model, dataset, "adra", 0).key == a.train(model, dataset, "adra", 0).key
+    assert c.rollouts(model, dataset, 0, "adra-final").key != a.rollouts(model, dataset, 0, "adra-final").key
+
+
+def test_training_settings_share_n_sampling_and_the_task():
+    cfg = adra_config()
+    a = adra_plan(cfg)
+    model, dataset = a.pairs()[0]
+    s = a.settings(model, dataset, 0)
+    task = cfg["n_sampling"]["tasks"][dataset]
+    assert s["num_generations"] == cfg["n_sampling"]["n"] and s["temperature"] == 1.0 and s["top_k"] == 50
+    assert s["max_completion_length"] == task["max_new_tokens"] and s["max_prompt_length"] == task["max_prompt_tokens"]
+    assert s["seed"] != a.settings(model, dataset, 1)["seed"]
+    assert a.method("adra-final") == "adra" and a.method("adra_plus-step8") == "adra_plus@step8"
+    assert a.method(INIT) == "adra_init"
+    with pytest.raises(ValueError, match="unknown policy"):
+        a.parse_policy("adra-step0")
+
+
+def test_one_epoch_over_each_seeds_candidates():
+    cfg = adra_config()
+    train, n = cfg["adra"]["train"], cfg["n_sampling"]["n"]
+    (target,) = cfg["adra"]["targets"]
+    candidates = 2 * cfg["datasets"][target["dataset"]]["split"]["n_per_class"]
+    assert train["max_steps"] * train["batch_size"] // n == candidates
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["adra"]["targets"].append({"model": "control", "dataset": "wikimia"}), "not an n_sampling target"),
+    (lambda c: c["adra"]["eval"].update(steps=[0, c["adra"]["train"]["save_steps"] + 1]), "not a multiple"),
+    (lambda c: c["adra"]["train"].update(batch_size=c["n_sampling"]["n"] * 4 + 1), "multiple of n_sampling.n"),
+    (lambda c: c["scoring"].update(methods=["loss"]), "is not a score of scoring.methods"),
+])
+def test_config_errors_name_the_key(edit, message):
+    cfg = adra_config()
+    edit(cfg)
+    with pytest.raises(ConfigError, match=message):
+        adra_plan(cfg)
+
+
+def test_the_overlay_plans_adra_on_every_target_seed_and_policy(tmp_path):
+    """The documented command: the default config.yaml and configs/tiny_adra.yaml on top of it."""
+    wd = make_workdir(tmp_path)  # the default config.yaml
+    jobs = planned_jobs(wd, "adra", "--configfile", str(wd / "config.yaml"), str(OVERLAY))
+    cfg = adra_config()
+    a = adra_plan(cfg)
+    runs = len(a.pairs()) * len(cfg["seeds"])
+    assert jobs["adra_train"] == runs * len(a.variants()) == 6
+    assert jobs["adra_eval"] == jobs["adra_scores"] == runs * len(a.policies()) == 9  # init + 2 finals per seed
+    assert jobs["adra_report"] == len(a.report_datasets()) == 2
+    assert jobs["n_sampling_scores"] >= runs and jobs["score_baselines"] >= runs  # ADRA+ waits for its weights
+
+
+def test_the_default_config_trains_no_adra():
+    assert "adra" not in default_config()
+
+
+@pytest.mark.parametrize("path", PAPER_CONFIGS, ids=[p.stem for p in PAPER_CONFIGS])
+def test_paper_configs_plan_adra(path: Path, tmp_path: Path):
+    cfg = yaml.safe_load(path.read_text())
+    jobs = planned_jobs(make_workdir(tmp_path, cfg), "adra")
+    a = adra_plan(cfg)
+    assert jobs["adra_train"] == len(a.pairs()) * len(cfg["seeds"]) * len(a.variants())
+    assert cfg["n_sampling"]["n"] in (16, 32) and cfg["adra"]["train"]["lora"] == {
+        "r": 64, "lora_alpha": 128, "target_modules": "all-linear"}
+
+
+# --- end to end (slow): a reduced ADRA run on a copy of the session's tiny world ---------------------
+
+def reduced_config() -> dict:
+    """The overlay cut down for a test: seed 0 only (its splits, models and baselines are the tiny
+    world's), N = 2 rollouts of 8 tokens, ADRA, ADRA+ and the SFT ablation for 2 steps of 4 prompts,
+    a checkpoint every step, policies evaluated at steps 0, 1 and the end."""
+    cfg = adra_config()
+    cfg["seeds"] = [0]
+    ns = cfg["n_sampling"]
+    ns["targets"] = [{"model": "sft", "dataset": "aime"}]
+    ns["n"] = 2
+    ns["tasks"]["aime"]["max_new_tokens"] = 8
+    cfg["adra"].update(variants=["adra", "adra_plus", "adra_sft"],
+                       contrastive={"distractors": 3, "baseline": "min_k_plus_plus@0.2"},
+                       eval={"temperature": 0.7, "top_p": 0.95, "top_k": 50, "steps": [0, 1]})
+    cfg["adra"]["train"].update(max_steps=2, batch_size=8, save_steps=1,
+                                lora={"r": 4, "lora_alpha": 8, "target_modules": "all-linear"})
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def adra_world(tiny_world, tmp_path_factory) -> Path:
+    wd = tmp_path_factory.mktemp("adra_world")
+    shutil.copytree(tiny_world, wd, symlinks=True, dirs_exist_ok=True)  # keeps mtimes: nothing is stale
+    write_config(wd, reduced_config())
+    start = time.monotonic()
+    snakemake(wd, "--cores", "2", "adra", "results/evaluation/aime/summary.parquet", timeout=1200)
+    print(f"reduced ADRA run on the tiny world: {time.monotonic() - start:.0f}s")
+    return wd
+
+
+@pytest.mark.slow
+def test_training_keeps_the_adapters_of_the_evaluated_steps_and_never_sees_labels(adra_world):
+    for variant in ("adra", "adra_plus", "adra_sft"):
+        (run,) = (adra_world / "results/adra/train/sft/aime" / variant).glob("seed-0/*")
+        assert {p.name for p in (run / "adapters").iterdir()} == {"step-1", "final"}
+        assert (run / "adapters/final/adapter_config.json").is_file() and not (run / "work").exists()
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert manifest["global_step"] == 2 and manifest["config"]["variant"] == variant
+        assert "label" not in pd.read_parquet(run / "training_set.parquet").columns
+    (plus,) = (adra_world / "results/adra/train/sft/aime/adra_plus").glob("seed-0/*")
+    data = pd.read_parquet(plus / "training_set.parquet")
+    (baseline,) = (adra_world / "results/scores/sft/aime/seed-0").glob("*/scores.parquet")
+    scores = pd.read_parquet(baseline).set_index("id").loc[data["id"], "min_k_plus_plus@0.2"]
+    np.testing.assert_allclose(data["weight"], minmax_membership_weight(scores.to_numpy()))
+    assert all(len(r) == 4 for r in data["references"])  # own suffix + 3 distractors
+
+
+@pytest.mark.slow
+def test_final_policies_join_the_results_table_and_the_report_plots_every_step(adra_world):
+    summary = pd.read_parquet(adra_world / "results/evaluation/aime/summary.parquet")
+    sft = set(summary.loc[summary["model"] == "sft", "method"])
+    for method in ("adra", "adra_plus", "adra_sft", "n_sampling"):
+        assert f"{method}/lcs_ratio_ref@bon" in sft
+    assert not summary["method"].str.contains("@step|adra_init").any(), "intermediate policies stay in the report"
+    report = pd.read_csv(adra_world / "results/adra/report/aime/adra.csv")
+    steps = report.dropna(subset=["step"]).set_index("attack")["step"]
+    assert steps["adra_init"] == 0 and steps["adra@step1"] == 1 and steps["adra_plus"] == 2
+    assert {"passive", "n_sampling"} <= set(report["attack"])
+    assert (adra_world / "results/adra/report/aime/steps.png").stat().st_size > 1000
+    rollouts = list((adra_world / "results/adra/rollouts/sft/aime/seed-0").glob("*/*/rollouts.parquet"))
+    assert len(rollouts) == 1 + 3 * 2  # init, and step 1 and final of each variant
