@@ -5,9 +5,9 @@
 #   accounting:
 #     since: now-30days        # sacct -S: the oldest submissions counted
 #     after: [<final targets>] # run the accounting once these exist (e.g. the inputs of `all`)
-# Run it after a workflow run with
+# Every successful run through the SLURM executor writes it at its end (the onsuccess hook below);
+# to refresh it by hand:
 #   snakemake --profile profiles/slurm --forcerun accounting -- accounting
-# or list its outputs in `all` together with `accounting.after` to refresh it at the end of each run.
 
 
 import sys
@@ -34,3 +34,17 @@ rule accounting:
     shell:
         "{params.python} {params.cli} report --out-dir $(dirname {output.jobs}) --since {params.since:q}"
         " --workdir . --log-dir .snakemake/slurm_logs > {log} 2>&1"
+
+
+onsuccess:
+    # After every successful SLURM run: GPU-/CPU-hours of this workflow's jobs in results/accounting/.
+    # A failure here is reported, not raised: the run's own results are complete.
+    if workflow.executor_plugin is not None and workflow.executor_plugin.cli_prefix == "slurm":
+        cli = Path(workflow.basedir) / "workflow_scripts" / "accounting.py"
+        since = config.get("accounting", {}).get("since", "now-30days")
+        Path("results/logs").mkdir(parents=True, exist_ok=True)
+        try:
+            shell(f"{sys.executable} {cli} report --out-dir results/accounting --since {since!r}"
+                  " --workdir . --log-dir .snakemake/slurm_logs > results/logs/accounting.log 2>&1")
+        except Exception as err:
+            print(f"job accounting failed ({err}); see results/logs/accounting.log", file=sys.stderr)

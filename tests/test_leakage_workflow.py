@@ -25,6 +25,7 @@ from mialab.data.paraphrase import APPLY_TO, EXPERIMENTS
 from mialab.data.registry import get_family
 from mialab.data.sampling import sample_split
 from mialab.workflow import PARAPHRASE_EXPERIMENTS, Plan
+from snakemake.utils import validate
 from workflow_helpers import REPO, default_config, foundation_config, make_workdir, planned_jobs, snakemake, write_config
 
 WIKIMIA = REPO / "resources" / "data" / "wikimia" / "WikiMIA_length64.parquet"
@@ -215,6 +216,31 @@ def test_paraphrase_rule_keeps_ids_and_changes_texts(tmp_path):
     row = pd.read_parquet(one(r, "leakage/wikimia_para/seed-0/*/leakage.parquet")).iloc[0]
     assert row["setting"] == "paraphrased"
     assert "| wikimia_para | 0 | paraphrased | 16 | 16 | 0 / 0 / n/a |" in (r / "leakage/summary.md").read_text()
+
+
+def test_training_setting_builds_a_pool_with_paraphrased_members_for_the_training_rules(tmp_path):
+    """apply_to: training: paraphrase_pool rewrites the pool's members (non-members, ids and order
+    kept) into the pool a contaminating model reads; the evaluated split stays verbatim."""
+    entry = wikimia_entry(16, paraphrase={"backend": "offline", "apply_to": "training", "options": {"rate": 0.5, "seed": 0}})
+    pd.read_parquet(WIKIMIA).iloc[:64].to_parquet(tmp_path / "wikimia64.parquet")   # a small pool: 32 members
+    entry["pool"]["source"] = str(tmp_path / "wikimia64.parquet")
+    cfg = tiny_config({"wikimia_train": entry})
+    wd = make_workdir(tmp_path, cfg)
+    validated = copy.deepcopy(cfg)
+    validate(validated, str(REPO / "schemas" / "config.schema.yaml"))       # the workflow's view: defaults filled in
+    target = Plan(validated).member_pool("wikimia_train").path("pool.parquet")
+    snakemake(wd, *RUN, target)
+    r = wd / "results"
+    original = pd.read_parquet(one(r, "pools/wikimia_train/*/pool.parquet"))
+    para = pd.read_parquet(wd / target)
+    assert para["id"].tolist() == original["id"].tolist() and para["label"].tolist() == original["label"].tolist()
+    members = original["label"] == 1
+    assert (para.loc[~members, "text"] == original.loc[~members, "text"]).all()
+    assert (para.loc[members, "text"] != original.loc[members, "text"]).mean() > 0.3
+    assert set(para.loc[members, "setting"]) == {"paraphrased"}
+    manifest = json.loads((wd / target).with_name("manifest.json").read_text())
+    assert manifest["paraphrase"]["setting"] == {"train": "paraphrased", "evaluate": "original"}
+    assert not list(r.glob("paraphrases/wikimia_train/seed-*"))        # the evaluated split is not paraphrased
 
 
 def test_planted_cross_class_duplicate_fails_its_split_and_leaves_nothing(tmp_path):

@@ -67,6 +67,9 @@ def test_second_run_does_nothing(world):
 
 
 def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
+    """WikiMIA's split size changes: the dry run plans only WikiMIA's jobs; the splits and the
+    baseline scores (the `scores` stage target) are rebuilt without touching AIME; switching back
+    finds every earlier folder, so only the tables that merge both settings would be redone."""
     before = {p: p.stat().st_mtime_ns for p in (world / "results").rglob("*.parquet") if "/aime/" in str(p)}
     cfg = default_config()
     cfg["datasets"]["wikimia"]["split"]["n_per_class"] = 48
@@ -75,24 +78,29 @@ def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
     assert jobs["build_split"] == 3 and jobs["evaluate_dataset"] == 1
     assert jobs["score_baselines"] == 3 * sum("wikimia" in m.get("datasets", ["wikimia"])
                                              for m in cfg["models"].values())
-    assert not {"build_pool", "train_tokenizer", "pretrain_model", "sft_contaminate"} & set(jobs)
-    snakemake(world, "--cores", "2")
-    assert _summary(world).loc[("wikimia", "base", "loss"), "auroc_mean"] > 0.5
+    assert not {"build_pool", "train_tokenizer", "pretrain_model", "sft_contaminate", "rl_contaminate"} & set(jobs)
+    assert not any(rule.startswith("lara_") for rule in jobs)          # LaRA reads only AIME
+    snakemake(world, "--cores", "2", "scores")
+    for path in world.glob("results/splits/wikimia/seed-*/*/split.parquet"):
+        n = pd.read_parquet(path)["label"].value_counts().to_dict()
+        assert n in ({1: 48, 0: 48}, {1: 64, 0: 64})                     # both settings' folders side by side
+    assert planned_jobs(world, "scores") == {}
     after = {p: p.stat().st_mtime_ns for p in before}
     assert before == after, "an aime output was rewritten"
     write_config(world, default_config())
-    # back to the first parameters: every split and score folder exists, only the tables are redone
+    # back to the first parameters: every split, score and method folder exists, only tables are redone
     jobs = planned_jobs(world)
-    assert jobs.get("evaluate_dataset") == 1 and not {"build_split", "score_baselines"} & set(jobs), jobs
-    snakemake(world, "--cores", "2")
-    assert planned_jobs(world) == {}
+    assert not {"build_split", "score_baselines", "calibdcd_features", "n_sampling_rollouts"} & set(jobs), jobs
+    assert planned_jobs(world, "scores") == {}
 
 
 def test_partial_rerun_of_one_dataset_touches_no_other(world):
+    """`snakemake dataset_aime --forcerun score_baselines`: AIME's scores and tables are redone
+    (everything a rerun of one dataset's scoring needs), no WikiMIA file is touched."""
     wikimia = {p: p.stat().st_mtime_ns for p in (world / "results").rglob("*") if "wikimia" in str(p) and p.is_file()}
-    aime_splits = sorted((world / "results/splits/aime").rglob("split.parquet"))
-    old = [p.stat().st_mtime_ns for p in aime_splits]
-    proc = snakemake(world, "--cores", "2", "dataset_aime", "--forcerun", "build_split")
-    assert "rule build_split" in proc.stdout + proc.stderr
-    assert all(p.stat().st_mtime_ns > t for p, t in zip(aime_splits, old))
+    aime_scores = sorted((world / "results/scores").glob("*/aime/seed-*/*/scores.parquet"))
+    old = [p.stat().st_mtime_ns for p in aime_scores]
+    proc = snakemake(world, "--cores", "2", "dataset_aime", "--forcerun", "score_baselines")
+    assert "rule score_baselines" in proc.stdout + proc.stderr
+    assert all(p.stat().st_mtime_ns > t for p, t in zip(aime_scores, old))
     assert wikimia == {p: p.stat().st_mtime_ns for p in wikimia}

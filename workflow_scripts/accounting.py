@@ -46,7 +46,8 @@ def main() -> None:
     rep.set_defaults(run=report)
     est = sub.add_parser("estimate", help="expected GPU-hours of a dry run")
     est.add_argument("--dry-run", default="-", help="snakemake --dry-run output (default: stdin)")
-    est.add_argument("--benchmarks", default="benchmarks", help="benchmark root: <root>/<rule>/**/*.tsv")
+    est.add_argument("--benchmarks", default="results/benchmarks",
+                     help="benchmark root: <root>/<rule>/**/*.tsv (default: results/benchmarks, where the rules write them)")
     est.set_defaults(run=estimate)
     args = parser.parse_args()
     args.run(args)
