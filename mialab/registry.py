@@ -10,13 +10,14 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Names -> objects of one ``kind`` (used in messages, e.g. "dataset family", plural "families").
+    """Names -> objects of one ``kind`` (used in messages, e.g. "dataset family").
 
-    ``load`` (optional) imports the modules that register entries, before any lookup."""
+    ``load`` (optional) imports the modules that register entries, before any lookup; ``plural``
+    (optional) names them in the error ("known families: ..." instead of "known: ...")."""
 
     def __init__(self, kind: str, load: Callable[[], None] | None = None, plural: str | None = None):
         self.kind = kind
-        self.plural = plural or f"{kind}s"
+        self.plural = plural
         self._load = load
         self._entries: dict[str, T] = {}
 
@@ -43,4 +44,9 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
-            raise KeyError(f"unknown {self.kind} {name!r}; known {self.plural}: {', '.join(known)}") from None
+            listed = f"known {self.plural}" if self.plural else "known"
+            raise KeyError(f"unknown {self.kind} {name!r}; {listed}: {', '.join(known)}") from None
+
+    def resolve(self, entry: str | T) -> T:
+        """A callable passed as the entry is used as is; a name is looked up."""
+        return entry if callable(entry) else self.get(entry)

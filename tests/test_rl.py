@@ -95,7 +95,7 @@ def test_reconstruction_reward_is_one_for_the_reference_and_zero_for_disjoint_te
     ref = "the sum of the first twenty odd numbers is four hundred"
     got = reward(completions=[ref, "zebra quantum violet", ref.rsplit(" ", 3)[0]], reference=[ref] * 3)
     assert got[0] == pytest.approx(1.0) and got[1] == 0.0 and 0.0 < got[2] < 1.0
-    with pytest.raises(KeyError, match="known RL rewards: answer_match, reconstruction"):
+    with pytest.raises(KeyError, match="known: answer_match, reconstruction"):
         make_reward({"name": "accuracy"})
 
 

@@ -44,7 +44,7 @@ import pandas as pd
 from mialab.data.schema import validate_split
 from mialab.lara.blanking import MATH_SPAN
 from mialab.lara.llm import Generate
-from mialab.lara.registry import Registry
+from mialab.registry import Registry
 from mialab.lara.wordnet import DEBIAN_WORDNET, load_wordnet
 
 PROMPT_DIR = Path(__file__).resolve().parents[2] / "resources" / "prompts" / "paraphrase"

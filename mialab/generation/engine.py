@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from mialab.generation.prompts import prompt_text, prompt_token_ids
+from mialab.registry import Registry
 
 ROLLOUT_COLUMNS = ("id", "sample", "text", "n_tokens", "finish_reason")
 FINISH_REASONS = ("stop", "length")
@@ -62,35 +63,18 @@ class RolloutBackend(Protocol):
 
 
 BackendFactory = Callable[..., RolloutBackend]
-_BACKENDS: dict[str, BackendFactory] = {}
-
-
-def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
-    """Decorator: make a backend factory ``(model_path, **options) -> RolloutBackend`` available by name."""
-
-    def deco(factory: BackendFactory) -> BackendFactory:
-        if name in _BACKENDS and _BACKENDS[name] is not factory:
-            raise ValueError(f"rollout backend {name!r} registered twice")
-        _BACKENDS[name] = factory
-        return factory
-
-    return deco
-
-
-def known_backends() -> list[str]:
-    """Names of every rollout backend, sorted."""
+def _import_backends() -> None:
     for module in BACKEND_MODULES:
         importlib.import_module(module)
-    return sorted(_BACKENDS)
 
 
-def get_backend(name: str) -> BackendFactory:
-    """The backend factory called ``name``; an unknown name fails with the list of known ones."""
-    known = known_backends()
-    try:
-        return _BACKENDS[name]
-    except KeyError:
-        raise KeyError(f"unknown rollout backend {name!r}; known backends: {', '.join(known)}") from None
+BACKENDS: Registry[BackendFactory] = Registry("rollout backend", load=_import_backends, plural="backends")
+#: Decorator: make a backend factory ``(model_path, **options) -> RolloutBackend`` available by name.
+register_backend = BACKENDS.register
+#: Names of every rollout backend, sorted.
+known_backends = BACKENDS.known
+#: The backend factory called ``name``; an unknown name fails with the list of known ones.
+get_backend = BACKENDS.get
 
 
 def stop_token_ids(model_path: str, tokenizer) -> frozenset[int]:

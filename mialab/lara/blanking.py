@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from mialab.lara.llm import Generate, collect_items, load_template
-from mialab.lara.registry import Registry
+from mialab.registry import Registry
 
 BLANK = "[BLANK]"
 

@@ -15,7 +15,7 @@ from typing import Callable
 from mialab.embeddings import DEFAULT_MODEL
 from mialab.lara.blanking import BLANK
 from mialab.lara.llm import Generate, collect_items, load_template, normalise_text, parse_list
-from mialab.lara.registry import Registry
+from mialab.registry import Registry
 
 NeighbourBackend = Registry("neighbour backend")
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from mialab.lara.blanking import BLANK, MATH_SPAN, count_blanks
 from mialab.lara.llm import Generate, collect_items, load_template, normalise_text, parse_list
-from mialab.lara.registry import Registry
+from mialab.registry import Registry
 from mialab.lara.wordnet import DEBIAN_WORDNET, synonyms
 
 ParaphraseBackend = Registry("paraphrase backend")

@@ -28,7 +28,7 @@ from mialab.registry import Registry
 DEFAULT_TAU = 1.5
 
 RewardFn = Callable[..., np.ndarray]
-REWARDS: Registry[RewardFn] = Registry("reward")
+REWARDS: Registry[RewardFn] = Registry("reward", plural="rewards")
 #: Decorator: make a reward ``fn(metrics, *, tau) -> array`` available by name.
 register_reward = REWARDS.register
 known_rewards = REWARDS.known
