@@ -11,6 +11,7 @@ process (``DS_ACCELERATOR=cpu``, gloo) and on 8 GPUs (NCCL, bf16) under ``torchr
 from __future__ import annotations
 
 import math
+import os
 import random
 
 from mialab.progress import console, progress
@@ -114,6 +115,8 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: 
     from mialab.models.loading import load_tokenizer
 
     torch.manual_seed(seed)
+    if torch.cuda.is_available():  # one GPU per process, known to NCCL before its first collective
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if effective_batch_size % (micro_batch_size * world):
