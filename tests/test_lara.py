@@ -14,8 +14,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from mialab.lara.baselines import (cdd_peakedness, cdd_scores, mean_log_likelihood, recall_score, recall_scores,
-                                   self_critique_scores, self_critique_similarity)
+from mialab.lara.baselines import (cdd_peakedness, cdd_scores, greedy_answers, mean_log_likelihood, recall_score,
+                                   recall_scores, self_critique_scores, self_critique_similarity)
 from mialab.lara.blanking import BLANK, blank_important, blank_numbers_entities, count_blanks, word_spans
 from mialab.lara.combine import beta_sweep, combine_lara_sc, percentile_rank
 from mialab.lara.construction import build_perturbations, role_name
@@ -285,14 +285,17 @@ def test_model_driven_baselines_on_the_tiny_model(tiny_model):
     ids = tok(QUESTIONS[0])["input_ids"]
     assert mean_log_likelihood(model, tok, [QUESTIONS[0]])[0] == pytest.approx(
         token_logprobs(model, [ids], pad_token_id=tok.pad_token_id)[0].mean())
-    scores = recall_scores(tiny_model, QUESTIONS[:2], QUESTIONS[5:7], device="cpu")
-    assert scores.shape == (2,) and np.all(scores > 0)
     model, tok = load_lm(tiny_model, device="cpu", padding_side="left")
+    scores = recall_scores(model, tok, QUESTIONS[:2], QUESTIONS[5:7])
+    assert scores.shape == (2,) and np.all(scores > 0)
     gens = generate(model, tok, QUESTIONS[:2], max_new_tokens=6, do_sample=True, num_return_sequences=3, batch_size=2)
     assert [len(g) for g in gens] == [3, 3]
     assert all(0 <= e <= math.log(len(tok)) + 1e-6 for g in gens for x in g for e in x.entropies)
     completions = text_generator(tiny_model, max_new_tokens=4, device="cpu", dtype="float32")(QUESTIONS[:3])
     assert len(completions) == 3 and all(isinstance(c, str) for c in completions)
-    cdd = cdd_scores(tiny_model, QUESTIONS[:2], n_samples=3, max_new_tokens=6, device="cpu")
-    sc = self_critique_scores(tiny_model, QUESTIONS[:2], max_new_tokens=6, device="cpu")
+    cdd = cdd_scores(model, tok, QUESTIONS[:2], n_samples=3, max_new_tokens=6)
+    sc = self_critique_scores(model, tok, QUESTIONS[:2], max_new_tokens=6)
     assert np.all((cdd >= 0) & (cdd <= 1)) and np.all((sc >= 0) & (sc <= 1 + 1e-9))
+    first = greedy_answers(model, tok, QUESTIONS[:2], max_new_tokens=6)  # shared answers give the same scores
+    assert np.array_equal(cdd_scores(model, tok, QUESTIONS[:2], n_samples=3, max_new_tokens=6, greedy=first), cdd)
+    assert np.array_equal(self_critique_scores(model, tok, QUESTIONS[:2], max_new_tokens=6, first=first), sc)

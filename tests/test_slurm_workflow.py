@@ -48,10 +48,10 @@ def slurm_world(slurm_env):
     start = time.monotonic()
     log = run(workdir, slurm_env)
     seconds = time.monotonic() - start
-    run(workdir, slurm_env, "--forcerun", "accounting", "--", "accounting")
+    # no accounting command: the workflow's onsuccess hook writes it at the end of every SLURM run
     jobs = pd.read_parquet(workdir / "results/accounting/jobs.parquet")
     print(f"reduced tiny world through SLURM: {seconds:.0f}s, {len(jobs)} jobs")
-    yield {"workdir": workdir, "log": log, "jobs": jobs}
+    yield {"workdir": workdir, "env": slurm_env, "log": log, "jobs": jobs}
     shutil.rmtree(workdir)
 
 
@@ -82,3 +82,11 @@ def test_accounting_has_every_rule_with_wildcards_and_time(slurm_world):
     gpu_hours = jobs.loc[jobs["rule"] == "pretrain_model", "gpu_hours"]
     assert (gpu_hours > 0).all()
     assert (slurm_world["workdir"] / "results/accounting/jobs.md").read_text().count("pretrain_model") >= 2
+
+
+def test_accounting_refresh_by_hand_matches_the_hook(slurm_world):
+    """The README's refresh command rewrites the same table the onsuccess hook wrote."""
+    workdir = slurm_world["workdir"]
+    run(workdir, slurm_world["env"], "--forcerun", "accounting", "--", "accounting")
+    again = pd.read_parquet(workdir / "results/accounting/jobs.parquet")
+    assert set(again["job_id"]) == set(slurm_world["jobs"]["job_id"])

@@ -47,25 +47,32 @@ def rollout_generator(model_path: str, *, backend: str = "hf", max_new_tokens: i
     return generate
 
 
-def _logprob_rows(model, rows: Sequence[list[int]], pad_id: int, batch_size: int) -> Iterator:
-    """For each token-id row yield the log-softmax ``(len - 1, vocab)``: row ``j`` predicts token ``j + 1``."""
+def _logprob_batches(model, rows: Sequence[list[int]], pad_id: int, batch_size: int) -> Iterator:
+    """``(indices, ids, logp)`` per batch of rows of similar token length (less padding): ``ids`` the
+    right-padded ``[B, T]`` token ids of ``rows[indices]``, ``logp[b, j]`` the log-softmax over the
+    vocabulary predicting ``ids[b, j + 1]`` (``[B, T - 1, vocab]``; padded positions are meaningless).
+    Both stay on the model's device: callers reduce ``logp`` there before anything is copied back."""
     import torch
 
     limit = getattr(model.config, "max_position_embeddings", None)
+    width = max((len(r) for r in rows), default=0)
+    if limit is not None and width > limit:
+        raise ValueError(f"a row has {width} tokens, more than the model's {limit} positions")
+    order = np.argsort([len(r) for r in rows], kind="stable")
     for start in range(0, len(rows), batch_size):
-        batch = rows[start:start + batch_size]
+        indices = order[start:start + batch_size]
+        batch = [rows[i] for i in indices]
         width = max(len(r) for r in batch)
-        if limit is not None and width > limit:
-            raise ValueError(f"a row has {width} tokens, more than the model's {limit} positions")
         ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
         for i, r in enumerate(batch):
             ids[i, :len(r)] = torch.tensor(r)
             mask[i, :len(r)] = 1
-        with torch.no_grad():
-            logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits
-        for i, r in enumerate(batch):
-            yield torch.log_softmax(logits[i, :len(r) - 1].float(), dim=-1).cpu()
+        ids = ids.to(model.device)
+        with torch.no_grad():  # not inference_mode: key_token_perturb edits logp in place
+            logits = model(input_ids=ids, attention_mask=mask.to(model.device)).logits
+            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        yield indices, ids, logp
 
 
 def continuation_logprobs(model_path: str, contexts: Sequence[str], continuations: Sequence[str], *,
@@ -76,8 +83,6 @@ def continuation_logprobs(model_path: str, contexts: Sequence[str], continuation
     tokens, continuation without) and concatenated, so token boundaries never straddle the two.
     An empty continuation gives an empty array.
     """
-    import torch
-
     if len(contexts) != len(continuations):
         raise ValueError("contexts and continuations must align")
     tok = load_tokenizer(model_path)
@@ -89,10 +94,11 @@ def continuation_logprobs(model_path: str, contexts: Sequence[str], continuation
             raise ValueError(f"row {i}: empty context and no BOS token, the first continuation token has no condition")
         rows.append(ctx_ids + tok(cont, add_special_tokens=False)["input_ids"])
         starts.append(len(ctx_ids))
-    out = []
-    for row, start, lp in zip(rows, starts, _logprob_rows(model, rows, tok.pad_token_id, batch_size), strict=True):
-        targets = torch.tensor(row[start:], dtype=torch.long)
-        out.append(lp[start - 1:].gather(1, targets[:, None]).squeeze(1).double().numpy())
+    out: list[np.ndarray] = [np.empty(0)] * len(rows)
+    for indices, ids, logp in _logprob_batches(model, rows, tok.pad_token_id, batch_size):
+        picked = logp.gather(-1, ids[:, 1:, None]).squeeze(-1).double().cpu().numpy()
+        for b, i in enumerate(indices):
+            out[i] = picked[b, starts[i] - 1:len(rows[i]) - 1]
     return out
 
 
@@ -112,19 +118,22 @@ def key_token_perturb(model_path: str, texts: Sequence[str], *, ratio: float = 0
     model = load_causal_lm(model_path, dtype=dtype, device=device)
     special = sorted(set(tok.all_special_ids))
     rows = [tok(t, add_special_tokens=True)["input_ids"] for t in texts]
-    out = []
-    for row, lp in zip(rows, _logprob_rows(model, rows, tok.pad_token_id, batch_size), strict=True):
-        positions = [i for i in range(1, len(row)) if row[i] not in special]
-        if not positions:
-            out.append(tok.decode(row, skip_special_tokens=True))
-            continue
-        surprisal = np.array([-lp[i - 1, row[i]].item() for i in positions])
-        k = max(1, round(ratio * len(positions)))
-        chosen = [positions[j] for j in np.argsort(-surprisal, kind="stable")[:k]]
-        new = list(row)
-        for i in chosen:
-            scores = lp[i - 1].clone()
-            scores[[row[i], *special]] = -torch.inf
-            new[i] = int(scores.argmax())
-        out.append(tok.decode(new, skip_special_tokens=True))
+    out: list[str] = [""] * len(rows)
+    for indices, ids, logp in _logprob_batches(model, rows, tok.pad_token_id, batch_size):
+        targets = ids[:, 1:, None]
+        surprisal = -logp.gather(-1, targets).squeeze(-1).double().cpu().numpy()
+        logp[..., special] = -torch.inf  # substitutes: neither special tokens nor the token itself
+        substitute = logp.scatter_(-1, targets, -torch.inf).argmax(-1).cpu().numpy()
+        for b, i in enumerate(indices):
+            row = rows[i]
+            positions = np.array([j for j in range(1, len(row)) if row[j] not in special], dtype=np.int64)
+            if not len(positions):
+                out[i] = tok.decode(row, skip_special_tokens=True)
+                continue
+            k = max(1, round(ratio * len(positions)))
+            chosen = positions[np.argsort(-surprisal[b, positions - 1], kind="stable")[:k]]
+            new = list(row)
+            for j in chosen:
+                new[j] = int(substitute[b, j - 1])
+            out[i] = tok.decode(new, skip_special_tokens=True)
     return out

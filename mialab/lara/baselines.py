@@ -1,7 +1,8 @@
 """Output-level baselines compared in the LaRA paper: ReCaLL, CDD and Self-Critique.
 
-Each has a pure scoring function (hand-checkable) and a model-driven one (transformers,
-batched). All scores are oriented higher = more likely member:
+Each has a pure scoring function (hand-checkable) and a model-driven one (transformers, batched,
+on a model and tokenizer from :func:`mialab.lara.lm.load_lm` with left padding). All scores are
+oriented higher = more likely member:
 
 - ReCaLL (Xie et al. 2024): ``LL(x | P) / LL(x)``, mean per-token log-likelihoods of ``x``
   with and without a prefix ``P`` of known non-member texts. Members lose more likelihood
@@ -24,7 +25,7 @@ import numpy as np
 from rapidfuzz.distance import Levenshtein
 
 from mialab.lara.llm import load_template
-from mialab.lara.lm import format_prompt, generate, load_lm, token_logprobs
+from mialab.lara.lm import Generation, format_prompt, generate, token_logprobs
 
 CDD_ALPHA = 0.05
 
@@ -87,38 +88,52 @@ def mean_log_likelihood(model, tokenizer, texts: list[str], *, prefix: str | Non
     return out
 
 
-def recall_scores(model_path: str, texts: list[str], prefix_texts: list[str], *, separator: str = "\n\n",
-                  batch_size: int = 8, device: str = "auto", dtype: str = "float32") -> np.ndarray:
+def recall_scores(model, tokenizer, texts: list[str], prefix_texts: list[str], *, separator: str = "\n\n",
+                  batch_size: int = 8) -> np.ndarray:
     """ReCaLL scores of ``texts`` with the non-member ``prefix_texts`` joined by ``separator``."""
-    model, tok = load_lm(model_path, device=device, dtype=dtype)
     prefix = separator.join(prefix_texts) + separator
-    return recall_score(mean_log_likelihood(model, tok, texts, prefix=prefix, batch_size=batch_size),
-                        mean_log_likelihood(model, tok, texts, batch_size=batch_size))
+    return recall_score(mean_log_likelihood(model, tokenizer, texts, prefix=prefix, batch_size=batch_size),
+                        mean_log_likelihood(model, tokenizer, texts, batch_size=batch_size))
 
 
-def cdd_scores(model_path: str, questions: list[str], *, n_samples: int = 50, temperature: float = 0.8,
-               alpha: float = CDD_ALPHA, max_new_tokens: int = 256, batch_size: int = 8, device: str = "auto",
-               dtype: str = "float32", seed: int = 0) -> np.ndarray:
-    """CDD peakedness per question: one greedy and ``n_samples`` sampled answers (token ids)."""
-    model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="left")
-    prompts = [format_prompt(tok, q) for q in questions]
-    greedy = generate(model, tok, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, entropies=False)
-    sampled = generate(model, tok, prompts, max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature,
+def greedy_answers(model, tokenizer, questions: list[str], *, max_new_tokens: int = 256,
+                   batch_size: int = 8) -> list[Generation]:
+    """One greedy answer per question (with entropies), each sent as a chat user turn."""
+    gens = generate(model, tokenizer, [format_prompt(tokenizer, q) for q in questions],
+                    max_new_tokens=max_new_tokens, batch_size=batch_size)
+    return [g[0] for g in gens]
+
+
+def cdd_scores(model, tokenizer, questions: list[str], *, n_samples: int = 50, temperature: float = 0.8,
+               alpha: float = CDD_ALPHA, max_new_tokens: int = 256, batch_size: int = 8, seed: int = 0,
+               greedy: list[Generation] | None = None) -> np.ndarray:
+    """CDD peakedness per question: one greedy and ``n_samples`` sampled answers (token ids).
+
+    ``greedy``: the questions' :func:`greedy_answers` with the same ``max_new_tokens`` and
+    ``batch_size``, when already at hand (e.g. Self-Critique's first answers).
+    """
+    if greedy is None:
+        greedy = greedy_answers(model, tokenizer, questions, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    sampled = generate(model, tokenizer, [format_prompt(tokenizer, q) for q in questions],
+                       max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature,
                        num_return_sequences=n_samples, batch_size=max(1, batch_size // n_samples), seed=seed,
                        entropies=False)
-    return np.array([cdd_peakedness(g[0].token_ids, [s.token_ids for s in ss], alpha)
-                     for g, ss in zip(greedy, sampled)])
+    return np.array([cdd_peakedness(g.token_ids, [s.token_ids for s in ss], alpha)
+                     for g, ss in zip(greedy, sampled, strict=True)])
 
 
-def self_critique_scores(model_path: str, questions: list[str], *, template: str = "self_critique",
-                         max_new_tokens: int = 256, batch_size: int = 8, device: str = "auto",
-                         dtype: str = "float32") -> np.ndarray:
-    """Self-Critique similarity per question (greedy answer, then greedy critique re-answer)."""
-    model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="left")
+def self_critique_scores(model, tokenizer, questions: list[str], *, template: str = "self_critique",
+                         max_new_tokens: int = 256, batch_size: int = 8,
+                         first: list[Generation] | None = None) -> np.ndarray:
+    """Self-Critique similarity per question (greedy answer, then greedy critique re-answer).
+
+    ``first``: the questions' :func:`greedy_answers` with the same ``max_new_tokens`` and
+    ``batch_size``, when already at hand.
+    """
+    if first is None:
+        first = greedy_answers(model, tokenizer, questions, max_new_tokens=max_new_tokens, batch_size=batch_size)
     tpl = load_template(template)
-    first = generate(model, tok, [format_prompt(tok, q) for q in questions], max_new_tokens=max_new_tokens,
-                     batch_size=batch_size)
-    second = generate(model, tok, [format_prompt(tok, tpl.format(question=q, response=f[0].text))
-                                   for q, f in zip(questions, first)],
-                      max_new_tokens=max_new_tokens, batch_size=batch_size)
-    return np.array([self_critique_similarity(f[0].entropies, s[0].entropies) for f, s in zip(first, second)])
+    second = greedy_answers(model, tokenizer, [tpl.format(question=q, response=f.text)
+                                               for q, f in zip(questions, first, strict=True)],
+                            max_new_tokens=max_new_tokens, batch_size=batch_size)
+    return np.array([self_critique_similarity(f.entropies, s.entropies) for f, s in zip(first, second)])

@@ -51,13 +51,14 @@ def layer_features(model, tokenizer, texts: list[str], *, batch_size: int = 8,
     truncate = dict(truncation=max_length is not None, max_length=max_length)
     order = np.argsort([len(ids) for ids in tokenizer(texts, **truncate)["input_ids"]], kind="stable")
     out = np.zeros((len(texts), model.config.num_hidden_layers + 1, model.config.hidden_size), dtype=np.float32)
+    body = model.get_decoder()  # the transformer without the LM head: its logits are never read
     for start in range(0, len(texts), batch_size):
         idx = order[start:start + batch_size]
         enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
                         return_special_tokens_mask=True, **truncate)
-        with torch.no_grad():
-            hidden = model(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
-                           output_hidden_states=True).hidden_states
+        with torch.inference_mode():
+            hidden = body(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
+                          output_hidden_states=True).hidden_states
         pool_mask = enc["attention_mask"] * (1 - enc["special_tokens_mask"])
         out[idx] = torch.stack([mean_pool(h, pool_mask) for h in hidden], dim=1).cpu().numpy()
     if not np.isfinite(out).all():

@@ -29,7 +29,7 @@ def token_logprobs(model, sequences: list[list[int]], *, pad_token_id: int, batc
         for i, seq in enumerate(batch):
             ids[i, :len(seq)] = torch.tensor(seq, dtype=torch.long)
             mask[i, :len(seq)] = 1
-        with torch.no_grad():
+        with torch.inference_mode():
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
         picked = logp.gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1).double().cpu().numpy()
@@ -103,7 +103,7 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 256,
         enc = tokenizer.pad({"input_ids": [encode_prompt(tokenizer, p) for p in prompts[start:start + batch_size]]},
                             return_tensors="pt").to(device)
         torch.manual_seed(seed + start)
-        with torch.no_grad():
+        with torch.inference_mode():
             out = model.generate(**enc, max_new_tokens=max_new_tokens, num_return_sequences=num_return_sequences,
                                  output_logits=entropies, return_dict_in_generate=True,
                                  pad_token_id=tokenizer.pad_token_id, **sampling)

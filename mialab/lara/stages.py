@@ -31,11 +31,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mialab.lara.baselines import cdd_scores, recall_scores, self_critique_scores
+from mialab.lara.baselines import cdd_scores, greedy_answers, recall_scores, self_critique_scores
 from mialab.lara.blanking import BlankBackend, count_blanks
 from mialab.lara.combine import combine_lara_sc
 from mialab.lara.construction import build_perturbations
 from mialab.lara.detection import detection_scores
+from mialab.lara.lm import load_lm
 from mialab.lara.metrics import compute_metrics
 from mialab.rl.corpus import normalise_question, pool_questions
 
@@ -145,20 +146,26 @@ def baseline_scores(model_path: str, table: pd.DataFrame, *, recall: dict, cdd: 
 
     ReCaLL's prefix is the ``prefix_size`` shortest reference questions (known non-members; short,
     so that prefix and question fit a small model's context), cut to ``prefix_max_words``; it
-    scores each question's first ``max_words`` words.
+    scores each question's first ``max_words`` words. The model is loaded once; Self-Critique's
+    greedy first answers double as CDD's greedy answers.
     """
     originals = table[table["form"] == "original"]
     questions = originals[(originals["neighbour"] < 0) & (originals["set"] == EVALUATED)]
     references = originals[(originals["neighbour"] < 0) & (originals["set"] == REFERENCE)]
     texts = questions["text"].tolist()
-    common = dict(batch_size=batch_size, device=device, dtype=dtype)
     shortest = references["text"].iloc[np.argsort(references["text"].str.len().to_numpy(), kind="stable")]
     prefix = [normalise_question(t, recall.get("prefix_max_words"))
               for t in shortest.iloc[:recall.get("prefix_size", 1)]]
+    model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="left")
+    answer_tokens = self_critique.get("max_new_tokens", 256)
+    first = greedy_answers(model, tok, texts, max_new_tokens=answer_tokens, batch_size=batch_size)
+    # CDD's greedy answers are Self-Critique's first answers when both decode as many tokens
+    greedy = first if cdd.get("max_new_tokens", 256) == answer_tokens else None
     return pd.DataFrame({
         "id": questions["id"].to_numpy(),
-        f"{PREFIX}/recall": recall_scores(model_path, [normalise_question(t, recall.get("max_words")) for t in texts],
-                                          prefix, **common),
-        f"{PREFIX}/cdd": cdd_scores(model_path, texts, **cdd, **common),
-        f"{PREFIX}/self_critique": self_critique_scores(model_path, texts, **self_critique, **common),
+        f"{PREFIX}/recall": recall_scores(model, tok, [normalise_question(t, recall.get("max_words")) for t in texts],
+                                          prefix, batch_size=batch_size),
+        f"{PREFIX}/cdd": cdd_scores(model, tok, texts, **cdd, batch_size=batch_size, greedy=greedy),
+        f"{PREFIX}/self_critique": self_critique_scores(model, tok, texts, **self_critique, batch_size=batch_size,
+                                                        first=first),
     })
