@@ -5,13 +5,21 @@ from __future__ import annotations
 import os
 import sys
 
+#: Thread-count variables of torch's intra-op pool (OpenMP), MKL and OpenBLAS.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
 
 def setup_job(log_path: str | None, threads: int = 1) -> None:
     """Send this process's stdout/stderr to ``log_path``, pin CPU threads, stay offline by default.
 
     Offline: ``HF_HUB_OFFLINE`` is set unless the caller set it (a cluster user who wants hub
-    downloads exports ``HF_HUB_OFFLINE=0``).
+    downloads exports ``HF_HUB_OFFLINE=0``). Threads: torch, OpenMP and BLAS read the thread
+    variables when they start, so a job that never needs torch never pays for importing it.
     """
+    for var in THREAD_VARIABLES:
+        os.environ[var] = str(max(1, int(threads)))
+    if "torch" in sys.modules:  # already started: its pool no longer reads the environment
+        sys.modules["torch"].set_num_threads(max(1, int(threads)))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", os.environ["HF_HUB_OFFLINE"])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -22,9 +30,6 @@ def setup_job(log_path: str | None, threads: int = 1) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-    import torch
-
-    torch.set_num_threads(max(1, int(threads)))
     from mialab.progress import console
 
     console.file = sys.stderr
