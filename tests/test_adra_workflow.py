@@ -110,6 +110,16 @@ def test_the_overlay_plans_adra_on_every_target_seed_and_policy(tmp_path):
     assert jobs["n_sampling_scores"] >= runs and jobs["score_baselines"] >= runs  # ADRA+ waits for its weights
 
 
+def test_the_recon_overlay_plans_its_model_and_both_attacks_on_wikimia_only(tmp_path):
+    """configs/tiny_recon.yaml (the memorising setting): one extra SFT model, N-Sampling and ADRA on it."""
+    wd = make_workdir(tmp_path)
+    jobs = planned_jobs(wd, "n_sampling", "adra", "--configfile", str(wd / "config.yaml"),
+                        str(REPO / "configs" / "tiny_recon.yaml"))
+    seeds = len(default_config()["seeds"])
+    assert jobs["adra_train"] == 2 * seeds and jobs["n_sampling_rollouts"] == seeds
+    assert jobs["adra_report"] == 1  # wikimia only
+
+
 def test_the_default_config_trains_no_adra():
     assert "adra" not in default_config()
 
