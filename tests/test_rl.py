@@ -12,8 +12,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from mialab.data.registry import get_family
 from mialab.rl.corpus import build_corpus, filler_problems, pool_questions, pool_references, split_request
-from mialab.rl.grpo import (GRPOSettings, checkpoint_state, epoch_seed, export_checkpoint, last_checkpoint, run_grpo,
-                             truncate_prompt)
+from mialab.rl.grpo import (GRPOSettings, checkpoint_state, epoch_seed, export_checkpoint, grpo_config, last_checkpoint,
+                             run_grpo, truncate_prompt, vllm_generation)
 from mialab.rl.rewards import final_answer, make_reward, normalise_answer
 
 PROBLEMS = [
@@ -149,6 +149,21 @@ def test_settings_reject_unknown_keys_and_partial_prompt_groups():
     with pytest.raises(ValueError, match="multiple of num_generations"):
         GRPOSettings(batch_size=6, num_generations=4)
     assert epoch_seed(0, 1) != epoch_seed(0, 0) != epoch_seed(1, 0)
+
+
+def test_vllm_generation_is_used_only_on_gpus_where_vllm_is_installed(tmp_path):
+    import importlib.util
+
+    options = {"mode": "colocate", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.3}
+    assert vllm_generation(None, "cuda") == {} and vllm_generation(options, "cpu") == {}
+    installed = importlib.util.find_spec("vllm") is not None  # the main venv has none: vLLM lives in .venv-vllm
+    expected = {"use_vllm": True, "vllm_mode": "colocate", "vllm_tensor_parallel_size": 2,
+                "vllm_gpu_memory_utilization": 0.3} if installed else {}
+    assert vllm_generation(options, "cuda") == expected
+    with pytest.raises(KeyError, match="unknown vLLM generation option.*'tp'.*known: .*tensor_parallel_size"):
+        vllm_generation({"tp": 2}, "cpu")  # checked before the CPU fallback
+    args = grpo_config(GRPOSettings(num_generations=4, batch_size=8, vllm=options), tmp_path, device="cpu")
+    assert args.use_vllm is False
 
 
 def test_grpo_is_deterministic_changes_the_weights_and_passes_dataset_columns(tiny_model, tmp_path):
