@@ -31,11 +31,23 @@ import os
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+
 import numpy as np
 import pandas as pd
 
 VIEWS = ["cue_assistant", "cue_answer", "cue_reasoning", "cue_summary", "cue_response", "cue_output",
          "cue_explanation", "cue_continuation", "tiny_chat", "tiny_assistant_prefill"]
+
+
+def default_config() -> dict:
+    """config.yaml with the schema's defaults filled in, as the rules see it."""
+    import yaml
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    validate(config, str(REPO / "schemas" / "config.schema.yaml"))
+    return config
 
 
 def one(pattern: str) -> str:
@@ -53,9 +65,8 @@ def lara_table(world: str) -> pd.DataFrame:
 def lara_baselines(world: str):
     from mialab.lara.stages import baseline_scores
 
-    spec = dict(batch_size=16, cdd=dict(alpha=0.05, max_new_tokens=16, n_samples=4, seed=0, temperature=0.8),
-                recall=dict(max_words=24, prefix_max_words=16, prefix_size=1), self_critique=dict(max_new_tokens=16))
-    return baseline_scores(one(f"{world}/results/models/sft/*/model"), lara_table(world), **spec)
+    return baseline_scores(one(f"{world}/results/models/sft/*/model"), lara_table(world),
+                           **default_config()["lara"]["baselines"])
 
 
 def lara_features(world: str):
@@ -63,7 +74,8 @@ def lara_features(world: str):
     from mialab.lara.stages import distinct_texts
 
     texts = distinct_texts(lara_table(world))["text"].tolist()
-    return extract_layer_features(one(f"{world}/results/models/sft/*/model"), texts, batch_size=16, max_length=256)
+    spec = {k: v for k, v in default_config()["lara"]["features"].items() if k != "shard_size"}  # the rule's sharding
+    return extract_layer_features(one(f"{world}/results/models/sft/*/model"), texts, **spec)
 
 
 def calibdcd_features(world: str, scope: str):
@@ -74,13 +86,12 @@ def calibdcd_features(world: str, scope: str):
     pool = pd.read_parquet(one(f"{world}/results/pools/wikimia/*/pool.parquet"), columns=["id", "prefix", "suffix"])
     ids = None if scope == "original" else pd.read_parquet(
         one(f"{world}/results/calibdcd/partitions/wikimia/seed-0/*/calibration.parquet"))["id"].tolist()
-    generate = rollout_generator(model("base"), backend="hf", max_new_tokens=16, backend_options={"batch_size": 64})
-    detectors = {"dpdllm": {"reference_model": model("control"), "length": 16},
-                 "veilprobe": {"key_token_model": model("control"), "ratio": 0.15,
-                               "embedding_model": "all-MiniLM-L6-v2"}}
+    cfg = default_config()["calibdcd"]
+    generate = rollout_generator(model("base"), **cfg["generation"])
+    detectors = {"dpdllm": {**cfg["detectors"]["dpdllm"], "reference_model": model("control")},
+                 "veilprobe": {**cfg["detectors"]["veilprobe"], "key_token_model": model("control")}}
     return extract_features(scope_texts(pool, ids), ["original"] if scope == "original" else VIEWS,
-                            generate=generate, detectors=detectors,
-                            lm_options={"batch_size": 32, "device": "auto", "dtype": "float32"})
+                            generate=generate, detectors=detectors, lm_options=cfg["lm"])
 
 
 STAGES = {
