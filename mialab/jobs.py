@@ -9,6 +9,24 @@ import sys
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
+#: glibc tunable that backs large allocations with transparent huge pages (madvise mode).
+HUGE_PAGES = "glibc.malloc.hugetlb=1"
+
+
+def with_huge_pages(tunables: str | None) -> str:
+    """``GLIBC_TUNABLES`` with :data:`HUGE_PAGES` added (a value the user set for it is kept).
+
+    Full-vocabulary logits and activations are tens of MB, which glibc serves with fresh ``mmap``
+    pages on every call; on 4 KiB pages the page faults cost a CPU job ~25% of its time (measured:
+    a bf16 training step 0.99 s -> 0.74 s). The variable must be set before a process starts, so the
+    workflow sets it for the jobs it launches. glibc < 2.35 ignores it.
+    """
+    parts = [p for p in (tunables or "").split(":") if p]
+    if not any(p.startswith("glibc.malloc.hugetlb=") for p in parts):
+        parts.append(HUGE_PAGES)
+    return ":".join(parts)
+
+
 def setup_job(log_path: str | None, threads: int = 1) -> None:
     """Send this process's stdout/stderr to ``log_path``, pin CPU threads, stay offline by default.
 

@@ -10,11 +10,15 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 
 from mialab.config import check_config
+from mialab.jobs import with_huge_pages
 from mialab.workflow import Plan
 
 
 validate(config, "../schemas/config.schema.yaml")
 check_config(config)
+
+# jobs inherit this: large tensors on huge pages (mialab.jobs.with_huge_pages)
+os.environ["GLIBC_TUNABLES"] = with_huge_pages(os.environ.get("GLIBC_TUNABLES"))
 
 PLAN = Plan(config, results="results")
 SEEDS = [int(s) for s in config["seeds"]]

@@ -26,3 +26,18 @@ def test_setup_job_repins_an_already_started_torch():
     probe = "import torch\n" + PROBE.format(threads=1)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "1"]
+
+
+def test_huge_pages_tunable_is_added_once_and_keeps_the_users_settings():
+    from mialab.jobs import HUGE_PAGES, with_huge_pages
+
+    assert with_huge_pages(None) == HUGE_PAGES
+    assert with_huge_pages("glibc.malloc.arena_max=2") == f"glibc.malloc.arena_max=2:{HUGE_PAGES}"
+    assert with_huge_pages(with_huge_pages("")) == HUGE_PAGES
+    assert with_huge_pages("glibc.malloc.hugetlb=0") == "glibc.malloc.hugetlb=0"  # the user's choice wins
+
+
+def test_huge_pages_tunable_is_accepted_by_this_glibc():
+    env = {"GLIBC_TUNABLES": __import__("mialab.jobs", fromlist=["x"]).HUGE_PAGES, "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", "print('ok')"], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "ok" and out.stderr == ""

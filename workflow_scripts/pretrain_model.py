@@ -29,7 +29,7 @@ config = llama_config(len(tok), hidden_size=arch["hidden_size"], num_layers=arch
 model = init_model(config, train["seed"])
 losses = pretrain(model, blocks, steps=train["steps"], batch_size=train["batch_size"], lr=train["lr"],
                   min_lr=train["min_lr"], warmup_steps=train["warmup_steps"], weight_decay=train["weight_decay"],
-                  grad_clip=train["grad_clip"], seed=train["seed"])
+                  grad_clip=train["grad_clip"], seed=train["seed"], precision=train["precision"])
 with atomic_directory(snakemake.output.model) as tmp:  # noqa: F821
     save_model(model, tok, tmp)
 write_json({**snakemake.params.manifest, "parameters": sum(p.numel() for p in model.parameters()),  # noqa: F821

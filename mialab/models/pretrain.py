@@ -14,6 +14,7 @@ import random
 
 import numpy as np
 
+from mialab.models.loading import check_bf16_speed
 from mialab.progress import console, progress
 
 
@@ -60,9 +61,19 @@ def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, total_steps
 
 
 def pretrain(model, blocks: np.ndarray, *, steps: int, batch_size: int, lr: float, min_lr: float,
-             warmup_steps: int, weight_decay: float, grad_clip: float, seed: int) -> list[float]:
-    """Train ``model`` on random batches of ``blocks`` for ``steps`` steps; return the loss curve."""
+             warmup_steps: int, weight_decay: float, grad_clip: float, seed: int,
+             precision: str = "fp32") -> list[float]:
+    """Train ``model`` on random batches of ``blocks`` for ``steps`` steps; return the loss curve.
+
+    ``precision="bf16"`` runs forward and backward under bf16 autocast; weights, gradients and the
+    optimizer state stay fp32 (mixed precision, as on a GPU).
+    """
     import torch
+
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"unknown precision {precision!r}; known: bf16, fp32")
+    device_type = next(model.parameters()).device.type
+    check_bf16_speed(precision, device_type)
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -82,7 +93,8 @@ def pretrain(model, blocks: np.ndarray, *, steps: int, batch_size: int, lr: floa
             cursor += batch_size
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, lr=lr, min_lr=min_lr, warmup_steps=warmup_steps, total_steps=steps)
-            loss = model(input_ids=batch, labels=batch).loss
+            with torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = model(input_ids=batch, labels=batch).loss
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"pretraining loss is {loss.item()} at step {step}")
             opt.zero_grad(set_to_none=True)

@@ -112,8 +112,9 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: 
     import torch
     import torch.distributed as dist
 
-    from mialab.models.loading import load_tokenizer
+    from mialab.models.loading import check_bf16_speed, load_tokenizer
 
+    check_bf16_speed(precision, "cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(seed)
     if torch.cuda.is_available():  # one GPU per process, known to NCCL before its first collective
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

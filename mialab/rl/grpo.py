@@ -126,8 +126,11 @@ def grpo_config(settings: GRPOSettings, output_dir: str | os.PathLike, *, device
     """The TRL ``GRPOConfig`` of ``settings``; trainer checkpoints go to ``output_dir``."""
     from trl import GRPOConfig
 
+    from mialab.models.loading import check_bf16_speed
+
     s = settings
     cpu = device == "cpu"
+    check_bf16_speed(s.precision, device)
     return GRPOConfig(
         output_dir=str(output_dir), learning_rate=s.lr, beta=s.beta, num_train_epochs=s.epochs,
         max_steps=s.max_steps, num_generations=s.num_generations, per_device_train_batch_size=s.batch_size,

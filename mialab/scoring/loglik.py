@@ -25,23 +25,22 @@ class TokenStats:
 def stats_from_logits(logits, input_ids, attention_mask) -> list[TokenStats]:
     """Turn a padded batch of logits ``[B, T, V]`` into one :class:`TokenStats` per row.
 
-    Works for right padding; positions whose target is padding are dropped.
+    Works for right padding; positions whose target is padding are dropped. Rows are reduced one
+    at a time: the full-vocabulary temporaries of a whole batch (hundreds of MB) would be fresh
+    memory on every batch, paid for in page faults.
     """
     import torch
 
-    logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    target = input_ids[:, 1:]
-    logp = logprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    probs = logprobs.exp()
-    mu = (probs * logprobs).sum(-1)
-    var = (probs * logprobs.square()).sum(-1) - mu.square()
-    sigma = var.clamp_min(0).sqrt()
     keep = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
     out = []
     for i in range(logits.shape[0]):
         m = keep[i]
-        out.append(TokenStats(logp[i][m].double().cpu().numpy(), mu[i][m].double().cpu().numpy(),
-                              sigma[i][m].double().cpu().numpy()))
+        logprobs = torch.log_softmax(logits[i, :-1][m].float(), dim=-1)
+        logp = logprobs.gather(-1, input_ids[i, 1:][m].unsqueeze(-1)).squeeze(-1)
+        probs = logprobs.exp()
+        mu = (probs * logprobs).sum(-1)
+        sigma = ((probs * logprobs.square()).sum(-1) - mu.square()).clamp_min(0).sqrt()
+        out.append(TokenStats(logp.double().cpu().numpy(), mu.double().cpu().numpy(), sigma.double().cpu().numpy()))
     return out
 
 
