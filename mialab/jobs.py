@@ -27,6 +27,11 @@ def with_huge_pages(tunables: str | None) -> str:
     return ":".join(parts)
 
 
+def enable_huge_pages() -> None:
+    """Set :func:`with_huge_pages` in this process's environment, for the jobs it launches."""
+    os.environ["GLIBC_TUNABLES"] = with_huge_pages(os.environ.get("GLIBC_TUNABLES"))
+
+
 def setup_job(log_path: str | None, threads: int = 1) -> None:
     """Send this process's stdout/stderr to ``log_path``, pin CPU threads, stay offline by default.
 

@@ -29,7 +29,7 @@ STAGE_VERSIONS: dict[str, int] = {
     "pretrain": 1,
     "sft": 1,
     "rl": 1,
-    "scores": 1,
+    "scores": 2,
     "paraphrase": 1,
     "leakage": 1,
 }
@@ -271,15 +271,30 @@ class Plan:
         return self.model_spec(model).get("reference")
 
     @functools.lru_cache(maxsize=None)
-    def scores(self, model: str, dataset: str, seed: int) -> Stage:
+    def score_run(self, model: str, dataset: str) -> Stage:
+        """One ``score_baselines`` job: ``model`` on every seed's split of ``dataset`` at once.
+
+        Seeds draw from the same pool, so their splits share texts; one job scores each distinct
+        text once and writes a table per seed (``seed-<s>/scores.parquet``), instead of one job
+        per seed paying the model load and the shared texts again.
+        """
         ref = self.reference_of(model)
-        upstream = {"model": self.model(model).key, "split": self.evaluated_split(dataset, seed).key}
+        seeds = [int(s) for s in self.config["seeds"]]
+        upstream = {"model": self.model(model).key,
+                    "splits": {str(s): self.evaluated_split(dataset, s).key for s in seeds}}
         if ref is not None:
-            upstream["reference_scores"] = self.scores(ref, dataset, seed).key
-        return self._stage("scores", "scores", [model, dataset, f"seed-{seed}"], {
-            "model": model, "dataset": dataset, "seed": int(seed),
+            upstream["reference_scores"] = self.score_run(ref, dataset).key
+        return self._stage("scores", "scores", [model, dataset], {
+            "model": model, "dataset": dataset, "seeds": seeds,
             "config": self.config["scoring"], "upstream": upstream,
         })
+
+    def scores(self, model: str, dataset: str, seed: int) -> Stage:
+        """Seed ``seed``'s part of :meth:`score_run`: its key, and ``seed-<s>/`` as its folder."""
+        run = self.score_run(model, dataset)
+        if int(seed) not in run.manifest["seeds"]:
+            raise KeyError(f"seed {seed} is not scored; the config's seeds are {run.manifest['seeds']}")
+        return Stage(run.stage, run.key, os.path.join(run.dir, f"seed-{int(seed)}"), run.manifest)
 
     def evaluated_pairs(self, datasets: list[str] | None = None) -> list[tuple[str, str]]:
         """(model, dataset) pairs in the results table: each model's ``datasets`` (default all)."""

@@ -10,7 +10,7 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 
 from mialab.config import check_config
-from mialab.jobs import with_huge_pages
+from mialab.jobs import enable_huge_pages
 from mialab.workflow import Plan
 
 
@@ -18,7 +18,7 @@ validate(config, "../schemas/config.schema.yaml")
 check_config(config)
 
 # jobs inherit this: large tensors on huge pages (mialab.jobs.with_huge_pages)
-os.environ["GLIBC_TUNABLES"] = with_huge_pages(os.environ.get("GLIBC_TUNABLES"))
+enable_huge_pages()
 
 PLAN = Plan(config, results="results")
 SEEDS = [int(s) for s in config["seeds"]]
@@ -124,9 +124,9 @@ def all_outputs():
 
 
 def reference_scores(wc):
-    """R-Loss input: the reference model's scores on the same split, when the model has a reference."""
+    """R-Loss input: the reference model's scores on the same splits, when the model has a reference."""
     ref = PLAN.reference_of(wc.model)
-    return {"reference": scores_file(ref, wc.dataset, int(wc.seed))} if ref else {}
+    return {"reference": [scores_file(ref, wc.dataset, s) for s in SEEDS]} if ref else {}
 
 
 def evaluation_runs(dataset):

@@ -1,24 +1,25 @@
-# Passive baselines (Loss, R-Loss, Zlib, Min-K%, Min-K%++) on every (model, dataset, seed).
+# Passive baselines (Loss, R-Loss, Zlib, Min-K%, Min-K%++) on every (model, dataset, seed): one job
+# per (model, dataset) scores every seed's split, each distinct text once (mialab.workflow.Plan.score_run).
 
 
 rule score_baselines:
     input:
         unpack(reference_scores),
-        split=lambda wc: split_file(wc.dataset, int(wc.seed)),
+        splits=lambda wc: [split_file(wc.dataset, s) for s in SEEDS],
         model=lambda wc: model_dir(wc.model),
     output:
-        scores="results/scores/{model}/{dataset}/seed-{seed}/{key}/scores.parquet",
-        manifest="results/scores/{model}/{dataset}/seed-{seed}/{key}/manifest.json",
+        scores=expand("results/scores/{{model}}/{{dataset}}/{{key}}/seed-{seed}/scores.parquet", seed=SEEDS),
+        manifest="results/scores/{model}/{dataset}/{key}/manifest.json",
     params:
         spec=config["scoring"],
         model_path=lambda wc: PLAN.model_path(wc.model),
-        manifest=lambda wc: _checked(PLAN.scores(wc.model, wc.dataset, int(wc.seed)), wc).manifest,
+        manifest=lambda wc: _checked(PLAN.score_run(wc.model, wc.dataset), wc).manifest,
     threads: 1
     conda:
         "../environment.yml"
     log:
-        "results/logs/score_baselines/{model}/{dataset}/seed-{seed}/{key}.log",
+        "results/logs/score_baselines/{model}/{dataset}/{key}.log",
     benchmark:
-        "results/benchmarks/score_baselines/{model}/{dataset}/seed-{seed}/{key}.tsv"
+        "results/benchmarks/score_baselines/{model}/{dataset}/{key}.tsv"
     script:
         "../workflow_scripts/score_baselines.py"

@@ -73,3 +73,47 @@ def test_score_texts_columns_and_unknown_method():
     assert cols["loss"][0] == pytest.approx(-2.0)
     with pytest.raises(ValueError, match="known: loss"):
         check_methods(["los"])
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+
+    corpus = [f"line {i}: the {w} walks over the hill and sings of {t} today."
+              for i, (w, t) in enumerate(zip(["cat", "dog", "king", "queen"] * 25, ["rain", "sun", "war", "love"] * 25))]
+    tok = train_tokenizer(corpus, vocab_size=512)
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    save_model(init_model(llama_config(512, hidden_size=64, num_layers=2, num_heads=2, tokenizer=tok), seed=0), tok, path)
+    return str(path)
+
+
+SPEC = {"methods": ["loss", "r_loss", "zlib", "min_k", "min_k_plus_plus"], "k": [0.2], "batch_size": 2,
+        "max_length": 64, "dtype": "float32", "device": "cpu"}
+
+
+def test_overlapping_splits_are_scored_once_with_the_same_scores_as_one_by_one(tiny_lm):
+    import pandas as pd
+
+    from mialab.scoring.run import score_split, score_splits
+
+    texts = {i: f"line {i}: the {'cat dog king'.split()[i % 3]} sings of rain" + " today" * i for i in range(6)}
+    split = lambda ids: pd.DataFrame({"id": ids, "text": [texts[i] for i in ids], "label": [i % 2 for i in ids]})
+    splits = [split([0, 1, 2, 3]), split([2, 3, 4, 5]), split([5, 0, 3, 1])]
+    refs = [s[["id"]].assign(loss=-0.1 * s["id"]) for s in splits]
+    together = score_splits(tiny_lm, splits, SPEC, reference_scores=refs)
+    for s, ref, table in zip(splits, refs, together):
+        alone = score_split(tiny_lm, s, SPEC, reference_scores=ref)
+        assert list(table["id"]) == list(s["id"]) and list(table["label"]) == list(s["label"])
+        pd.testing.assert_frame_equal(table, alone, check_exact=False, rtol=1e-5)
+        assert np.isfinite(table.drop(columns=["id", "label"]).to_numpy(float)).all()
+
+
+def test_an_id_with_two_texts_is_an_error(tiny_lm):
+    import pandas as pd
+
+    from mialab.scoring.run import score_splits
+
+    a = pd.DataFrame({"id": [0, 1], "text": ["the cat sings", "the dog sings"], "label": [1, 0]})
+    b = pd.DataFrame({"id": [1], "text": ["the king sings"], "label": [0]})
+    with pytest.raises(ValueError, match="different texts"):
+        score_splits(tiny_lm, [a, b], {**SPEC, "methods": ["loss"]})

@@ -13,7 +13,7 @@ from workflow_helpers import default_config, foundation_config, make_workdir, pl
 def test_default_dag(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path))
     assert jobs == {"build_pool": 2, "build_split": 6, "train_tokenizer": 1, "pretrain_model": 2,
-                    "sft_contaminate": 2, "score_baselines": 27, "evaluate_dataset": 2, "summarize": 1, "all": 1,
+                    "sft_contaminate": 2, "score_baselines": 9, "evaluate_dataset": 2, "summarize": 1, "all": 1,
                     "calibdcd_partition": 3, "calibdcd_features": 8, "calibdcd_calibrate": 12, "calibdcd_report": 1,
                     # RL contamination: grpo_e1 and grpo_e2 are epochs 1 and 2 of one GRPO run (scored on aime)
                     "rl_contaminate": 2,
@@ -30,7 +30,7 @@ def test_default_dag(tmp_path):
 def test_foundation_dag(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path, foundation_config()))
     assert jobs == {"build_pool": 2, "build_split": 6, "train_tokenizer": 1, "pretrain_model": 2,
-                    "sft_contaminate": 1, "score_baselines": 18, "evaluate_dataset": 2, "summarize": 1, "all": 1,
+                    "sft_contaminate": 1, "score_baselines": 6, "evaluate_dataset": 2, "summarize": 1, "all": 1,
                     "leakage_check": 6, "leakage_summary": 1}
 
 
@@ -42,7 +42,7 @@ def test_multi_dataset_multi_seed_dag(tmp_path):
     cfg["models"]["sft"]["datasets"] = ["aime"]
     jobs = planned_jobs(make_workdir(tmp_path, cfg))
     assert jobs["build_split"] == 3 * 5
-    assert jobs["score_baselines"] == (3 + 3 + 1) * 5  # base, control on 3 datasets; sft on aime only
+    assert jobs["score_baselines"] == 3 + 3 + 1  # base, control on 3 datasets; sft on aime only; all seeds in one job
     assert jobs["evaluate_dataset"] == 3
 
 

@@ -1,4 +1,4 @@
-"""Rule score_baselines: passive membership scores of one model on one split."""
+"""Rule score_baselines: passive membership scores of one model on every seed's split of a dataset."""
 
 from mialab.jobs import setup_job
 
@@ -7,11 +7,12 @@ setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 import pandas as pd
 
 from mialab.io import write_json, write_parquet
-from mialab.scoring.run import score_split
+from mialab.scoring.run import score_splits
 
-params = snakemake.params  # noqa: F821
-split = pd.read_parquet(snakemake.input.split)  # noqa: F821
-ref = pd.read_parquet(snakemake.input.reference) if snakemake.input.get("reference") else None  # noqa: F821
-scores = score_split(params.model_path, split, params.spec, reference_scores=ref)
-write_parquet(scores, snakemake.output.scores)  # noqa: F821
-write_json({**params.manifest, "rows": len(scores), "columns": list(scores.columns)}, snakemake.output.manifest)  # noqa: F821
+params, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+splits = [pd.read_parquet(p) for p in inp.splits]
+refs = [pd.read_parquet(p) for p in inp.reference] if inp.get("reference") else None
+tables = score_splits(params.model_path, splits, params.spec, reference_scores=refs)
+for table, path in zip(tables, out.scores):
+    write_parquet(table, path)
+write_json({**params.manifest, "rows": [len(t) for t in tables], "columns": list(tables[0].columns)}, out.manifest)

@@ -1,4 +1,4 @@
-"""Score one split with one model: the stage behind rule ``score_baselines``."""
+"""Score splits with one model: the stage behind rule ``score_baselines``."""
 
 from __future__ import annotations
 
@@ -16,18 +16,38 @@ def score_split(model_path: str, split: pd.DataFrame, spec: dict, *,
     ``r_loss`` is added when a reference model's score table for the same split is given; the
     two tables are matched by ``id``, and a missing id is an error.
     """
+    refs = None if reference_scores is None else [reference_scores]
+    return score_splits(model_path, [split], spec, reference_scores=refs)[0]
+
+
+def score_splits(model_path: str, splits: list[pd.DataFrame], spec: dict, *,
+                 reference_scores: list[pd.DataFrame] | None = None) -> list[pd.DataFrame]:
+    """:func:`score_split` of several splits of one pool, each distinct text scored once.
+
+    Splits of one pool share ids; an id whose text differs between splits is an error (the
+    splits would not come from one pool). ``reference_scores``: one table per split, or None.
+    """
+    texts = pd.concat([s[["id", "text"]] for s in splits]).drop_duplicates()
+    clash = texts["id"][texts["id"].duplicated()]
+    if len(clash):
+        raise ValueError(f"{len(clash)} id(s) have different texts in different splits, e.g. {sorted(clash)[:3]}")
     tok = load_tokenizer(model_path, padding_side="right")
     model = load_causal_lm(model_path, dtype=spec["dtype"], device=spec["device"])
-    texts = split["text"].tolist()
-    stats = token_stats(model, tok, texts, batch_size=spec["batch_size"], max_length=spec["max_length"])
-    out = pd.DataFrame({"id": split["id"].to_numpy(), "label": split["label"].to_numpy(),
-                        "n_tokens": [len(s.logp) + 1 for s in stats]})
-    for name, col in score_texts(stats, texts, spec["methods"], spec["k"]).items():
-        out[name] = col
-    if "r_loss" in spec["methods"] and reference_scores is not None:
-        ref = reference_scores.set_index("id")["loss"]
-        missing = set(out["id"]) - set(ref.index)
-        if missing:
-            raise ValueError(f"reference scores lack {len(missing)} id(s) of this split, e.g. {sorted(missing)[:3]}")
-        out["r_loss"] = r_loss(out["loss"].to_numpy(), ref.loc[out["id"]].to_numpy())
+    stats = token_stats(model, tok, texts["text"].tolist(), batch_size=spec["batch_size"],
+                        max_length=spec["max_length"])
+    scored = pd.DataFrame({"id": texts["id"].to_numpy(), "n_tokens": [len(s.logp) + 1 for s in stats]})
+    for name, col in score_texts(stats, texts["text"].tolist(), spec["methods"], spec["k"]).items():
+        scored[name] = col
+    scored = scored.set_index("id")
+    out = []
+    for i, split in enumerate(splits):
+        table = pd.concat([split[["id", "label"]].reset_index(drop=True),
+                           scored.loc[split["id"]].reset_index(drop=True)], axis=1)
+        if "r_loss" in spec["methods"] and reference_scores is not None:
+            ref = reference_scores[i].set_index("id")["loss"]
+            missing = set(table["id"]) - set(ref.index)
+            if missing:
+                raise ValueError(f"reference scores lack {len(missing)} id(s) of this split, e.g. {sorted(missing)[:3]}")
+            table["r_loss"] = r_loss(table["loss"].to_numpy(), ref.loc[table["id"]].to_numpy())
+        out.append(table)
     return out
