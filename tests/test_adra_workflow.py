@@ -176,7 +176,8 @@ def test_training_keeps_the_adapters_of_the_evaluated_steps_and_never_sees_label
         assert "label" not in pd.read_parquet(run / "training_set.parquet").columns
     (plus,) = (adra_world / "results/adra/train/sft/aime/adra_plus").glob("seed-0/*")
     data = pd.read_parquet(plus / "training_set.parquet")
-    (baseline,) = (adra_world / "results/scores/sft/aime").glob("*/seed-0/scores.parquet")
+    key = json.loads((plus / "manifest.json").read_text())["upstream"]["baseline_scores"]   # the scores it read
+    baseline = adra_world / "results/scores/sft/aime" / key / "seed-0/scores.parquet"
     scores = pd.read_parquet(baseline).set_index("id").loc[data["id"], "min_k_plus_plus@0.2"]
     np.testing.assert_allclose(data["weight"], minmax_membership_weight(scores.to_numpy()))
     assert all(len(r) == 4 for r in data["references"])  # own suffix + 3 distractors
