@@ -86,7 +86,7 @@ def test_paraphrase_rule_is_planned_when_a_dataset_asks_for_it(tmp_path):
     para = plan.paraphrased_split("wikimia", 0)
     assert para.dir.startswith("results/paraphrases/wikimia/seed-0/") and para.dir in out
     # the attacks and the checks read the paraphrased split, the other dataset its own split
-    assert plan.scores("base", "wikimia", 0).manifest["upstream"]["split"] == para.key
+    assert plan.scores("base", "wikimia", 0).manifest["upstream"]["splits"]["0"] == para.key
     assert plan.leakage("wikimia", 0).manifest["upstream"]["split"] == para.key
     assert plan.leakage("aime", 0).manifest["upstream"]["split"] == plan.split("aime", 0).key
     # the training setting: base trains on the paraphrased members; the attacks read the original split

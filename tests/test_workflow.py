@@ -119,5 +119,5 @@ def test_paper_scale_grid_dry_run_is_fast(tmp_path):
     t0 = time.perf_counter()
     jobs = planned_jobs(wd)
     elapsed = time.perf_counter() - t0
-    assert jobs["score_baselines"] == 10 * 3 * 5
+    assert jobs["score_baselines"] == 10 * 3 and jobs["build_split"] == 10 * 5   # scoring: one job per (model, dataset)
     assert elapsed < 20, f"dry run took {elapsed:.1f}s"
