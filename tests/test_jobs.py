@@ -36,8 +36,3 @@ def test_huge_pages_tunable_is_added_once_and_keeps_the_users_settings():
     assert with_huge_pages(with_huge_pages("")) == HUGE_PAGES
     assert with_huge_pages("glibc.malloc.hugetlb=0") == "glibc.malloc.hugetlb=0"  # the user's choice wins
 
-
-def test_huge_pages_tunable_is_accepted_by_this_glibc():
-    env = {"GLIBC_TUNABLES": __import__("mialab.jobs", fromlist=["x"]).HUGE_PAGES, "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", "print('ok')"], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.strip() == "ok" and out.stderr == ""

@@ -33,10 +33,10 @@ def score_splits(model_path: str, splits: list[pd.DataFrame], spec: dict, *,
         raise ValueError(f"{len(clash)} id(s) have different texts in different splits, e.g. {sorted(clash)[:3]}")
     tok = load_tokenizer(model_path, padding_side="right")
     model = load_causal_lm(model_path, dtype=spec["dtype"], device=spec["device"])
-    stats = token_stats(model, tok, texts["text"].tolist(), batch_size=spec["batch_size"],
-                        max_length=spec["max_length"])
+    distinct = texts["text"].tolist()
+    stats = token_stats(model, tok, distinct, batch_size=spec["batch_size"], max_length=spec["max_length"])
     scored = pd.DataFrame({"id": texts["id"].to_numpy(), "n_tokens": [len(s.logp) + 1 for s in stats]})
-    for name, col in score_texts(stats, texts["text"].tolist(), spec["methods"], spec["k"]).items():
+    for name, col in score_texts(stats, distinct, spec["methods"], spec["k"]).items():
         scored[name] = col
     scored = scored.set_index("id")
     out = []
