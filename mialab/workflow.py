@@ -89,6 +89,13 @@ class Stage:
         return os.path.join(self.dir, name)
 
 
+def seed_part(run: Stage, seed: int) -> Stage:
+    """Seed ``seed``'s part of a job over every seed: the job's key, ``<run>/seed-<s>/`` as its folder."""
+    if int(seed) not in run.manifest["seeds"]:
+        raise KeyError(f"seed {seed} is not in {run.dir}; its seeds are {run.manifest['seeds']}")
+    return Stage(run.stage, run.key, os.path.join(run.dir, f"seed-{int(seed)}"), run.manifest)
+
+
 class Plan:
     """All stage instances of a config. Pure: reads the config and raw-file hashes, runs nothing."""
 
@@ -291,10 +298,7 @@ class Plan:
 
     def scores(self, model: str, dataset: str, seed: int) -> Stage:
         """Seed ``seed``'s part of :meth:`score_run`: its key, and ``seed-<s>/`` as its folder."""
-        run = self.score_run(model, dataset)
-        if int(seed) not in run.manifest["seeds"]:
-            raise KeyError(f"seed {seed} is not scored; the config's seeds are {run.manifest['seeds']}")
-        return Stage(run.stage, run.key, os.path.join(run.dir, f"seed-{int(seed)}"), run.manifest)
+        return seed_part(self.score_run(model, dataset), seed)
 
     def evaluated_pairs(self, datasets: list[str] | None = None) -> list[tuple[str, str]]:
         """(model, dataset) pairs in the results table: each model's ``datasets`` (default all)."""

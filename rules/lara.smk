@@ -10,15 +10,18 @@
 #   behind: the retry resumes from the last one.
 # - lara_perturbations (dataset, seed): the split's questions, known non-members (neighbour pool,
 #   clean reference set), BlankImportant and paraphrases; model-free.
-# - lara_features (model, dataset, seed): mean-pooled hidden states of every distinct text
-#   (safetensors shards + index.parquet; a rerun keeps the shards already written).
-# - lara_baselines (model, dataset, seed): ReCaLL, CDD and Self-Critique on the questions.
-# - lara_scores (model, dataset, seed): RSM / DC / RSI, the detection score and its ablations,
-#   LaRA + Self-Critique per beta; joins the results table through SCORE_PROVIDERS.
+# - lara_features (model, dataset): mean-pooled hidden states of every distinct text of all seeds'
+#   perturbation tables (safetensors shards + index.parquet; a rerun keeps the shards already written).
+# - lara_baselines (model, dataset): ReCaLL, CDD and Self-Critique on the questions, a table per seed
+#   (each distinct question answered once).
+# - lara_scores (model, dataset): RSM / DC / RSI, the detection score and its ablations, LaRA +
+#   Self-Critique per beta, a table per seed; joins the results table through SCORE_PROVIDERS.
+#   One job per (model, dataset) loads the model once for every seed.
 # - lara_report (dataset): the comparison table and the layer-wise figure; `snakemake lara` builds
 #   them and everything they need.
 from mialab.lara.plan import LaRAPlan
 from mialab.rl.plan import RLPlan
+from mialab.workflow import seed_part
 
 RL_PLAN = RLPlan(PLAN)
 LARA_PLAN = LaRAPlan(PLAN, config)
@@ -91,68 +94,67 @@ rule lara_perturbations:
 
 rule lara_features:
     input:
-        table=lambda wc: LARA_PLAN.perturbations(wc.dataset, int(wc.seed)).path("perturbations.parquet"),
+        tables=lambda wc: [LARA_PLAN.perturbations(wc.dataset, s).path("perturbations.parquet") for s in SEEDS],
         model=lambda wc: model_dir(wc.model),
     output:
-        index="results/lara/features/{model}/{dataset}/seed-{seed}/{key}/index.parquet",
-        manifest="results/lara/features/{model}/{dataset}/seed-{seed}/{key}/manifest.json",
+        index="results/lara/features/{model}/{dataset}/{key}/index.parquet",
+        manifest="results/lara/features/{model}/{dataset}/{key}/manifest.json",
     params:
         spec=lambda wc: LARA["features"],
         model_path=lambda wc: PLAN.model_path(wc.model),
-        manifest=lambda wc: _checked(LARA_PLAN.model_stage("features", wc.model, wc.dataset, int(wc.seed)), wc).manifest,
+        manifest=lambda wc: _checked(LARA_PLAN.model_run("features", wc.model, wc.dataset), wc).manifest,
     threads: 1
     conda:
         "../environment.yml"
     log:
-        "results/logs/lara_features/{model}/{dataset}/seed-{seed}/{key}.log",
+        "results/logs/lara_features/{model}/{dataset}/{key}.log",
     benchmark:
-        "results/benchmarks/lara_features/{model}/{dataset}/seed-{seed}/{key}.tsv"
+        "results/benchmarks/lara_features/{model}/{dataset}/{key}.tsv"
     script:
         "../workflow_scripts/lara_features.py"
 
 
 rule lara_baselines:
     input:
-        table=lambda wc: LARA_PLAN.perturbations(wc.dataset, int(wc.seed)).path("perturbations.parquet"),
+        tables=lambda wc: [LARA_PLAN.perturbations(wc.dataset, s).path("perturbations.parquet") for s in SEEDS],
         model=lambda wc: model_dir(wc.model),
     output:
-        scores="results/lara/baselines/{model}/{dataset}/seed-{seed}/{key}/baselines.parquet",
-        manifest="results/lara/baselines/{model}/{dataset}/seed-{seed}/{key}/manifest.json",
+        scores=expand("results/lara/baselines/{{model}}/{{dataset}}/{{key}}/seed-{seed}/baselines.parquet", seed=SEEDS),
+        manifest="results/lara/baselines/{model}/{dataset}/{key}/manifest.json",
     params:
         spec=lambda wc: LARA["baselines"],
         model_path=lambda wc: PLAN.model_path(wc.model),
-        manifest=lambda wc: _checked(LARA_PLAN.model_stage("baselines", wc.model, wc.dataset, int(wc.seed)), wc).manifest,
+        manifest=lambda wc: _checked(LARA_PLAN.model_run("baselines", wc.model, wc.dataset), wc).manifest,
     threads: 1
     conda:
         "../environment.yml"
     log:
-        "results/logs/lara_baselines/{model}/{dataset}/seed-{seed}/{key}.log",
+        "results/logs/lara_baselines/{model}/{dataset}/{key}.log",
     benchmark:
-        "results/benchmarks/lara_baselines/{model}/{dataset}/seed-{seed}/{key}.tsv"
+        "results/benchmarks/lara_baselines/{model}/{dataset}/{key}.tsv"
     script:
         "../workflow_scripts/lara_baselines.py"
 
 
 rule lara_scores:
     input:
-        split=lambda wc: split_file(wc.dataset, int(wc.seed)),
-        table=lambda wc: LARA_PLAN.perturbations(wc.dataset, int(wc.seed)).path("perturbations.parquet"),
-        index=lambda wc: LARA_PLAN.model_stage("features", wc.model, wc.dataset, int(wc.seed)).path("index.parquet"),
-        baselines=lambda wc: LARA_PLAN.model_stage("baselines", wc.model, wc.dataset, int(wc.seed)).path(
-            "baselines.parquet"
-        ),
+        splits=lambda wc: [split_file(wc.dataset, s) for s in SEEDS],
+        tables=lambda wc: [LARA_PLAN.perturbations(wc.dataset, s).path("perturbations.parquet") for s in SEEDS],
+        index=lambda wc: LARA_PLAN.model_run("features", wc.model, wc.dataset).path("index.parquet"),
+        baselines=lambda wc: [seed_part(LARA_PLAN.model_run("baselines", wc.model, wc.dataset), s).path(
+            "baselines.parquet") for s in SEEDS],
     output:
-        scores="results/lara/scores/{model}/{dataset}/seed-{seed}/{key}/scores.parquet",
-        metrics="results/lara/scores/{model}/{dataset}/seed-{seed}/{key}/metrics.parquet",
-        manifest="results/lara/scores/{model}/{dataset}/seed-{seed}/{key}/manifest.json",
+        scores=expand("results/lara/scores/{{model}}/{{dataset}}/{{key}}/seed-{seed}/scores.parquet", seed=SEEDS),
+        metrics=expand("results/lara/scores/{{model}}/{{dataset}}/{{key}}/seed-{seed}/metrics.parquet", seed=SEEDS),
+        manifest="results/lara/scores/{model}/{dataset}/{key}/manifest.json",
     params:
         detection=lambda wc: LARA["detection"],
         betas=lambda wc: LARA["betas"],
-        manifest=lambda wc: _checked(LARA_PLAN.scores(wc.model, wc.dataset, int(wc.seed)), wc).manifest,
+        manifest=lambda wc: _checked(LARA_PLAN.score_run(wc.model, wc.dataset), wc).manifest,
     conda:
         "../environment.yml"
     log:
-        "results/logs/lara_scores/{model}/{dataset}/seed-{seed}/{key}.log",
+        "results/logs/lara_scores/{model}/{dataset}/{key}.log",
     script:
         "../workflow_scripts/lara_scores.py"
 

@@ -299,3 +299,32 @@ def test_model_driven_baselines_on_the_tiny_model(tiny_model):
     first = greedy_answers(model, tok, QUESTIONS[:2], max_new_tokens=6)  # shared answers give the same scores
     assert np.array_equal(cdd_scores(model, tok, QUESTIONS[:2], n_samples=3, max_new_tokens=6, greedy=first), cdd)
     assert np.array_equal(self_critique_scores(model, tok, QUESTIONS[:2], max_new_tokens=6, first=first), sc)
+
+
+def _seed_table(evaluated: list[int], reference: list[int]) -> pd.DataFrame:
+    """A perturbation table's original rows: evaluated questions and reference questions."""
+    rows = [(f"q{i}", QUESTIONS[i], "evaluated") for i in evaluated] + [(f"r{i}", QUESTIONS[i], "reference")
+                                                                         for i in reference]
+    return pd.DataFrame({"id": [r[0] for r in rows], "text": [r[1] for r in rows], "set": [r[2] for r in rows],
+                         "form": "original", "neighbour": -1})
+
+
+def test_baselines_of_several_seeds_answer_shared_questions_once_and_keep_each_seeds_recall_prefix(tiny_model):
+    from mialab.lara.stages import baseline_scores
+
+    spec = dict(recall={"prefix_size": 1, "max_words": 12}, cdd={"n_samples": 3, "max_new_tokens": 6},
+                self_critique={"max_new_tokens": 6}, batch_size=4, device="cpu", dtype="float32")
+    a, b = _seed_table([0, 1, 2], [4, 5]), _seed_table([1, 2, 3], [6, 7])
+    merged = baseline_scores(tiny_model, [a, b], **spec)
+    alone = [baseline_scores(tiny_model, [t], **spec)[0] for t in (a, b)]
+    for m, s, t in zip(merged, alone, (a, b)):
+        assert m["id"].tolist() == t.loc[t["set"] == "evaluated", "id"].tolist()
+        for column in ("lara/recall", "lara/self_critique"):   # deterministic: the same as scoring the seed alone
+            np.testing.assert_allclose(m[column], s[column], rtol=1e-4, atol=1e-5)
+        assert m["lara/cdd"].between(0, 1).all()
+    shared = [m.set_index("id").loc[["q1", "q2"]] for m in merged]
+    np.testing.assert_array_equal(shared[0]["lara/cdd"], shared[1]["lara/cdd"])   # answered once
+    assert not np.allclose(shared[0]["lara/recall"], shared[1]["lara/recall"])   # another seed, another prefix
+    clash = b.assign(text=b["text"].where(b["id"] != "q1", "another text"))
+    with pytest.raises(ValueError, match="1 question id"):
+        baseline_scores(tiny_model, [a, clash], **spec)

@@ -86,15 +86,21 @@ def test_lara_plan_checks_cross_references_and_keys_change_only_downstream():
     changed["lara"]["features"]["batch_size"] = 4
     other = LaRAPlan(Plan(changed), changed)
     assert other.perturbations("aime", 0).key == lara.perturbations("aime", 0).key
-    assert other.model_stage("baselines", "sft", "aime", 0).key == lara.model_stage("baselines", "sft", "aime", 0).key
-    assert other.model_stage("features", "sft", "aime", 0).key != lara.model_stage("features", "sft", "aime", 0).key
+    assert other.model_run("baselines", "sft", "aime").key == lara.model_run("baselines", "sft", "aime").key
+    assert other.model_run("features", "sft", "aime").key != lara.model_run("features", "sft", "aime").key
     assert other.scores("sft", "aime", 0).key != lara.scores("sft", "aime", 0).key
+    # one job per (model, dataset) covers every seed; a seed's tables sit in its own folder
+    run = lara.score_run("sft", "aime")
+    assert run.manifest["seeds"] == cfg["seeds"] and set(run.manifest["upstream"]["splits"]) == {"0", "1", "2"}
+    assert lara.scores("sft", "aime", 2).dir == f"{run.dir}/seed-2" and lara.scores("sft", "aime", 2).key == run.key
+    with pytest.raises(KeyError, match="seed 7 is not in"):
+        lara.scores("sft", "aime", 7)
 
 
 def test_lara_target_plans_the_rl_and_lara_jobs_and_no_other_method(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path), "lara")
     assert jobs["rl_contaminate"] == 2 and jobs["lara_perturbations"] == 3 and jobs["lara_report"] == 1
-    assert jobs["lara_features"] == jobs["lara_baselines"] == jobs["lara_scores"] == 9
+    assert jobs["lara_features"] == jobs["lara_baselines"] == jobs["lara_scores"] == 3   # one per model: all seeds
     assert not any(rule.startswith("calibdcd") for rule in jobs)
 
 
@@ -185,11 +191,11 @@ def test_lara_outputs_follow_their_schemas_and_join_the_results_table(tiny_world
         assert {"id", "role", "neighbour", "form", "variant", "text", "set"} <= set(table.columns)
         assert table.groupby("id").size().eq((cfg["neighbours"]["n"] + 1) * n_forms).all()
         assert table.loc[table["set"] == REFERENCE, "id"].nunique() == cfg["controls"]["n_reference"]
-    for index_path in r.glob("features/*/aime/seed-*/*/index.parquet"):
+    for index_path in r.glob("features/*/aime/*/index.parquet"):
         index = pd.read_parquet(index_path)
         assert {"text", "shard", "row"} <= set(index.columns) and not index["text"].duplicated().any()
         assert (index_path.parent / "shards/shard-00000.safetensors").exists()
-    metrics = pd.read_parquet(next(r.glob("scores/sft/aime/seed-0/*/metrics.parquet")))
+    metrics = pd.read_parquet(next(r.glob("scores/sft/aime/*/seed-0/metrics.parquet")))
     n_layers = default_config()["models"]["base"]["architecture"]["num_layers"]
     assert sorted(metrics["layer"].unique()) == list(range(1, n_layers + 1))
     assert set(metrics["set"]) == {EVALUATED, REFERENCE}

@@ -17,8 +17,8 @@ def test_default_dag(tmp_path):
                     "calibdcd_partition": 3, "calibdcd_features": 8, "calibdcd_calibrate": 12, "calibdcd_report": 1,
                     # RL contamination: grpo_e1 and grpo_e2 are epochs 1 and 2 of one GRPO run (scored on aime)
                     "rl_contaminate": 2,
-                    # LaRA on sft, grpo_e1, grpo_e2 x aime x 3 seeds; perturbations are model-free
-                    "lara_perturbations": 3, "lara_features": 9, "lara_baselines": 9, "lara_scores": 9,
+                    # LaRA on sft, grpo_e1, grpo_e2 x aime, one job per model for the 3 seeds; perturbations are model-free
+                    "lara_perturbations": 3, "lara_features": 3, "lara_baselines": 3, "lara_scores": 3,
                     "lara_report": 1,
                     # leakage / shift checks of every (dataset, seed) split and their summary
                     "leakage_check": 6, "leakage_summary": 1,

@@ -1,4 +1,4 @@
-"""Rule lara_baselines: ReCaLL, CDD and Self-Critique of the evaluated questions."""
+"""Rule lara_baselines: ReCaLL, CDD and Self-Critique of the evaluated questions, a table per seed."""
 
 from mialab.jobs import setup_job
 
@@ -13,6 +13,8 @@ from mialab.lara.stages import baseline_scores
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 start = time.perf_counter()
-scores = baseline_scores(params.model_path, pd.read_parquet(inputs.table), **params.spec)
-write_parquet(scores, output.scores)
-write_json({**params.manifest, "rows": len(scores), "seconds": round(time.perf_counter() - start, 1)}, output.manifest)
+tables = baseline_scores(params.model_path, [pd.read_parquet(p) for p in inputs.tables], **params.spec)
+for table, path in zip(tables, output.scores, strict=True):
+    write_parquet(table, path)
+write_json({**params.manifest, "rows": [len(t) for t in tables], "seconds": round(time.perf_counter() - start, 1)},
+           output.manifest)

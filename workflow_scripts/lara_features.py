@@ -1,4 +1,5 @@
-"""Rule lara_features: mean-pooled hidden states of every distinct perturbation text (resumable shards)."""
+"""Rule lara_features: mean-pooled hidden states of every distinct text of the seeds' perturbation
+tables (resumable shards)."""
 
 from mialab.jobs import setup_job
 
@@ -16,7 +17,7 @@ from mialab.lara.stages import distinct_texts
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 spec = params.spec
 start = time.perf_counter()
-texts = distinct_texts(pd.read_parquet(inputs.table))
+texts = distinct_texts(pd.concat([pd.read_parquet(p) for p in inputs.tables], ignore_index=True))
 index = extract_features(texts, params.model_path, os.path.dirname(output.index), shard_size=spec["shard_size"],
                          batch_size=spec["batch_size"], device=spec["device"], dtype=spec["dtype"],
                          max_length=spec.get("max_length"))

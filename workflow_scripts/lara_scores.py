@@ -1,4 +1,4 @@
-"""Rule lara_scores: RSM / DC / RSI per layer, the LaRA detection score, LaRA + Self-Critique."""
+"""Rule lara_scores: RSM / DC / RSI per layer, the LaRA detection score, LaRA + Self-Critique (a table per seed)."""
 
 from mialab.jobs import setup_job
 
@@ -14,9 +14,13 @@ from mialab.lara.stages import question_metrics, score_table
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 index, features = load_features(os.path.dirname(inputs.index))
-metrics = question_metrics(pd.read_parquet(inputs.table), index, features)
-scores = score_table(metrics, pd.read_parquet(inputs.baselines), pd.read_parquet(inputs.split),
-                     how=params.detection["how"], betas=params.betas)
-write_parquet(metrics, output.metrics)
-write_parquet(scores, output.scores)
-write_json({**params.manifest, "rows": len(scores), "columns": list(scores.columns)}, output.manifest)
+rows = []
+for split, table, baselines, scores_path, metrics_path in zip(inputs.splits, inputs.tables, inputs.baselines,
+                                                              output.scores, output.metrics, strict=True):
+    metrics = question_metrics(pd.read_parquet(table), index, features)
+    scores = score_table(metrics, pd.read_parquet(baselines), pd.read_parquet(split),
+                         how=params.detection["how"], betas=params.betas)
+    write_parquet(metrics, metrics_path)
+    write_parquet(scores, scores_path)
+    rows.append(len(scores))
+write_json({**params.manifest, "rows": rows, "columns": list(scores.columns)}, output.manifest)

@@ -89,11 +89,16 @@ def mean_log_likelihood(model, tokenizer, texts: list[str], *, prefix: str | Non
 
 
 def recall_scores(model, tokenizer, texts: list[str], prefix_texts: list[str], *, separator: str = "\n\n",
-                  batch_size: int = 8) -> np.ndarray:
-    """ReCaLL scores of ``texts`` with the non-member ``prefix_texts`` joined by ``separator``."""
+                  batch_size: int = 8, unconditional: np.ndarray | None = None) -> np.ndarray:
+    """ReCaLL scores of ``texts`` with the non-member ``prefix_texts`` joined by ``separator``.
+
+    ``unconditional``: the texts' :func:`mean_log_likelihood` without prefix, when already at hand.
+    """
     prefix = separator.join(prefix_texts) + separator
+    if unconditional is None:
+        unconditional = mean_log_likelihood(model, tokenizer, texts, batch_size=batch_size)
     return recall_score(mean_log_likelihood(model, tokenizer, texts, prefix=prefix, batch_size=batch_size),
-                        mean_log_likelihood(model, tokenizer, texts, batch_size=batch_size))
+                        unconditional)
 
 
 def greedy_answers(model, tokenizer, questions: list[str], *, max_new_tokens: int = 256,

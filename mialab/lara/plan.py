@@ -3,8 +3,13 @@
 
 - perturbations (dataset, seed): upstream the pool (known non-members) and the seed's split;
   model-free, so shared by every model;
-- features / baselines (model, dataset, seed): upstream the model and the perturbations;
-- scores (model, dataset, seed): upstream the split (labels, joined last), features and baselines.
+- features / baselines (model, dataset): one job per model reads every seed's perturbations (the
+  seeds' splits share questions and neighbours: each distinct text is read or answered once, and
+  the model is loaded once); upstream the model and the seeds' perturbations;
+- scores (model, dataset): upstream the seeds' splits (labels, joined last), features and baselines.
+
+Baselines and scores write one folder per seed inside the job's folder (``<key>/seed-<s>/``):
+:func:`mialab.workflow.seed_part` addresses it, so consumers read a seed's table as before.
 """
 
 from __future__ import annotations
@@ -12,9 +17,9 @@ from __future__ import annotations
 import functools
 
 from mialab.config import ConfigError, check_names
-from mialab.workflow import Plan, Stage
+from mialab.workflow import Plan, Stage, seed_part
 
-STAGE_VERSIONS: dict[str, int] = {"perturbations": 1, "features": 1, "baselines": 1, "scores": 1}
+STAGE_VERSIONS: dict[str, int] = {"perturbations": 1, "features": 2, "baselines": 2, "scores": 2}
 PERTURBATION_KEYS = ("question", "controls", "neighbours", "blank", "paraphrase")
 MODEL_STAGES = ("features", "baselines")
 
@@ -60,24 +65,35 @@ class LaRAPlan:
         """The slice of the ``lara`` section the perturbation stage reads."""
         return {k: self.spec[k] for k in PERTURBATION_KEYS}
 
+    def seeds(self) -> list[int]:
+        return [int(s) for s in self.config["seeds"]]
+
     @functools.lru_cache(maxsize=None)
-    def model_stage(self, stage: str, model: str, dataset: str, seed: int) -> Stage:
-        """The ``features`` or ``baselines`` stage of a (model, dataset, seed)."""
+    def model_run(self, stage: str, model: str, dataset: str) -> Stage:
+        """The ``features`` or ``baselines`` job of a (model, dataset): every seed at once."""
         if stage not in MODEL_STAGES:
             raise ValueError(f"unknown LaRA model stage {stage!r}; known: {', '.join(MODEL_STAGES)}")
-        return self.plan.stage(f"lara/{stage}", STAGE_VERSIONS[stage], [model, dataset, f"seed-{seed}"], {
-            "model": model, "dataset": dataset, "seed": int(seed), "config": self.spec[stage],
-            "upstream": {"model": self.plan.model(model).key, "perturbations": self.perturbations(dataset, seed).key},
+        seeds = self.seeds()
+        return self.plan.stage(f"lara/{stage}", STAGE_VERSIONS[stage], [model, dataset], {
+            "model": model, "dataset": dataset, "seeds": seeds, "config": self.spec[stage],
+            "upstream": {"model": self.plan.model(model).key,
+                         "perturbations": {str(s): self.perturbations(dataset, s).key for s in seeds}},
         })
 
     @functools.lru_cache(maxsize=None)
-    def scores(self, model: str, dataset: str, seed: int) -> Stage:
-        return self.plan.stage("lara/scores", STAGE_VERSIONS["scores"], [model, dataset, f"seed-{seed}"], {
-            "model": model, "dataset": dataset, "seed": int(seed),
+    def score_run(self, model: str, dataset: str) -> Stage:
+        """The ``scores`` job of a (model, dataset): every seed's score table."""
+        seeds = self.seeds()
+        return self.plan.stage("lara/scores", STAGE_VERSIONS["scores"], [model, dataset], {
+            "model": model, "dataset": dataset, "seeds": seeds,
             "config": {"detection": self.spec["detection"], "betas": self.spec["betas"]},
-            "upstream": {"split": self.plan.split(dataset, seed).key,
-                         **{s: self.model_stage(s, model, dataset, seed).key for s in MODEL_STAGES}},
+            "upstream": {"splits": {str(s): self.plan.split(dataset, s).key for s in seeds},
+                         **{s: self.model_run(s, model, dataset).key for s in MODEL_STAGES}},
         })
+
+    def scores(self, model: str, dataset: str, seed: int) -> Stage:
+        """Seed ``seed``'s part of :meth:`score_run`."""
+        return seed_part(self.score_run(model, dataset), seed)
 
     def scores_file(self, model: str, dataset: str, seed: int) -> str | None:
         """The score table of a (model, dataset, seed) LaRA runs on, else None (a SCORE_PROVIDER)."""

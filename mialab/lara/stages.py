@@ -14,12 +14,14 @@ Stages:
 
 - perturbations (dataset, seed; model-free): :func:`mialab.lara.construction.build_perturbations`
   of the evaluated and the reference questions, with a column ``set`` (``evaluated`` / ``reference``);
-- features (model, dataset, seed): each distinct text is read once (neighbours are shared between
-  questions: about three times fewer forward passes); the stage's ``index.parquet`` lists them;
-- baselines (model, dataset, seed): ReCaLL (prefix: reference questions), CDD, Self-Critique on the
-  evaluated questions;
-- scores (model, dataset, seed): RSM / DC / RSI per layer, the detection score and its ablations, LaRA
-  + Self-Critique for every beta; the split's labels are attached last, so no score depends on them.
+- features (model, dataset; every seed): each distinct text of the seeds' tables is read once
+  (neighbours are shared between questions and seeds: several times fewer forward passes); the
+  stage's ``index.parquet`` lists them;
+- baselines (model, dataset; a table per seed): ReCaLL (prefix: the seed's reference questions),
+  CDD, Self-Critique on the evaluated questions, each distinct question answered once;
+- scores (model, dataset; a table per seed): RSM / DC / RSI per layer, the detection score and its
+  ablations, LaRA + Self-Critique for every beta; the split's labels are attached last, so no
+  score depends on them.
 
 Score columns (higher = member): ``lara``, ``lara/<metric>`` (one metric), ``lara/no_<metric>``,
 ``lara/early|mid|late`` (layer thirds), ``lara/recall``, ``lara/cdd``, ``lara/self_critique``,
@@ -31,7 +33,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mialab.lara.baselines import cdd_scores, greedy_answers, recall_scores, self_critique_scores
+from mialab.lara.baselines import (cdd_scores, greedy_answers, mean_log_likelihood, recall_scores,
+                                   self_critique_scores)
 from mialab.lara.blanking import BlankBackend, count_blanks
 from mialab.lara.combine import combine_lara_sc
 from mialab.lara.construction import build_perturbations
@@ -140,32 +143,54 @@ def score_table(metrics: pd.DataFrame, baselines: pd.DataFrame, split: pd.DataFr
     return out
 
 
-def baseline_scores(model_path: str, table: pd.DataFrame, *, recall: dict, cdd: dict, self_critique: dict,
-                    batch_size: int = 8, device: str = "auto", dtype: str = "float32") -> pd.DataFrame:
-    """ReCaLL, CDD and Self-Critique of every evaluated question (``id`` and ``lara/...`` columns).
+def _evaluated_and_reference(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The original evaluated questions and reference questions of a perturbation table."""
+    originals = table[(table["form"] == "original") & (table["neighbour"] < 0)]
+    return originals[originals["set"] == EVALUATED], originals[originals["set"] == REFERENCE]
 
-    ReCaLL's prefix is the ``prefix_size`` shortest reference questions (known non-members; short,
-    so that prefix and question fit a small model's context), cut to ``prefix_max_words``; it
-    scores each question's first ``max_words`` words. The model is loaded once; Self-Critique's
-    greedy first answers double as CDD's greedy answers.
-    """
-    originals = table[table["form"] == "original"]
-    questions = originals[(originals["neighbour"] < 0) & (originals["set"] == EVALUATED)]
-    references = originals[(originals["neighbour"] < 0) & (originals["set"] == REFERENCE)]
-    texts = questions["text"].tolist()
+
+def recall_prefix(references: pd.DataFrame, recall: dict) -> list[str]:
+    """ReCaLL's prefix: the ``prefix_size`` shortest reference questions (known non-members; short,
+    so that prefix and question fit a small model's context), cut to ``prefix_max_words``."""
     shortest = references["text"].iloc[np.argsort(references["text"].str.len().to_numpy(), kind="stable")]
-    prefix = [normalise_question(t, recall.get("prefix_max_words"))
-              for t in shortest.iloc[:recall.get("prefix_size", 1)]]
+    return [normalise_question(t, recall.get("prefix_max_words")) for t in shortest.iloc[:recall.get("prefix_size", 1)]]
+
+
+def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict, cdd: dict, self_critique: dict,
+                    batch_size: int = 8, device: str = "auto", dtype: str = "float32") -> list[pd.DataFrame]:
+    """ReCaLL, CDD and Self-Critique of every evaluated question, one table (``id`` and ``lara/...``
+    columns) per perturbation table (one per seed).
+
+    The seeds' splits share questions: CDD and Self-Critique answer each distinct question once,
+    and ReCaLL's unconditional likelihood is read once; ReCaLL's prefix is each seed's own
+    (:func:`recall_prefix` of its reference questions) and scores a question's first ``max_words``
+    words. The model is loaded once; Self-Critique's greedy first answers double as CDD's.
+    """
+    parts = [_evaluated_and_reference(t) for t in tables]
+    questions = pd.concat([q[["id", "text"]] for q, _ in parts]).drop_duplicates()
+    clash = questions["id"][questions["id"].duplicated()]
+    if len(clash):
+        raise ValueError(f"{len(clash)} question id(s) have different texts in different seeds, e.g. {sorted(clash)[:3]}")
+    texts = questions["text"].tolist()
     model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="left")
     answer_tokens = self_critique.get("max_new_tokens", 256)
     first = greedy_answers(model, tok, texts, max_new_tokens=answer_tokens, batch_size=batch_size)
     # CDD's greedy answers are Self-Critique's first answers when both decode as many tokens
     greedy = first if cdd.get("max_new_tokens", 256) == answer_tokens else None
-    return pd.DataFrame({
-        "id": questions["id"].to_numpy(),
-        f"{PREFIX}/recall": recall_scores(model, tok, [normalise_question(t, recall.get("max_words")) for t in texts],
-                                          prefix, batch_size=batch_size),
+    recall_texts = [normalise_question(t, recall.get("max_words")) for t in texts]
+    shared = pd.DataFrame({
         f"{PREFIX}/cdd": cdd_scores(model, tok, texts, **cdd, batch_size=batch_size, greedy=greedy),
         f"{PREFIX}/self_critique": self_critique_scores(model, tok, texts, **self_critique, batch_size=batch_size,
                                                         first=first),
-    })
+        "unconditional": mean_log_likelihood(model, tok, recall_texts, batch_size=batch_size),
+        "recall_text": recall_texts,
+    }, index=questions["id"].to_numpy())
+    out = []
+    for evaluated, references in parts:
+        rows = shared.loc[evaluated["id"].to_numpy()]
+        recall_column = recall_scores(model, tok, rows["recall_text"].tolist(), recall_prefix(references, recall),
+                                      batch_size=batch_size, unconditional=rows["unconditional"].to_numpy())
+        out.append(pd.DataFrame({"id": evaluated["id"].to_numpy(), f"{PREFIX}/recall": recall_column,
+                                 f"{PREFIX}/cdd": rows[f"{PREFIX}/cdd"].to_numpy(),
+                                 f"{PREFIX}/self_critique": rows[f"{PREFIX}/self_critique"].to_numpy()}))
+    return out
