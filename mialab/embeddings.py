@@ -28,16 +28,32 @@ def resolve_model_path(name: str = DEFAULT_MODEL) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def load_encoder(name: str = DEFAULT_MODEL, device: str = "cpu"):
-    """Load (once per process) a sentence-transformers encoder."""
+def load_encoder(name: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32"):
+    """Load (once per process) a sentence-transformers encoder computing in ``dtype``."""
+    import torch
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(resolve_model_path(name), device=device)
+    from mialab.models.loading import DTYPES, check_bf16_speed
+
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown embedding dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    check_bf16_speed(dtype, device)
+    return SentenceTransformer(resolve_model_path(name), device=device,
+                               model_kwargs={"dtype": getattr(torch, DTYPES[dtype])})
 
 
-def encode(texts: list[str], *, model: str = DEFAULT_MODEL, batch_size: int = 64, device: str = "cpu") -> np.ndarray:
-    """Return L2-normalised float32 embeddings, one row per text (cosine = dot product)."""
-    enc = load_encoder(model, device)
-    emb = enc.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
-                     show_progress_bar=False)
-    return np.asarray(emb, dtype=np.float32)
+def encode(texts: list[str], *, model: str = DEFAULT_MODEL, batch_size: int = 64, device: str = "cpu",
+           dtype: str = "float32") -> np.ndarray:
+    """Return L2-normalised float32 embeddings, one row per text (cosine = dot product).
+
+    ``dtype`` is the encoder's compute precision. Measured with all-MiniLM-L6-v2 on 96 AIME texts
+    (one CPU thread with AMX): bfloat16 is ~2.5x faster than float32, and every text's bf16
+    embedding has cosine >= 0.998 with its float32 one (pairwise cosines move by < 0.01).
+    """
+    enc = load_encoder(model, device, dtype)
+    emb = enc.encode(list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
+    emb = emb.float().cpu().numpy()   # normalised in float32: a bf16 norm is only good to ~0.2%
+    norms = np.linalg.norm(emb, axis=1, keepdims=True)
+    if not (np.isfinite(emb).all() and (norms > 0).all()):
+        raise FloatingPointError(f"the encoder {model!r} returned a non-finite or zero embedding")
+    return emb / norms

@@ -6,13 +6,13 @@
 #   without the seed's common split; that split is the evaluation set.
 # - calibdcd_features (model, dataset, scope): the target's greedy outputs and the detectors' features;
 #   scope `original` = the original query on every pool text (shared by all seeds), scope
-#   `views-seed-<s>` = the ten controlled views on seed s's D-cal. One engine start per job.
-# - calibdcd_calibrate (model, dataset, detector, seed): every variant; its score table (columns
-#   calibdcd/<detector>/original and calibdcd/<detector>/<variant>) joins the results table
-#   through SCORE_PROVIDERS.
+#   `views` = the ten controlled views on every seed's D-cal (each text once). One engine start per job.
+# - calibdcd_calibrate (model, dataset): every variant of every detector on every seed; a (detector,
+#   seed)'s score table (columns calibdcd/<detector>/original and calibdcd/<detector>/<variant>,
+#   in <key>/<detector>/seed-<s>/) joins the results table through SCORE_PROVIDERS.
 # - calibdcd_report: the paper's tables (main results, ablations, false-positive recovery);
 #   `snakemake calibdcd` builds it and everything it needs, nothing else.
-from mialab.calibdcd.plan import ORIGINAL_SCOPE, CalibDCDPlan, scope_seed, views_scope
+from mialab.calibdcd.plan import ORIGINAL_SCOPE, SCOPES, VIEWS_SCOPE, CalibDCDPlan
 
 CALIBDCD_PLAN = CalibDCDPlan(PLAN, config)
 CALIBDCD_PAIRS = CALIBDCD_PLAN.pairs()
@@ -38,7 +38,7 @@ if CALIBDCD_PAIRS:
 
 
 wildcard_constraints:
-    scope=r"original|views-seed-\d+",
+    scope="|".join(SCOPES),
     detector="dpdllm|veilprobe",
 
 
@@ -67,7 +67,7 @@ rule calibdcd_features:
         unpack(
             lambda wc: {}
             if wc.scope == ORIGINAL_SCOPE
-            else {"calibration": CALIBDCD_PLAN.partition(wc.dataset, scope_seed(wc.scope)).path("calibration.parquet")}
+            else {"calibration": [CALIBDCD_PLAN.partition(wc.dataset, s).path("calibration.parquet") for s in SEEDS]}
         ),
         pool=lambda wc: pool_file(wc.dataset),
         model=lambda wc: model_dir(wc.model),
@@ -99,34 +99,48 @@ rule calibdcd_features:
 
 rule calibdcd_calibrate:
     input:
-        split=lambda wc: split_file(wc.dataset, int(wc.seed)),
-        supervised=lambda wc: CALIBDCD_PLAN.partition(wc.dataset, int(wc.seed)).path("supervised.parquet"),
-        calibration=lambda wc: CALIBDCD_PLAN.partition(wc.dataset, int(wc.seed)).path("calibration.parquet"),
-        evaluation=lambda wc: CALIBDCD_PLAN.partition(wc.dataset, int(wc.seed)).path("evaluation.parquet"),
-        original=lambda wc: CALIBDCD_PLAN.features(wc.model, wc.dataset, ORIGINAL_SCOPE).path(
-            f"features-{wc.detector}.parquet"
-        ),
-        views=lambda wc: CALIBDCD_PLAN.features(wc.model, wc.dataset, views_scope(int(wc.seed))).path(
-            f"features-{wc.detector}.parquet"
-        ),
+        splits=lambda wc: [split_file(wc.dataset, s) for s in SEEDS],
+        supervised=lambda wc: [CALIBDCD_PLAN.partition(wc.dataset, s).path("supervised.parquet") for s in SEEDS],
+        calibration=lambda wc: [CALIBDCD_PLAN.partition(wc.dataset, s).path("calibration.parquet") for s in SEEDS],
+        evaluation=lambda wc: [CALIBDCD_PLAN.partition(wc.dataset, s).path("evaluation.parquet") for s in SEEDS],
+        original=lambda wc: [CALIBDCD_PLAN.features(wc.model, wc.dataset, ORIGINAL_SCOPE).path(f"features-{det}.parquet")
+                             for det in CALIBDCD_DETECTORS],
+        views=lambda wc: [CALIBDCD_PLAN.features(wc.model, wc.dataset, VIEWS_SCOPE).path(f"features-{det}.parquet")
+                          for det in CALIBDCD_DETECTORS],
     output:
-        scores="results/calibdcd/scores/{model}/{dataset}/{detector}/seed-{seed}/{key}/scores.parquet",
-        views="results/calibdcd/scores/{model}/{dataset}/{detector}/seed-{seed}/{key}/views.parquet",
-        objective="results/calibdcd/scores/{model}/{dataset}/{detector}/seed-{seed}/{key}/objective.parquet",
-        summary="results/calibdcd/scores/{model}/{dataset}/{detector}/seed-{seed}/{key}/summary.json",
-        manifest="results/calibdcd/scores/{model}/{dataset}/{detector}/seed-{seed}/{key}/manifest.json",
+        scores=expand(
+            "results/calibdcd/scores/{{model}}/{{dataset}}/{{key}}/{det}/seed-{seed}/scores.parquet",
+            det=CALIBDCD_DETECTORS,
+            seed=SEEDS,
+        ),
+        views=expand(
+            "results/calibdcd/scores/{{model}}/{{dataset}}/{{key}}/{det}/seed-{seed}/views.parquet",
+            det=CALIBDCD_DETECTORS,
+            seed=SEEDS,
+        ),
+        objective=expand(
+            "results/calibdcd/scores/{{model}}/{{dataset}}/{{key}}/{det}/seed-{seed}/objective.parquet",
+            det=CALIBDCD_DETECTORS,
+            seed=SEEDS,
+        ),
+        summary=expand(
+            "results/calibdcd/scores/{{model}}/{{dataset}}/{{key}}/{det}/seed-{seed}/summary.json",
+            det=CALIBDCD_DETECTORS,
+            seed=SEEDS,
+        ),
+        manifest="results/calibdcd/scores/{model}/{dataset}/{key}/manifest.json",
     params:
         spec=lambda wc: {k: CALIBDCD_PLAN.spec[k] for k in ("variants", "tau", "tolerance")},
-        manifest=lambda wc: _checked(
-            CALIBDCD_PLAN.scores(wc.model, wc.dataset, wc.detector, int(wc.seed)), wc
-        ).manifest,
+        detectors=CALIBDCD_DETECTORS,
+        seeds=SEEDS,
+        manifest=lambda wc: _checked(CALIBDCD_PLAN.score_run(wc.model, wc.dataset), wc).manifest,
     threads: 1
     conda:
         "../environment.yml"
     log:
-        "results/logs/calibdcd_calibrate/{model}/{dataset}/{detector}/seed-{seed}/{key}.log",
+        "results/logs/calibdcd_calibrate/{model}/{dataset}/{key}.log",
     benchmark:
-        "results/benchmarks/calibdcd_calibrate/{model}/{dataset}/{detector}/seed-{seed}/{key}.tsv"
+        "results/benchmarks/calibdcd_calibrate/{model}/{dataset}/{key}.tsv"
     script:
         "../workflow_scripts/calibdcd_calibrate.py"
 

@@ -73,7 +73,7 @@ def shuffled_world(tiny_world, tmp_path_factory) -> dict:
 
     wd = tmp_path_factory.mktemp("shuffled_world")
     shutil.copytree(tiny_world, wd, symlinks=True, dirs_exist_ok=True)   # keeps mtimes: nothing is stale
-    targets = [str(p.relative_to(wd)) for pattern in ("results/calibdcd/scores/chat/wikimia/*/seed-0/*/scores.parquet",
+    targets = [str(p.relative_to(wd)) for pattern in ("results/calibdcd/scores/chat/wikimia/*/*/seed-0/scores.parquet",
                                                        "results/lara/scores/grpo_e2/aime/*/seed-0/scores.parquet")
                for p in wd.glob(pattern)]
     assert len(targets) == 3, targets

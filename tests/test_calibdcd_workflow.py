@@ -13,7 +13,7 @@ import pytest
 from mialab.calibdcd.calibrate import VARIANTS, run_calibdcd
 from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_view_features, veilprobe_view_features
 from mialab.calibdcd.frames import feature_frame
-from mialab.calibdcd.plan import CalibDCDPlan, views_scope
+from mialab.calibdcd.plan import VIEWS_SCOPE, CalibDCDPlan
 from mialab.calibdcd.report import ablations, main_results, main_results_long, markdown, recovery, run_rows
 from mialab.calibdcd.stages import (attach_labels, calibrate_variants, deduplicated, extract_features,
                                     partition_around_split, scope_texts, score_column)
@@ -256,14 +256,22 @@ def test_original_features_are_shared_by_seeds_and_survive_split_and_partition_c
     cfg = validated(cfg)
     b = CalibDCDPlan(Plan(cfg), cfg)
     assert a.features("chat", "wikimia", "original").key == b.features("chat", "wikimia", "original").key
-    assert a.features("chat", "wikimia", views_scope(0)).key != b.features("chat", "wikimia", views_scope(0)).key
+    assert a.features("chat", "wikimia", VIEWS_SCOPE).key != b.features("chat", "wikimia", VIEWS_SCOPE).key
     assert a.features("base", "wikimia", "original").key != a.features("chat", "wikimia", "original").key
-    assert a.views("chat", views_scope(1)) == controlled_views("tiny") and a.views("chat", "original") == [ORIGINAL]
+    assert a.views("chat", VIEWS_SCOPE) == controlled_views("tiny") and a.views("chat", "original") == [ORIGINAL]
+    with pytest.raises(ValueError, match="unknown feature scope 'views-seed-0'; known: original, views"):
+        a.views("chat", "views-seed-0")
     cfg = validated(default_config())
     cfg["calibdcd"]["variants"] = ["calibdcd"]
     c = CalibDCDPlan(Plan(cfg), cfg)
     assert c.scores("chat", "wikimia", "dpdllm", 0).key != a.scores("chat", "wikimia", "dpdllm", 0).key
-    assert c.features("chat", "wikimia", views_scope(0)).key == a.features("chat", "wikimia", views_scope(0)).key
+    assert c.features("chat", "wikimia", VIEWS_SCOPE).key == a.features("chat", "wikimia", VIEWS_SCOPE).key
+    # one calibration job per (model, dataset); a (detector, seed)'s tables in their own folder
+    run = a.score_run("chat", "wikimia")
+    assert a.scores("chat", "wikimia", "veilprobe", 2).dir == f"{run.dir}/veilprobe/seed-2"
+    assert a.scores("chat", "wikimia", "dpdllm", 0).key == run.key
+    with pytest.raises(KeyError, match="detector 'nope' is not calibrated"):
+        a.scores("chat", "wikimia", "nope", 0)
     assert a.lm_models() == ["control"] and a.lm_path("gpt2") == "gpt2"
     assert a.pairs() == [("base", "wikimia"), ("chat", "wikimia")]
 
@@ -308,8 +316,9 @@ def test_sft_schema_members_optional_but_then_need_a_rate():
 
 def test_default_dag_runs_calibdcd_for_both_models_detectors_and_seeds(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path))
-    # partitions: 3 seeds; features: 2 models x (original + 3 seeds' views); calibration: 2 x 2 detectors x 3
-    assert (jobs["calibdcd_partition"], jobs["calibdcd_features"], jobs["calibdcd_calibrate"]) == (3, 8, 12)
+    # partitions: 3 seeds; features: 2 models x (original + every seed's views); calibration: one job per
+    # model for its 2 detectors x 3 seeds
+    assert (jobs["calibdcd_partition"], jobs["calibdcd_features"], jobs["calibdcd_calibrate"]) == (3, 4, 2)
     assert jobs["calibdcd_report"] == 1
     out = snakemake(tmp_path, "-n", "calibdcd").stdout
     assert "results/scores/" not in out and "results/splits/aime" not in out   # the target needs no baseline
@@ -330,16 +339,18 @@ def test_tiny_world_outputs_schemas_and_results_table(tiny_world):
     cfg = default_config()["calibdcd"]
     n_seeds, variants = len(default_config()["seeds"]), list(VARIANTS)
     for det in ("dpdllm", "veilprobe"):
-        scores = pd.read_parquet(next(r.glob(f"calibdcd/scores/chat/wikimia/{det}/seed-0/*/scores.parquet")))
+        scores = pd.read_parquet(next(r.glob(f"calibdcd/scores/chat/wikimia/*/{det}/seed-0/scores.parquet")))
         assert scores.columns.tolist() == ["id", "label", f"calibdcd/{det}/original", *[f"calibdcd/{det}/{v}" for v in variants]]
         assert len(scores) == 128 and scores["label"].sum() == 64
         assert np.isfinite(scores.iloc[:, 2:].to_numpy()).all()
     original = pd.read_parquet(next(r.glob("calibdcd/features/chat/wikimia/original/*/features-veilprobe.parquet")))
     pool = pd.read_parquet(REPO / "resources/data/wikimia/WikiMIA_length64.parquet")
     assert len(original) == len(pool) and set(original["view"]) == {ORIGINAL}    # every pool text, e0 only
-    views = pd.read_parquet(next(r.glob("calibdcd/features/chat/wikimia/views-seed-1/*/features-dpdllm.parquet")))
-    n_cal = cfg["partition"]["n_calibration"]
-    assert views.groupby("view").size().to_dict() == {v: n_cal for v in controlled_views("tiny")}
+    views = pd.read_parquet(next(r.glob("calibdcd/features/chat/wikimia/views/*/features-dpdllm.parquet")))
+    d_cal = {i for p in r.glob("calibdcd/partitions/wikimia/seed-*/*/calibration.parquet")
+             for i in pd.read_parquet(p)["id"].astype(str)}                # every seed's D-cal, each text once
+    assert len(d_cal) >= cfg["partition"]["n_calibration"]
+    assert views.groupby("view").size().to_dict() == {v: len(d_cal) for v in controlled_views("tiny")}
     summary = pd.read_parquet(r / "evaluation/summary.parquet")
     methods = set(summary.loc[summary["model"] == "chat", "method"])
     assert {f"calibdcd/{d}/{v}" for d in ("dpdllm", "veilprobe") for v in ["original", *variants]} <= methods

@@ -284,3 +284,18 @@ def test_embedding_cosine():
     assert cos[0] == pytest.approx(1.0, abs=1e-5)
     assert cos[1] == 0.0
     assert -1.0 <= cos[2] < 0.5
+
+
+def test_embeddings_in_bfloat16_stay_close_to_float32_and_unknown_dtypes_are_rejected():
+    from mialab.embeddings import encode
+
+    texts = ["the cat sat on the mat", "a kitten sleeps on a rug", "stock markets fell sharply",
+             "Find the number of positive integers less than 1000 that are divisible by 7."]
+    full, half = encode(texts), encode(texts, dtype="bfloat16")
+    assert half.dtype == np.float32 and half.shape == full.shape
+    np.testing.assert_allclose(np.linalg.norm(half, axis=1), 1.0, atol=1e-5)
+    assert (np.einsum("ij,ij->i", full, half) > 0.99).all()             # each text keeps its direction
+    assert np.abs(full @ full.T - half @ half.T).max() < 0.03             # pairwise cosines barely move
+    assert not np.array_equal(full, half)                                 # the dtype was applied
+    with pytest.raises(ValueError, match="unknown embedding dtype 'int8'"):
+        encode(texts, dtype="int8")

@@ -14,7 +14,7 @@ def test_default_dag(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path))
     assert jobs == {"build_pool": 2, "build_split": 6, "train_tokenizer": 1, "pretrain_model": 2,
                     "sft_contaminate": 2, "score_baselines": 9, "evaluate_dataset": 2, "summarize": 1, "all": 1,
-                    "calibdcd_partition": 3, "calibdcd_features": 8, "calibdcd_calibrate": 12, "calibdcd_report": 1,
+                    "calibdcd_partition": 3, "calibdcd_features": 4, "calibdcd_calibrate": 2, "calibdcd_report": 1,
                     # RL contamination: grpo_e1 and grpo_e2 are epochs 1 and 2 of one GRPO run (scored on aime)
                     "rl_contaminate": 2,
                     # LaRA on sft, grpo_e1, grpo_e2 x aime, one job per model for the 3 seeds; perturbations are model-free

@@ -15,7 +15,9 @@ from mialab.io import write_json, write_parquet
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 start = time.perf_counter()
 pool = pd.read_parquet(inputs.pool, columns=["id", "prefix", "suffix"])
-ids = pd.read_parquet(inputs.calibration)["id"].tolist() if inputs.get("calibration") else None
+# views: every seed's D-cal, each text once (in order of first appearance)
+ids = list(dict.fromkeys(i for p in inputs.calibration for i in pd.read_parquet(p)["id"].astype(str))) \
+    if inputs.get("calibration") else None
 texts = scope_texts(pool, ids)
 gen = params.generation
 generate = rollout_generator(params.model_path, backend=gen["backend"], max_new_tokens=gen["max_new_tokens"],

@@ -4,37 +4,32 @@
 - partition (dataset, seed): upstream the seed's split;
 - features (model, dataset, scope): scope ``original`` (``e0`` on every pool text) depends on the
   model and the pool only, so it is shared by every seed and survives changes of seeds, split
-  sizes and partition sizes; scope ``views-seed-<s>`` (controlled views on seed s's D-cal) depends
-  on that seed's partition;
-- scores (model, dataset, detector, seed): upstream the split, the partition and both feature scopes.
+  sizes and partition sizes; scope ``views`` (controlled views on the D-cal texts of every seed,
+  each text once) depends on the seeds' partitions;
+- scores (model, dataset): one job calibrates every detector on every seed (upstream the splits,
+  the partitions and both feature scopes); a (detector, seed)'s tables sit in
+  ``<key>/<detector>/seed-<s>/`` (:meth:`CalibDCDPlan.scores`).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 from mialab.calibdcd.views import ORIGINAL, controlled_views
 from mialab.config import check_names
-from mialab.workflow import Plan, Stage
+from mialab.workflow import Plan, Stage, seed_part
 
-STAGE_VERSIONS: dict[str, int] = {"partition": 1, "features": 1, "scores": 1}  # bump when a stage's output changes
+STAGE_VERSIONS: dict[str, int] = {"partition": 1, "features": 2, "scores": 2}  # bump when a stage's output changes
 LM_KEYS = ("reference_model", "key_token_model")
-ORIGINAL_SCOPE = "original"
+ORIGINAL_SCOPE, VIEWS_SCOPE = "original", "views"
+SCOPES = (ORIGINAL_SCOPE, VIEWS_SCOPE)
 
 
-def views_scope(seed: int) -> str:
-    """Name of the controlled-views feature scope of ``seed``."""
-    return f"views-seed-{int(seed)}"
-
-
-def scope_seed(scope: str) -> int | None:
-    """The seed of a ``views-seed-<s>`` scope; ``None`` for the original scope."""
-    if scope == ORIGINAL_SCOPE:
-        return None
-    head, _, seed = scope.rpartition("-")
-    if head != "views-seed" or not seed.isdigit():
-        raise ValueError(f"unknown feature scope {scope!r}; known: {ORIGINAL_SCOPE!r}, 'views-seed-<seed>'")
-    return int(seed)
+def check_scope(scope: str) -> str:
+    if scope not in SCOPES:
+        raise ValueError(f"unknown feature scope {scope!r}; known: {', '.join(SCOPES)}")
+    return scope
 
 
 class CalibDCDPlan:
@@ -63,8 +58,11 @@ class CalibDCDPlan:
     def detectors(self) -> list[str]:
         return list(self.spec["detectors"]) if self.spec else []
 
+    def seeds(self) -> list[int]:
+        return [int(s) for s in self.config["seeds"]]
+
     def runs(self, seeds: list[int]) -> list[tuple[str, str, str, int]]:
-        """(model, dataset, detector, seed) of every calibration job."""
+        """(model, dataset, detector, seed) of every calibration (a score table each)."""
         return [(m, d, det, int(s)) for m, d in self.pairs() for det in self.detectors() for s in seeds]
 
     # -- language models besides the target ------------------------------------------------------
@@ -88,7 +86,7 @@ class CalibDCDPlan:
 
     def views(self, model: str, scope: str) -> list[str]:
         """``e0`` alone for the original scope, else the model family's ten controlled views."""
-        if scope_seed(scope) is None:
+        if check_scope(scope) == ORIGINAL_SCOPE:
             return [ORIGINAL]
         return controlled_views(self.spec["models"][model]["family"])
 
@@ -102,10 +100,9 @@ class CalibDCDPlan:
 
     @functools.lru_cache(maxsize=None)
     def features(self, model: str, dataset: str, scope: str) -> Stage:
-        seed = scope_seed(scope)
         upstream = {"model": self.plan.model(model).key, "pool": self.plan.pool(dataset).key}
-        if seed is not None:
-            upstream["partition"] = self.partition(dataset, seed).key
+        if check_scope(scope) == VIEWS_SCOPE:
+            upstream["partitions"] = {str(s): self.partition(dataset, s).key for s in self.seeds()}
         return self.plan.stage("calibdcd/features", STAGE_VERSIONS["features"], [model, dataset, scope], {
             "model": model, "dataset": dataset, "scope": scope, "views": self.views(model, scope),
             "config": {"generation": self.spec["generation"], "lm": self.spec["lm"],
@@ -114,13 +111,21 @@ class CalibDCDPlan:
         })
 
     @functools.lru_cache(maxsize=None)
-    def scores(self, model: str, dataset: str, detector: str, seed: int) -> Stage:
-        return self.plan.stage("calibdcd/scores", STAGE_VERSIONS["scores"],
-                               [model, dataset, detector, f"seed-{seed}"], {
-            "model": model, "dataset": dataset, "detector": detector, "seed": int(seed),
+    def score_run(self, model: str, dataset: str) -> Stage:
+        """The calibration job of a (model, dataset): every detector, every seed."""
+        seeds = self.seeds()
+        return self.plan.stage("calibdcd/scores", STAGE_VERSIONS["scores"], [model, dataset], {
+            "model": model, "dataset": dataset, "detectors": self.detectors(), "seeds": seeds,
             "config": {k: self.spec[k] for k in ("variants", "tau", "tolerance")},
-            "upstream": {"split": self.plan.split(dataset, int(seed)).key,
-                         "partition": self.partition(dataset, int(seed)).key,
+            "upstream": {"splits": {str(s): self.plan.split(dataset, s).key for s in seeds},
+                         "partitions": {str(s): self.partition(dataset, s).key for s in seeds},
                          "original": self.features(model, dataset, ORIGINAL_SCOPE).key,
-                         "views": self.features(model, dataset, views_scope(seed)).key},
+                         "views": self.features(model, dataset, VIEWS_SCOPE).key},
         })
+
+    def scores(self, model: str, dataset: str, detector: str, seed: int) -> Stage:
+        """A (detector, seed)'s part of :meth:`score_run`: ``<key>/<detector>/seed-<s>/``."""
+        run = self.score_run(model, dataset)
+        if detector not in run.manifest["detectors"]:
+            raise KeyError(f"detector {detector!r} is not calibrated; configured: {run.manifest['detectors']}")
+        return seed_part(Stage(run.stage, run.key, os.path.join(run.dir, detector), run.manifest), seed)

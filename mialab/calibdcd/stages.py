@@ -105,7 +105,8 @@ def dpdllm_table(texts: pd.DataFrame, generations: pd.DataFrame, *, reference_mo
     return _frames(rows, dpdllm_features(logprobs, length))
 
 
-def veilprobe_table(texts: pd.DataFrame, generations: pd.DataFrame, *, embedding_model: str) -> pd.DataFrame:
+def veilprobe_table(texts: pd.DataFrame, generations: pd.DataFrame, *, embedding_model: str,
+                    embedding_dtype: str = "float32") -> pd.DataFrame:
     """VeilProbe features of every (view, id) as :func:`mialab.calibdcd.extract.veilprobe_view_features`
     computes them, with one deduplicated embedding pass."""
     plain = generations[generations["input"] == "prefix"].reset_index(drop=True)
@@ -115,7 +116,7 @@ def veilprobe_table(texts: pd.DataFrame, generations: pd.DataFrame, *, embedding
     t = texts.set_index("id").loc[plain["id"]]
     z = veilprobe_features(t["prefix"].astype(str).tolist(), t["perturbed_prefix"].astype(str).tolist(),
                            t["suffix"].astype(str).tolist(), plain["output"].tolist(), perturbed["output"].tolist(),
-                           deduplicated(lambda batch: encode(batch, model=embedding_model)))
+                           deduplicated(lambda batch: encode(batch, model=embedding_model, dtype=embedding_dtype)))
     return _frames(plain, z)
 
 
@@ -132,7 +133,7 @@ def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Cal
     """Features of ``texts`` (id, prefix, suffix) under every view for every detector.
 
     ``detectors`` maps ``dpdllm`` to ``{reference_model, length}`` and ``veilprobe`` to
-    ``{key_token_model, ratio, embedding_model}`` (model paths); ``lm_options`` (batch_size, device,
+    ``{key_token_model, ratio, embedding_model, embedding_dtype}`` (model paths); ``lm_options`` (batch_size, device,
     dtype) go to the reference / key-token LM passes. ``generate`` is called once, with every
     distinct prompt, shortest first (batches of similar length pad less).
     """
@@ -154,8 +155,9 @@ def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Cal
         features["dpdllm"] = dpdllm_table(texts, generations, reference_model=dp["reference_model"],
                                           length=dp["length"], lm_options=lm_options)
     if "veilprobe" in detectors:
-        features["veilprobe"] = veilprobe_table(texts, generations,
-                                                embedding_model=detectors["veilprobe"]["embedding_model"])
+        vp = detectors["veilprobe"]
+        features["veilprobe"] = veilprobe_table(texts, generations, embedding_model=vp["embedding_model"],
+                                                embedding_dtype=vp.get("embedding_dtype", "float32"))
     return FeatureRun(features, generations)
 
 

@@ -93,11 +93,12 @@ def ngram_near_duplicates(split: pd.DataFrame, *, n: int = 5, threshold: float =
 
 
 def embedding_near_duplicates(split: pd.DataFrame, *, threshold: float = 0.95, column: str = "text",
-                              model: str | None = None, embeddings: np.ndarray | None = None) -> pd.DataFrame:
+                              model: str | None = None, embeddings: np.ndarray | None = None,
+                              dtype: str = "float32") -> pd.DataFrame:
     """Cross-class pairs with embedding cosine >= ``threshold`` (faiss range search).
 
     ``embeddings`` (rows aligned with ``split``, L2-normalised) skips encoding; otherwise texts are
-    encoded with :func:`mialab.embeddings.encode` (``model``, default all-MiniLM-L6-v2).
+    encoded with :func:`mialab.embeddings.encode` (``model``, default all-MiniLM-L6-v2, in ``dtype``).
     """
     import faiss
 
@@ -106,7 +107,7 @@ def embedding_near_duplicates(split: pd.DataFrame, *, threshold: float = 0.95, c
     if embeddings is None:
         from mialab.embeddings import DEFAULT_MODEL, encode
 
-        embeddings = encode(split[column].tolist(), model=model or DEFAULT_MODEL)
+        embeddings = encode(split[column].tolist(), model=model or DEFAULT_MODEL, dtype=dtype)
     emb = np.ascontiguousarray(embeddings, dtype=np.float32)
     if emb.shape[0] != len(split) or not np.isfinite(emb).all():
         raise ValueError(f"embeddings: need {len(split)} finite rows, got shape {emb.shape}")
@@ -162,8 +163,9 @@ def length_report(split: pd.DataFrame, *, column: str = "text", tolerance: float
 
 def check_split(split: pd.DataFrame, *, column: str = "text", ngram_n: int = 5, jaccard_threshold: float = 0.5,
                 cosine_threshold: float = 0.95, embed: bool = True, embedding_model: str | None = None,
-                embeddings: np.ndarray | None = None, allow_duplicates: bool = False, seed: int = 0,
-                folds: int = 5, warn_above: float = 0.6, name: str = "split") -> dict:
+                embedding_dtype: str = "float32", embeddings: np.ndarray | None = None,
+                allow_duplicates: bool = False, seed: int = 0, folds: int = 5, warn_above: float = 0.6,
+                name: str = "split") -> dict:
     """Every check above; a small JSON-ready dict for the report.
 
     Raises :class:`LeakageError` on any cross-class duplicate unless ``allow_duplicates``; its
@@ -176,7 +178,8 @@ def check_split(split: pd.DataFrame, *, column: str = "text", ngram_n: int = 5, 
     }
     if embed:
         dups["embedding"] = embedding_near_duplicates(split, threshold=cosine_threshold, column=column,
-                                                      model=embedding_model, embeddings=embeddings)
+                                                      model=embedding_model, embeddings=embeddings,
+                                                      dtype=embedding_dtype)
     found = {kind: len(df) for kind, df in dups.items()}
     if any(found.values()) and not allow_duplicates:
         kind = next(k for k, v in found.items() if v)
@@ -205,6 +208,7 @@ DEFAULTS: dict = {
     "cosine_threshold": 0.95,
     "embed": True,
     "embedding_model": "all-MiniLM-L6-v2",
+    "embedding_dtype": "float32",
     "folds": 5,
     "column": "text",
 }
@@ -231,7 +235,7 @@ def run_check(split: pd.DataFrame, options: dict, *, seed: int, name: str) -> di
     o = options
     return check_split(split, column=o["column"], ngram_n=o["ngram_n"], jaccard_threshold=o["jaccard_threshold"],
                        cosine_threshold=o["cosine_threshold"], embed=o["embed"], embedding_model=o["embedding_model"],
-                       allow_duplicates=o["allow_duplicates"], seed=seed, folds=o["folds"],
+                       embedding_dtype=o["embedding_dtype"], allow_duplicates=o["allow_duplicates"], seed=seed, folds=o["folds"],
                        warn_above=o["blind_warn"], name=name)
 
 

@@ -47,11 +47,12 @@ def evaluation_pair(completion: str, ground_truth: str, ratio: float, protocol: 
 
 def score_rollouts(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float = 0.0, protocol: str = "suffix",
                    n_min: int = 3, n_max: int | None = None, embedding_model: str | None = None,
-                   workers: int = 1) -> pd.DataFrame:
+                   embedding_dtype: str = "float32", workers: int = 1) -> pd.DataFrame:
     """Every metric of every rollout (columns id, sample, metrics...) against its ground-truth suffix.
 
     ``rollouts`` has columns id, sample, text; ``split`` has id, suffix. ``embedding_model``
-    (a sentence-transformers name or path) adds ``embedding_cosine``; None skips it.
+    (a sentence-transformers name or path, computing in ``embedding_dtype``) adds
+    ``embedding_cosine``; None skips it.
     """
     truth = split.set_index("id")["suffix"]
     missing = set(rollouts["id"]) - set(truth.index)
@@ -62,7 +63,8 @@ def score_rollouts(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float 
     references = [r for _, r in pairs]
     scores = lexical_metrics(candidates, references, n_min=n_min, n_max=n_max, workers=workers)
     if embedding_model is not None:
-        scores["embedding_cosine"] = embedding_cosine(candidates, references, model=embedding_model)
+        scores["embedding_cosine"] = embedding_cosine(candidates, references, model=embedding_model,
+                                                      dtype=embedding_dtype)
     return pd.concat([rollouts[["id", "sample"]].reset_index(drop=True), scores], axis=1)
 
 

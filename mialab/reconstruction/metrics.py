@@ -66,7 +66,7 @@ def metrics_from_counts(counts: Mapping[str, np.ndarray]) -> dict[str, np.ndarra
 
 
 def embedding_cosine(candidates: Sequence[str], references: Sequence[str], *, model: str = "all-MiniLM-L6-v2",
-                     batch_size: int = 64, device: str = "cpu") -> np.ndarray:
+                     batch_size: int = 64, device: str = "cpu", dtype: str = "float32") -> np.ndarray:
     """Cosine similarity of sentence embeddings, pair by pair; each distinct text is encoded once.
 
     ``model`` is any sentence-transformers model name or path (default: offline all-MiniLM-L6-v2;
@@ -78,7 +78,7 @@ def embedding_cosine(candidates: Sequence[str], references: Sequence[str], *, mo
         raise ValueError(f"{len(candidates)} candidates but {len(references)} references")
     texts = sorted(set(candidates) | set(references))
     row = {t: i for i, t in enumerate(texts)}
-    emb = encode(texts, model=model, batch_size=batch_size, device=device) if texts else np.zeros((0, 1))
+    emb = encode(texts, model=model, batch_size=batch_size, device=device, dtype=dtype) if texts else np.zeros((0, 1))
     ci = np.fromiter((row[t] for t in candidates), dtype=np.int64, count=len(candidates))
     ri = np.fromiter((row[t] for t in references), dtype=np.int64, count=len(references))
     cos = np.einsum("ij,ij->i", emb[ci], emb[ri]).astype(np.float64)
