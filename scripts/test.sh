@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README and .ci/run): install, then the whole suite, slow tests included.
-# Extra arguments go to pytest (e.g. -m "not slow" for the quick subset).
+# Extra arguments go to pytest (e.g. -m "not slow" for the quick subset); MIALAB_TEST_WORKERS=0
+# runs the suite in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -9,7 +10,9 @@ if [ -f scripts/setup_vllm.sh ]; then
 fi
 export HF_HUB_OFFLINE=1
 set +e
-.venv/bin/python -m pytest tests "$@"
+# Two pytest-xdist workers: the tiny world's tests run on one (its Snakemake uses both cores, but
+# not all the time), the SLURM tests and the quick ones beside it (tests/conftest.py groups them).
+.venv/bin/python -m pytest -n "${MIALAB_TEST_WORKERS:-2}" --dist loadgroup tests "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

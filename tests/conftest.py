@@ -21,6 +21,21 @@ STOP = REPO / "tests" / "slurm" / "stop.sh"
 VENV_BIN = Path(sys.executable).parent
 
 
+#: Fixtures of one shared world each; the tests that use one run on one pytest-xdist worker.
+WORLDS = {"tiny_world": {"tiny_world", "shuffled_world", "adra_world"}, "slurm": {"slurm_env"}}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``-n 2 --dist loadgroup``, scripts/test.sh) each world is built once:
+    every test that uses it (directly or through another fixture) joins its worker's group, while
+    the other tests spread over the workers."""
+    for item in items:
+        for group, fixtures in WORLDS.items():
+            if fixtures & set(item.fixturenames):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
 def boot_slurm() -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
     proc = subprocess.run(["bash", str(BOOT)], capture_output=True, text=True, timeout=900)
