@@ -31,7 +31,7 @@ STAGE_VERSIONS: dict[str, int] = {
     "rl": 1,
     "scores": 2,
     "paraphrase": 1,
-    "leakage": 1,
+    "leakage": 2,
 }
 
 # datasets.<name>.paraphrase.apply_to -> the ADRA experiment and what each part of it sees
@@ -202,12 +202,18 @@ class Plan:
         return leakage_options(self.config.get("leakage"), dataset, self.dataset_names())
 
     @functools.lru_cache(maxsize=None)
-    def leakage(self, dataset: str, seed: int) -> Stage:
-        """Duplicate, blind-baseline and length checks of the split the attacks are evaluated on."""
-        return self._stage("leakage", "leakage", [dataset, f"seed-{seed}"], {
-            "dataset": dataset, "seed": int(seed), "config": self.leakage_options(dataset),
-            "upstream": {"split": self.evaluated_split(dataset, seed).key},
+    def leakage_run(self, dataset: str) -> Stage:
+        """One ``leakage_check`` job: duplicate, blind-baseline and length checks of every seed's
+        evaluated split of ``dataset`` (the encoder is loaded once, each distinct text embedded once)."""
+        seeds = [int(s) for s in self.config["seeds"]]
+        return self._stage("leakage", "leakage", [dataset], {
+            "dataset": dataset, "seeds": seeds, "config": self.leakage_options(dataset),
+            "upstream": {"splits": {str(s): self.evaluated_split(dataset, s).key for s in seeds}},
         })
+
+    def leakage(self, dataset: str, seed: int) -> Stage:
+        """Seed ``seed``'s part of :meth:`leakage_run` (its tables in ``seed-<s>/``)."""
+        return seed_part(self.leakage_run(dataset), seed)
 
     # -- models -------------------------------------------------------------------------------
     @functools.lru_cache(maxsize=None)

@@ -1,9 +1,10 @@
 # Leakage and distribution-shift checks of every split (mialab.data.leakage), before any model sees it.
 #
-# - leakage_check (dataset, seed): cross-class exact / word n-gram / embedding (faiss over
+# - leakage_check (dataset): cross-class exact / word n-gram / embedding (faiss over
 #   all-MiniLM-L6-v2) duplicate pairs, the blind baseline (bag-of-n-grams classifier, CV AUROC,
-#   no model) and length statistics of the split the attacks read (the paraphrased one in that
-#   setting): results/leakage/<dataset>/seed-<s>/<key>/{leakage.parquet,leakage.json,manifest.json}.
+#   no model) and length statistics of each seed's split the attacks read (the paraphrased one in
+#   that setting): results/leakage/<dataset>/<key>/seed-<s>/{leakage.parquet,leakage.json} and the
+#   job's manifest.json; one job per dataset loads the encoder once.
 #   Cross-class duplicates fail the job, naming the dataset, seed and ids, unless
 #   `leakage.allow_duplicates` allows them (true, or a list of datasets).
 # - leakage_summary: every split in results/leakage/summary.{md,csv}, with a warning line per split
@@ -19,19 +20,20 @@ DATASET_OUTPUTS.append(lambda ds: [PLAN.leakage(ds, s).path("leakage.parquet") f
 
 rule leakage_check:
     input:
-        split=lambda wc: split_file(wc.dataset, int(wc.seed)),
+        splits=lambda wc: [split_file(wc.dataset, s) for s in SEEDS],
     output:
-        table="results/leakage/{dataset}/seed-{seed}/{key}/leakage.parquet",
-        details="results/leakage/{dataset}/seed-{seed}/{key}/leakage.json",
-        manifest="results/leakage/{dataset}/seed-{seed}/{key}/manifest.json",
+        tables=expand("results/leakage/{{dataset}}/{{key}}/seed-{seed}/leakage.parquet", seed=SEEDS),
+        details=expand("results/leakage/{{dataset}}/{{key}}/seed-{seed}/leakage.json", seed=SEEDS),
+        manifest="results/leakage/{dataset}/{key}/manifest.json",
     params:
         options=lambda wc: PLAN.leakage_options(wc.dataset),
-        manifest=lambda wc: _checked(PLAN.leakage(wc.dataset, int(wc.seed)), wc).manifest,
+        seeds=SEEDS,
+        manifest=lambda wc: _checked(PLAN.leakage_run(wc.dataset), wc).manifest,
     threads: 1
     conda:
         "../environment.yml"
     log:
-        "results/logs/leakage_check/{dataset}/seed-{seed}/{key}.log",
+        "results/logs/leakage_check/{dataset}/{key}.log",
     script:
         "../workflow_scripts/leakage_check.py"
 

@@ -11,6 +11,7 @@ import pytest
 
 from mialab.data.leakage import (LeakageError, blind_baseline, check_split, embedding_near_duplicates,
                                  exact_duplicates, length_report, ngram_near_duplicates)
+from mialab.data import leakage
 from mialab.data.membership import random_partition
 from mialab.data.registry import get_family
 from mialab.data.sampling import sample_split
@@ -127,3 +128,14 @@ def test_check_split_report_on_a_clean_split(clean_split):
     assert all(d["count"] == 0 for d in report["duplicates"].values())
     assert set(report) >= {"blind_baseline", "length", "thresholds"}
     assert np.isfinite(report["length"]["length_auroc"])
+
+
+def test_split_embeddings_encode_each_text_once_and_match_each_split_alone(clean_split):
+    options = {**leakage.DEFAULTS, "embedding_dtype": "float32"}
+    a, b = clean_split.iloc[:20], clean_split.iloc[10:30]            # two splits sharing 10 texts
+    shared = leakage.split_embeddings([a, b], options)
+    alone = leakage.split_embeddings([b], options)[0]
+    assert [e.shape for e in shared] == [(20, alone.shape[1]), (20, alone.shape[1])]
+    np.testing.assert_allclose(shared[1], alone, atol=1e-4)
+    np.testing.assert_allclose(shared[0][10:], shared[1][:10], atol=0)   # one embedding per distinct text
+    assert leakage.split_embeddings([a, b], {**options, "embed": False}) == [None, None]

@@ -61,17 +61,17 @@ def test_leakage_checks_are_planned_for_every_split_of_the_default_config(tmp_pa
     wd = make_workdir(tmp_path, cfg)
     out = snakemake(wd, "-n").stdout
     jobs = planned_jobs(wd)
-    assert jobs["leakage_check"] == len(cfg["datasets"]) * len(cfg["seeds"]) and jobs["leakage_summary"] == 1
+    assert jobs["leakage_check"] == len(cfg["datasets"]) and jobs["leakage_summary"] == 1   # one job: every seed
     assert "paraphrase" not in jobs and "paraphrase_pool" not in jobs   # no dataset asks for it
     plan = Plan(cfg)
     for ds in cfg["datasets"]:
         for seed in cfg["seeds"]:
             st = plan.leakage(ds, seed)
-            assert st.dir in out and st.manifest["upstream"]["split"] == plan.split(ds, seed).key
+            assert st.dir in out and st.manifest["upstream"]["splits"][str(seed)] == plan.split(ds, seed).key
     assert "results/leakage/summary.md" in out
     # the per-dataset target checks that dataset's splits, nothing of the others
     out = snakemake(wd, "-n", "dataset_aime").stdout
-    assert "results/leakage/aime/seed-2/" in out and "results/leakage/wikimia/" not in out
+    assert plan.leakage("aime", 2).dir in out and "results/leakage/wikimia/" not in out
 
 
 def test_paraphrase_rule_is_planned_when_a_dataset_asks_for_it(tmp_path):
@@ -80,15 +80,15 @@ def test_paraphrase_rule_is_planned_when_a_dataset_asks_for_it(tmp_path):
     wd = make_workdir(tmp_path, cfg)
     jobs = planned_jobs(wd)
     assert jobs["paraphrase"] == len(cfg["seeds"]) and jobs["build_split"] == 6
-    assert jobs["leakage_check"] == 6 and "paraphrase_pool" not in jobs
+    assert jobs["leakage_check"] == 2 and "paraphrase_pool" not in jobs
     out = snakemake(wd, "-n").stdout
     plan = Plan(cfg)
     para = plan.paraphrased_split("wikimia", 0)
     assert para.dir.startswith("results/paraphrases/wikimia/seed-0/") and para.dir in out
     # the attacks and the checks read the paraphrased split, the other dataset its own split
     assert plan.scores("base", "wikimia", 0).manifest["upstream"]["splits"]["0"] == para.key
-    assert plan.leakage("wikimia", 0).manifest["upstream"]["split"] == para.key
-    assert plan.leakage("aime", 0).manifest["upstream"]["split"] == plan.split("aime", 0).key
+    assert plan.leakage("wikimia", 0).manifest["upstream"]["splits"]["0"] == para.key
+    assert plan.leakage("aime", 0).manifest["upstream"]["splits"]["0"] == plan.split("aime", 0).key
     # the training setting: base trains on the paraphrased members; the attacks read the original split
     cfg["datasets"]["wikimia"]["paraphrase"]["apply_to"] = "training"
     write_config(wd, cfg)
@@ -168,7 +168,7 @@ def test_leakage_target_writes_a_table_per_split_and_the_summary(tmp_path):
     wd = make_workdir(tmp_path, tiny_config({"wikimia": wikimia_entry(24)}))
     snakemake(wd, *RUN, "leakage")
     r = wd / "results"
-    table = pd.read_parquet(one(r, "leakage/wikimia/seed-0/*/leakage.parquet"))
+    table = pd.read_parquet(one(r, "leakage/wikimia/*/seed-0/leakage.parquet"))
     assert len(table) == 1
     row = table.iloc[0]
     assert (row["dataset"], row["seed"], row["setting"]) == ("wikimia", 0, "original")
@@ -176,10 +176,10 @@ def test_leakage_target_writes_a_table_per_split_and_the_summary(tmp_path):
     assert (row["dup_exact"], row["dup_ngram"], row["dup_embedding"]) == (0, 0, 0)
     assert 0.0 <= row["blind_auroc"] <= 1.0 and row["blind_folds"] == 5 and row["blind_warn"] == 0.6
     assert row["members_words_mean"] == pytest.approx(64, abs=1) and row["length_auroc"] == pytest.approx(0.5, abs=0.2)
-    folder = one(r, "leakage/wikimia/seed-0/*/leakage.parquet").parent
-    manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["stage"] == "leakage" and manifest["key"] == folder.name
-    assert manifest["upstream"]["split"] == one(r, "splits/wikimia/seed-0/*/split.parquet").parent.name
+    folder = one(r, "leakage/wikimia/*/seed-0/leakage.parquet").parent
+    manifest = json.loads((folder.parent / "manifest.json").read_text())
+    assert manifest["stage"] == "leakage" and manifest["key"] == folder.parent.name and manifest["seeds"] == [0]
+    assert manifest["upstream"]["splits"]["0"] == one(r, "splits/wikimia/seed-0/*/split.parquet").parent.name
     details = json.loads((folder / "leakage.json").read_text())
     assert set(details["duplicates"]) == {"exact", "ngram", "embedding"} and details["options"]["embed"]
     md = (r / "leakage/summary.md").read_text()
@@ -213,7 +213,7 @@ def test_paraphrase_rule_keeps_ids_and_changes_texts(tmp_path):
     split_manifest = json.loads(one(r, "splits/wikimia_para/seed-0/*/manifest.json").read_text())
     assert split_manifest["paraphrase"]["apply_to"] == "evaluation"
     # the leakage check of that dataset ran on the paraphrased split
-    row = pd.read_parquet(one(r, "leakage/wikimia_para/seed-0/*/leakage.parquet")).iloc[0]
+    row = pd.read_parquet(one(r, "leakage/wikimia_para/*/seed-0/leakage.parquet")).iloc[0]
     assert row["setting"] == "paraphrased"
     assert "| wikimia_para | 0 | paraphrased | 16 | 16 | 0 / 0 / n/a |" in (r / "leakage/summary.md").read_text()
 
@@ -258,7 +258,7 @@ def test_planted_cross_class_duplicate_fails_its_split_and_leaves_nothing(tmp_pa
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "Error in rule leakage_check" in out and "dataset=planted" in out
-    log = one(wd / "results/logs/leakage_check/planted/seed-0", "*.log").read_text()
+    log = one(wd / "results/logs/leakage_check/planted", "*.log").read_text()
     pool = pd.read_parquet(one(wd / "results/pools/planted", "*/pool.parquet"))
     twins = pool[pool["text"].map(leakage.normalise) == leakage.normalise(members["input"].iloc[3])]
     assert sorted(twins["label"]) == [0, 1]
@@ -270,7 +270,7 @@ def test_planted_cross_class_duplicate_fails_its_split_and_leaves_nothing(tmp_pa
     cfg["leakage"]["allow_duplicates"] = ["planted"]
     write_config(wd, cfg)
     snakemake(wd, *RUN, "leakage")
-    row = pd.read_parquet(one(wd / "results", "leakage/planted/seed-0/*/leakage.parquet")).iloc[0]
+    row = pd.read_parquet(one(wd / "results", "leakage/planted/*/seed-0/leakage.parquet")).iloc[0]
     assert row["dup_exact"] == 1 and row["dup_embedding"] == -1
     assert "| planted | 0 | original | 12 | 12 | 1 / 1 / n/a |" in (wd / "results/leakage/summary.md").read_text()
 

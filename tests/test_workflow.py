@@ -20,8 +20,8 @@ def test_default_dag(tmp_path):
                     # LaRA on sft, grpo_e1, grpo_e2 x aime, one job per model for the 3 seeds; perturbations are model-free
                     "lara_perturbations": 3, "lara_features": 3, "lara_baselines": 3, "lara_scores": 3,
                     "lara_report": 1,
-                    # leakage / shift checks of every (dataset, seed) split and their summary
-                    "leakage_check": 6, "leakage_summary": 1,
+                    # leakage / shift checks of every split (one job per dataset) and their summary
+                    "leakage_check": 2, "leakage_summary": 1,
                     # N-Sampling on sft x aime and base x wikimia (3 seeds), a reconstruction report per
                     # dataset; ADRA is in configs/tiny_adra.yaml (tests/test_adra_workflow.py)
                     "n_sampling_rollouts": 6, "n_sampling_scores": 6, "adra_report": 2}
@@ -31,7 +31,7 @@ def test_foundation_dag(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path, foundation_config()))
     assert jobs == {"build_pool": 2, "build_split": 6, "train_tokenizer": 1, "pretrain_model": 2,
                     "sft_contaminate": 1, "score_baselines": 6, "evaluate_dataset": 2, "summarize": 1, "all": 1,
-                    "leakage_check": 6, "leakage_summary": 1}
+                    "leakage_check": 2, "leakage_summary": 1}
 
 
 def test_multi_dataset_multi_seed_dag(tmp_path):

@@ -1,4 +1,4 @@
-"""Rule leakage_check: duplicate, blind-baseline and length checks of one split."""
+"""Rule leakage_check: duplicate, blind-baseline and length checks of every seed's split of a dataset."""
 
 from mialab.jobs import setup_job
 
@@ -6,18 +6,21 @@ setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
-from mialab.data.leakage import report_row, run_check
+from mialab.data.leakage import report_row, run_check, split_embeddings
 from mialab.data.schema import validate_split
 from mialab.io import write_json, write_parquet
 
-wc, params, output = snakemake.wildcards, snakemake.params, snakemake.output  # noqa: F821
-seed, name = int(wc.seed), f"dataset {wc.dataset!r} seed {wc.seed}"
-split = validate_split(pd.read_parquet(snakemake.input.split), name=f"{name} split")  # noqa: F821
-setting = str(split["setting"].iloc[0]) if "setting" in split.columns else "original"
-report = run_check(split, params.options, seed=seed, name=name)  # LeakageError names the ids
-row = report_row(report, dataset=wc.dataset, seed=seed, setting=setting)
-print(row)
-write_json({"dataset": wc.dataset, "seed": seed, "setting": setting, "options": params.options, **report},
-           output.details)
-write_parquet(pd.DataFrame([row]), output.table)
+wc, params, inputs, output = snakemake.wildcards, snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+seeds = [int(s) for s in params.seeds]
+names = [f"dataset {wc.dataset!r} seed {seed}" for seed in seeds]
+splits = [validate_split(pd.read_parquet(path), name=f"{name} split") for path, name in zip(inputs.splits, names)]
+embeddings = split_embeddings(splits, params.options)
+for split, emb, seed, name, details, table in zip(splits, embeddings, seeds, names, output.details, output.tables,
+                                                  strict=True):
+    setting = str(split["setting"].iloc[0]) if "setting" in split.columns else "original"
+    report = run_check(split, params.options, seed=seed, name=name, embeddings=emb)  # LeakageError names the ids
+    row = report_row(report, dataset=wc.dataset, seed=seed, setting=setting)
+    print(row)
+    write_json({"dataset": wc.dataset, "seed": seed, "setting": setting, "options": params.options, **report}, details)
+    write_parquet(pd.DataFrame([row]), table)
 write_json(params.manifest, output.manifest)

@@ -230,13 +230,30 @@ def leakage_options(section: dict | None, dataset: str, datasets: list[str] | No
     return {**opts, "allow_duplicates": bool(allow)}
 
 
-def run_check(split: pd.DataFrame, options: dict, *, seed: int, name: str) -> dict:
-    """:func:`check_split` with the resolved options of :func:`leakage_options`."""
+def run_check(split: pd.DataFrame, options: dict, *, seed: int, name: str,
+              embeddings: np.ndarray | None = None) -> dict:
+    """:func:`check_split` with the resolved options of :func:`leakage_options` (``embeddings``:
+    the split's rows already encoded, see :func:`split_embeddings`)."""
     o = options
     return check_split(split, column=o["column"], ngram_n=o["ngram_n"], jaccard_threshold=o["jaccard_threshold"],
                        cosine_threshold=o["cosine_threshold"], embed=o["embed"], embedding_model=o["embedding_model"],
-                       embedding_dtype=o["embedding_dtype"], allow_duplicates=o["allow_duplicates"], seed=seed, folds=o["folds"],
+                       embedding_dtype=o["embedding_dtype"], embeddings=embeddings,
+                       allow_duplicates=o["allow_duplicates"], seed=seed, folds=o["folds"],
                        warn_above=o["blind_warn"], name=name)
+
+
+def split_embeddings(splits: list[pd.DataFrame], options: dict) -> list[np.ndarray | None]:
+    """Embeddings of every split's rows for :func:`run_check`, each distinct text encoded once
+    (seeds' splits of one pool share texts); ``None`` per split when ``embed`` is off."""
+    if not options["embed"]:
+        return [None] * len(splits)
+    from mialab.embeddings import encode
+
+    column = options["column"]
+    texts = pd.unique(pd.concat([s[column] for s in splits], ignore_index=True).astype(str))
+    emb = encode(list(texts), model=options["embedding_model"], dtype=options["embedding_dtype"])
+    row = pd.Series(np.arange(len(texts)), index=texts)
+    return [emb[row.loc[s[column].astype(str)].to_numpy()] for s in splits]
 
 
 DUPLICATE_KINDS = ("exact", "ngram", "embedding")
