@@ -8,8 +8,8 @@
 #   so every epoch's weights equal those of one uninterrupted run. Its model/ is the `kind: rl`
 #   model whose entry names that epoch. Periodic checkpoints go to work/, which a failed job leaves
 #   behind: the retry resumes from the last one.
-# - lara_perturbations (dataset, seed): the split's questions, known non-members (neighbour pool,
-#   clean reference set), BlankImportant and paraphrases; model-free.
+# - lara_perturbations (dataset): each seed's split questions, known non-members (neighbour pool,
+#   clean reference set), BlankImportant and paraphrases, a table per seed; model-free.
 # - lara_features (model, dataset): mean-pooled hidden states of every distinct text of all seeds'
 #   perturbation tables (safetensors shards + index.parquet; a rerun keeps the shards already written).
 # - lara_baselines (model, dataset): ReCaLL, CDD and Self-Critique on the questions, a table per seed
@@ -74,20 +74,21 @@ rule rl_contaminate:
 rule lara_perturbations:
     input:
         pool=lambda wc: pool_file(wc.dataset),
-        split=lambda wc: split_file(wc.dataset, int(wc.seed)),
+        splits=lambda wc: [split_file(wc.dataset, s) for s in SEEDS],
     output:
-        table="results/lara/perturbations/{dataset}/seed-{seed}/{key}/perturbations.parquet",
-        manifest="results/lara/perturbations/{dataset}/seed-{seed}/{key}/manifest.json",
+        tables=expand("results/lara/perturbations/{{dataset}}/{{key}}/seed-{seed}/perturbations.parquet", seed=SEEDS),
+        manifest="results/lara/perturbations/{dataset}/{key}/manifest.json",
     params:
         spec=lambda wc: LARA_PLAN.perturbation_config(),
-        manifest=lambda wc: _checked(LARA_PLAN.perturbations(wc.dataset, int(wc.seed)), wc).manifest,
+        seeds=SEEDS,
+        manifest=lambda wc: _checked(LARA_PLAN.perturbation_run(wc.dataset), wc).manifest,
     threads: 1
     conda:
         "../environment.yml"
     log:
-        "results/logs/lara_perturbations/{dataset}/seed-{seed}/{key}.log",
+        "results/logs/lara_perturbations/{dataset}/{key}.log",
     benchmark:
-        "results/benchmarks/lara_perturbations/{dataset}/seed-{seed}/{key}.tsv"
+        "results/benchmarks/lara_perturbations/{dataset}/{key}.tsv"
     script:
         "../workflow_scripts/lara_perturbations.py"
 

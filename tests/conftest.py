@@ -25,6 +25,7 @@ VENV_BIN = Path(sys.executable).parent
 WORLDS = {"tiny_world": {"tiny_world", "shuffled_world", "adra_world"}, "slurm": {"slurm_env"}}
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's own hook, which turns the marks into node-id groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``-n 2 --dist loadgroup``, scripts/test.sh) each world is built once:
     every test that uses it (directly or through another fixture) joins its worker's group, while
@@ -34,6 +35,20 @@ def pytest_collection_modifyitems(config, items):
             if fixtures & set(item.fixturenames):
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+
+
+def pytest_configure(config):
+    """pytest 9.2 with pytest-xdist <= 3.8 does not group under ``--dist loadgroup`` (pytest-xdist#1386):
+    every worker would build the tiny world itself. Say so before any test starts."""
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", None) == "loadgroup" \
+            and config.getoption("numprocesses", None):
+        import importlib.metadata
+
+        xdist = tuple(int(x) for x in importlib.metadata.version("pytest-xdist").split(".")[:2])
+        if pytest.version_tuple[:2] >= (9, 2) and xdist <= (3, 8):
+            raise pytest.UsageError(f"pytest {pytest.__version__} with pytest-xdist {'.'.join(map(str, xdist))} "
+                                    "does not group tests (pytest-xdist#1386): pip install 'pytest<9.2', or run "
+                                    "the suite in one process (MIALAB_TEST_WORKERS=0)")
 
 
 def boot_slurm() -> tuple[subprocess.CompletedProcess, float]:

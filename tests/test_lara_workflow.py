@@ -99,7 +99,7 @@ def test_lara_plan_checks_cross_references_and_keys_change_only_downstream():
 
 def test_lara_target_plans_the_rl_and_lara_jobs_and_no_other_method(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path), "lara")
-    assert jobs["rl_contaminate"] == 2 and jobs["lara_perturbations"] == 3 and jobs["lara_report"] == 1
+    assert jobs["rl_contaminate"] == 2 and jobs["lara_perturbations"] == 1 and jobs["lara_report"] == 1
     assert jobs["lara_features"] == jobs["lara_baselines"] == jobs["lara_scores"] == 3   # one per model: all seeds
     assert not any(rule.startswith("calibdcd") for rule in jobs)
 
@@ -186,7 +186,9 @@ def test_lara_outputs_follow_their_schemas_and_join_the_results_table(tiny_world
     cfg = default_config()["lara"]
     r = tiny_world / "results/lara"
     n_forms = cfg["paraphrase"]["n_variants"] + 2                  # original, blanked, paraphrases
-    for table_path in r.glob("perturbations/aime/seed-*/*/perturbations.parquet"):
+    tables = list(r.glob("perturbations/aime/*/seed-*/perturbations.parquet"))
+    assert len(tables) == len(default_config()["seeds"])
+    for table_path in tables:
         table = pd.read_parquet(table_path)
         assert {"id", "role", "neighbour", "form", "variant", "text", "set"} <= set(table.columns)
         assert table.groupby("id").size().eq((cfg["neighbours"]["n"] + 1) * n_forms).all()

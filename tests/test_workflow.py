@@ -17,8 +17,8 @@ def test_default_dag(tmp_path):
                     "calibdcd_partition": 3, "calibdcd_features": 4, "calibdcd_calibrate": 2, "calibdcd_report": 1,
                     # RL contamination: grpo_e1 and grpo_e2 are epochs 1 and 2 of one GRPO run (scored on aime)
                     "rl_contaminate": 2,
-                    # LaRA on sft, grpo_e1, grpo_e2 x aime, one job per model for the 3 seeds; perturbations are model-free
-                    "lara_perturbations": 3, "lara_features": 3, "lara_baselines": 3, "lara_scores": 3,
+                    # LaRA on sft, grpo_e1, grpo_e2 x aime, one job per model for the 3 seeds; perturbations are model-free (one job)
+                    "lara_perturbations": 1, "lara_features": 3, "lara_baselines": 3, "lara_scores": 3,
                     "lara_report": 1,
                     # leakage / shift checks of every split (one job per dataset) and their summary
                     "leakage_check": 2, "leakage_summary": 1,

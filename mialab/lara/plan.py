@@ -1,14 +1,14 @@
 """LaRA's content-addressed stage instances for a config (``rules/lara.smk``), built with
 :meth:`mialab.workflow.Plan.stage`. Pure: reads the config, runs nothing.
 
-- perturbations (dataset, seed): upstream the pool (known non-members) and the seed's split;
-  model-free, so shared by every model;
+- perturbations (dataset; a table per seed): upstream the pool (known non-members) and the seeds'
+  splits; model-free, so shared by every model;
 - features / baselines (model, dataset): one job per model reads every seed's perturbations (the
   seeds' splits share questions and neighbours: each distinct text is read or answered once, and
   the model is loaded once); upstream the model and the seeds' perturbations;
 - scores (model, dataset): upstream the seeds' splits (labels, joined last), features and baselines.
 
-Baselines and scores write one folder per seed inside the job's folder (``<key>/seed-<s>/``):
+Perturbations, baselines and scores write one folder per seed inside the job's folder (``<key>/seed-<s>/``):
 :func:`mialab.workflow.seed_part` addresses it, so consumers read a seed's table as before.
 """
 
@@ -19,7 +19,7 @@ import functools
 from mialab.config import ConfigError, check_names
 from mialab.workflow import Plan, Stage, seed_part
 
-STAGE_VERSIONS: dict[str, int] = {"perturbations": 1, "features": 2, "baselines": 2, "scores": 2}
+STAGE_VERSIONS: dict[str, int] = {"perturbations": 2, "features": 2, "baselines": 2, "scores": 2}
 PERTURBATION_KEYS = ("question", "controls", "neighbours", "blank", "paraphrase")
 MODEL_STAGES = ("features", "baselines")
 
@@ -55,11 +55,18 @@ class LaRAPlan:
         return list(self.spec["models"]) if self.spec else []
 
     @functools.lru_cache(maxsize=None)
-    def perturbations(self, dataset: str, seed: int) -> Stage:
-        return self.plan.stage("lara/perturbations", STAGE_VERSIONS["perturbations"], [dataset, f"seed-{seed}"], {
-            "dataset": dataset, "seed": int(seed), "config": self.perturbation_config(),
-            "upstream": {"pool": self.plan.pool(dataset).key, "split": self.plan.split(dataset, seed).key},
+    def perturbation_run(self, dataset: str) -> Stage:
+        """The perturbation job of a dataset: every seed's table (model-free, shared by every model)."""
+        seeds = self.seeds()
+        return self.plan.stage("lara/perturbations", STAGE_VERSIONS["perturbations"], [dataset], {
+            "dataset": dataset, "seeds": seeds, "config": self.perturbation_config(),
+            "upstream": {"pool": self.plan.pool(dataset).key,
+                         "splits": {str(s): self.plan.split(dataset, s).key for s in seeds}},
         })
+
+    def perturbations(self, dataset: str, seed: int) -> Stage:
+        """Seed ``seed``'s part of :meth:`perturbation_run`."""
+        return seed_part(self.perturbation_run(dataset), seed)
 
     def perturbation_config(self) -> dict:
         """The slice of the ``lara`` section the perturbation stage reads."""
@@ -77,7 +84,7 @@ class LaRAPlan:
         return self.plan.stage(f"lara/{stage}", STAGE_VERSIONS[stage], [model, dataset], {
             "model": model, "dataset": dataset, "seeds": seeds, "config": self.spec[stage],
             "upstream": {"model": self.plan.model(model).key,
-                         "perturbations": {str(s): self.perturbations(dataset, s).key for s in seeds}},
+                         "perturbations": self.perturbation_run(dataset).key},
         })
 
     @functools.lru_cache(maxsize=None)
