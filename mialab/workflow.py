@@ -121,6 +121,10 @@ class Plan:
     def dataset_names(self) -> list[str]:
         return list(self.config["datasets"])
 
+    def seeds(self) -> list[int]:
+        """The config's evaluation seeds (a job over every seed covers these)."""
+        return [int(s) for s in self.config["seeds"]]
+
     @functools.lru_cache(maxsize=None)
     def pool(self, dataset: str) -> Stage:
         spec = self.config["datasets"][dataset]["pool"]
@@ -205,7 +209,7 @@ class Plan:
     def leakage_run(self, dataset: str) -> Stage:
         """One ``leakage_check`` job: duplicate, blind-baseline and length checks of every seed's
         evaluated split of ``dataset`` (the encoder is loaded once, each distinct text embedded once)."""
-        seeds = [int(s) for s in self.config["seeds"]]
+        seeds = self.seeds()
         return self._stage("leakage", "leakage", [dataset], {
             "dataset": dataset, "seeds": seeds, "config": self.leakage_options(dataset),
             "upstream": {"splits": {str(s): self.evaluated_split(dataset, s).key for s in seeds}},
@@ -292,7 +296,7 @@ class Plan:
         per seed paying the model load and the shared texts again.
         """
         ref = self.reference_of(model)
-        seeds = [int(s) for s in self.config["seeds"]]
+        seeds = self.seeds()
         upstream = {"model": self.model(model).key,
                     "splits": {str(s): self.evaluated_split(dataset, s).key for s in seeds}}
         if ref is not None:

@@ -21,7 +21,7 @@ check_config(config)
 enable_huge_pages()
 
 PLAN = Plan(config, results="results")
-SEEDS = [int(s) for s in config["seeds"]]
+SEEDS = PLAN.seeds()
 DATASETS = list(config["datasets"])
 MODELS = list(config["models"])
 

@@ -58,9 +58,6 @@ class CalibDCDPlan:
     def detectors(self) -> list[str]:
         return list(self.spec["detectors"]) if self.spec else []
 
-    def seeds(self) -> list[int]:
-        return [int(s) for s in self.config["seeds"]]
-
     def runs(self, seeds: list[int]) -> list[tuple[str, str, str, int]]:
         """(model, dataset, detector, seed) of every calibration (a score table each)."""
         return [(m, d, det, int(s)) for m, d in self.pairs() for det in self.detectors() for s in seeds]
@@ -102,7 +99,7 @@ class CalibDCDPlan:
     def features(self, model: str, dataset: str, scope: str) -> Stage:
         upstream = {"model": self.plan.model(model).key, "pool": self.plan.pool(dataset).key}
         if check_scope(scope) == VIEWS_SCOPE:
-            upstream["partitions"] = {str(s): self.partition(dataset, s).key for s in self.seeds()}
+            upstream["partitions"] = {str(s): self.partition(dataset, s).key for s in self.plan.seeds()}
         return self.plan.stage("calibdcd/features", STAGE_VERSIONS["features"], [model, dataset, scope], {
             "model": model, "dataset": dataset, "scope": scope, "views": self.views(model, scope),
             "config": {"generation": self.spec["generation"], "lm": self.spec["lm"],
@@ -113,7 +110,7 @@ class CalibDCDPlan:
     @functools.lru_cache(maxsize=None)
     def score_run(self, model: str, dataset: str) -> Stage:
         """The calibration job of a (model, dataset): every detector, every seed."""
-        seeds = self.seeds()
+        seeds = self.plan.seeds()
         return self.plan.stage("calibdcd/scores", STAGE_VERSIONS["scores"], [model, dataset], {
             "model": model, "dataset": dataset, "detectors": self.detectors(), "seeds": seeds,
             "config": {k: self.spec[k] for k in ("variants", "tau", "tolerance")},

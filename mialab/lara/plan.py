@@ -57,7 +57,7 @@ class LaRAPlan:
     @functools.lru_cache(maxsize=None)
     def perturbation_run(self, dataset: str) -> Stage:
         """The perturbation job of a dataset: every seed's table (model-free, shared by every model)."""
-        seeds = self.seeds()
+        seeds = self.plan.seeds()
         return self.plan.stage("lara/perturbations", STAGE_VERSIONS["perturbations"], [dataset], {
             "dataset": dataset, "seeds": seeds, "config": self.perturbation_config(),
             "upstream": {"pool": self.plan.pool(dataset).key,
@@ -72,15 +72,12 @@ class LaRAPlan:
         """The slice of the ``lara`` section the perturbation stage reads."""
         return {k: self.spec[k] for k in PERTURBATION_KEYS}
 
-    def seeds(self) -> list[int]:
-        return [int(s) for s in self.config["seeds"]]
-
     @functools.lru_cache(maxsize=None)
     def model_run(self, stage: str, model: str, dataset: str) -> Stage:
         """The ``features`` or ``baselines`` job of a (model, dataset): every seed at once."""
         if stage not in MODEL_STAGES:
             raise ValueError(f"unknown LaRA model stage {stage!r}; known: {', '.join(MODEL_STAGES)}")
-        seeds = self.seeds()
+        seeds = self.plan.seeds()
         return self.plan.stage(f"lara/{stage}", STAGE_VERSIONS[stage], [model, dataset], {
             "model": model, "dataset": dataset, "seeds": seeds, "config": self.spec[stage],
             "upstream": {"model": self.plan.model(model).key,
@@ -90,7 +87,7 @@ class LaRAPlan:
     @functools.lru_cache(maxsize=None)
     def score_run(self, model: str, dataset: str) -> Stage:
         """The ``scores`` job of a (model, dataset): every seed's score table."""
-        seeds = self.seeds()
+        seeds = self.plan.seeds()
         return self.plan.stage("lara/scores", STAGE_VERSIONS["scores"], [model, dataset], {
             "model": model, "dataset": dataset, "seeds": seeds,
             "config": {"detection": self.spec["detection"], "betas": self.spec["betas"]},
