@@ -79,7 +79,7 @@ def render_chat(tokenizer, pairs: list[tuple[str, str]]) -> list[str]:
 
 def deepspeed_config(*, micro_batch_size: int, grad_accum: int, lr: float, warmup_steps: int, total_steps: int,
                      zero_stage: int, precision: str, grad_clip: float, weight_decay: float) -> dict:
-    """A DeepSpeed config: ZeRO stage, AdamW, linear warmup-then-decay schedule, bf16 or fp32.
+    """A DeepSpeed config: ZeRO stage, torch's AdamW, linear warmup-then-decay schedule, bf16 or fp32.
 
     DeepSpeed's schedule needs at least one warmup step; no warmup is expressed as one step that
     already starts at the full learning rate.
@@ -91,8 +91,10 @@ def deepspeed_config(*, micro_batch_size: int, grad_accum: int, lr: float, warmu
         "gradient_clipping": grad_clip,
         "zero_optimization": {"stage": zero_stage},
         "bf16": {"enabled": precision == "bf16"},
+        # torch's AdamW (ZeRO shards its state as for any optimizer): DeepSpeed's FusedAdam is a
+        # JIT-compiled op, ~50 s of compiling in a fresh environment for no gain at this size
         "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.999], "eps": 1e-8,
-                                                    "weight_decay": weight_decay}},
+                                                    "weight_decay": weight_decay, "torch_adam": True}},
         "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": lr if no_warmup else 0.0,
                                                            "warmup_max_lr": lr,
                                                            "warmup_num_steps": max(1, warmup_steps),
