@@ -27,7 +27,7 @@ STAGE_VERSIONS: dict[str, int] = {
     "split": 1,
     "tokenizer": 1,
     "pretrain": 1,
-    "sft": 1,
+    "sft": 2,
     "rl": 1,
     "scores": 2,
     "paraphrase": 1,
