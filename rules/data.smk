@@ -10,6 +10,7 @@ rule build_pool:
     params:
         spec=lambda wc: config["datasets"][wc.dataset]["pool"],
         manifest=lambda wc: _checked(PLAN.pool(wc.dataset), wc).manifest,
+    priority: 10  # pretraining mixes pool members in: start it on the critical path, not after cheap jobs
     conda:
         "../environment.yml"
     log:

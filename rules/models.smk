@@ -10,6 +10,7 @@ rule train_tokenizer:
     params:
         spec=lambda wc: config["tokenizer"],
         manifest=lambda wc: _checked(PLAN.tokenizer(), wc).manifest,
+    priority: 10  # every model needs it: the start of the critical path
     conda:
         "../environment.yml"
     log:
