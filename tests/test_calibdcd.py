@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from mialab.calibdcd.calibrate import (VARIANTS, calibrate, fpr_threshold, get_detector, get_variant,
+from mialab.calibdcd.calibrate import (VARIANTS, FitCache, calibrate, fpr_threshold, get_detector, get_variant,
                                        recovery_analysis, run_calibdcd)
 from mialab.calibdcd.classifiers import PrototypicalClassifier, ProtoNetConfig, make_classifier
 from mialab.calibdcd.correction import apply_correction, correction_matrix, select_correction
@@ -299,6 +299,31 @@ def test_ablation_variants():
         get_variant("top2")
     with pytest.raises(KeyError, match="known: .*veilprobe"):
         get_detector("mink")
+
+
+def test_variants_sharing_fits_equal_separate_calibrations_and_fit_fewer_networks(monkeypatch):
+    """One FitCache for every variant: the same calibrations and scores as fitting each variant alone,
+    with the original network fitted once and identity corrections reusing it."""
+    import mialab.calibdcd.calibrate as calibrate_module
+
+    z_sup, y_sup, views, z_eval, _ = planted_world(8, d=12)
+    rng = np.random.default_rng(1)
+    views = {v: np.hstack([np.ones((len(z), 4)), z]) for v, z in views.items()}
+    z_sup, z_eval = (np.hstack([rng.normal(size=(len(z), 4)), z]) for z in (z_sup, z_eval))
+    fitted = []
+    monkeypatch.setattr(calibrate_module, "make_classifier",
+                        lambda name, seed=0: fitted.append(name) or make_classifier(name, seed))
+    alone = {v: calibrate(z_sup, y_sup, views, detector="veilprobe", variant=v, seed=2) for v in VARIANTS}
+    n_alone, fitted[:] = len(fitted), []
+    cache = FitCache()
+    shared = {v: calibrate(z_sup, y_sup, views, detector="veilprobe", variant=v, seed=2, fits=cache) for v in VARIANTS}
+    assert n_alone == 2 * len(VARIANTS)
+    distinct = {(f.rank, f.lam, f.basis.tobytes()) for f in alone.values() if f.rank}
+    assert len(fitted) == 1 + len(distinct) < n_alone
+    for v in VARIANTS:
+        assert (shared[v].rank, shared[v].lam, shared[v].views) == (alone[v].rank, alone[v].lam, alone[v].views)
+        np.testing.assert_array_equal(shared[v].score(z_eval), alone[v].score(z_eval))
+        np.testing.assert_array_equal(shared[v].original.score(z_eval), alone[v].original.score(z_eval))
 
 
 def test_veilprobe_corrects_only_the_output_block():

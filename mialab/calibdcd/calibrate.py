@@ -19,6 +19,7 @@ evaluation label is used.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -90,6 +91,26 @@ def get_detector(name: str) -> DetectorSpec:
     return DETECTORS[name]
 
 
+class FitCache:
+    """Fitted classifiers by (family, seed, features, labels), shared by the variants of one calibration.
+
+    Every variant fits the same original classifier on the same supervised features, and a variant
+    whose selected correction is the identity retrains it on unchanged features: with seeded,
+    deterministic fits, these are the same classifier (VeilProbe's network fits take most of the
+    calibration's time). Classifiers are not changed by scoring, so sharing one is safe.
+    """
+
+    def __init__(self):
+        self._fits: dict[tuple, Classifier] = {}
+
+    def fit(self, family: str, seed: int, X: np.ndarray, y: np.ndarray) -> Classifier:
+        X, y = np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(y)
+        key = (family, seed, X.shape, hashlib.sha256(X.tobytes()).hexdigest(), y.astype(np.int64).tobytes())
+        if key not in self._fits:
+            self._fits[key] = make_classifier(family, seed).fit(X, y)
+        return self._fits[key]
+
+
 @dataclass
 class Calibration:
     """A fitted CalibDCD calibration: the selected correction and the original and retrained classifiers."""
@@ -117,12 +138,14 @@ class Calibration:
 
 def calibrate(z_supervised: np.ndarray, y_supervised: np.ndarray, z_calibration: Mapping[str, np.ndarray], *,
               detector: str, variant: str = "calibdcd", tau: float = TAU, tolerance: float = TOLERANCE,
-              seed: int = 0) -> Calibration:
+              seed: int = 0, fits: FitCache | None = None) -> Calibration:
     """Fit CalibDCD.
 
     ``z_calibration`` maps view names to the D-cal feature matrices (same rows in the same order),
-    ``original`` (``e0``) included; every other key is a controlled view.
+    ``original`` (``e0``) included; every other key is a controlled view. ``fits``: a cache shared
+    by calibrations of the same data (every variant), so equal classifiers are fitted once.
     """
+    fits = fits if fits is not None else FitCache()
     spec, cfg = get_detector(detector), get_variant(variant)
     if ORIGINAL not in z_calibration:
         raise KeyError(f"calibration features lack the original view {ORIGINAL!r}")
@@ -137,7 +160,7 @@ def calibrate(z_supervised: np.ndarray, y_supervised: np.ndarray, z_calibration:
         raise ValueError("every view needs the same calibration rows as the original view")
     block = spec.block(z0.shape[1])
 
-    q = make_classifier(spec.classifier, seed).fit(z_sup, y_supervised)
+    q = fits.fit(spec.classifier, seed, z_sup, y_supervised)
     q0 = q.score(z0)
     increases = {v: score_increase(q0, q.score(z)) for v, z in z_views.items()}
     fpp = false_positive_pressure(increases)
@@ -154,7 +177,7 @@ def calibrate(z_supervised: np.ndarray, y_supervised: np.ndarray, z_calibration:
     objective = pd.DataFrame(rows)
     rank, lam = select_correction(objective, tolerance, allow_identity=cfg.allow_identity)
     basis = bases[rank] if rank else np.zeros((block.stop - block.start, 0))
-    final = make_classifier(spec.classifier, seed).fit(apply_correction(z_sup, basis, lam, block), y_supervised)
+    final = fits.fit(spec.classifier, seed, apply_correction(z_sup, basis, lam, block), y_supervised)
     return Calibration(detector, variant, block, fpp, kept, objective, rank, lam, basis, q, final)
 
 
@@ -201,12 +224,12 @@ def _original_view(frame: pd.DataFrame, ids: list[str], what: str) -> np.ndarray
 
 def run_calibdcd(supervised: pd.DataFrame, supervised_labels: pd.DataFrame, calibration: pd.DataFrame,
                  pool: pd.DataFrame, *, detector: str, variant: str = "calibdcd", tau: float = TAU,
-                 tolerance: float = TOLERANCE, seed: int = 0) -> CalibDCDRun:
+                 tolerance: float = TOLERANCE, seed: int = 0, fits: FitCache | None = None) -> CalibDCDRun:
     """Stage entry: calibrate on feature tables (:mod:`mialab.calibdcd.frames`) and score the pool.
 
     ``supervised`` / ``pool`` need the ``original`` view rows; ``calibration`` the original and the
     controlled views; ``supervised_labels`` has columns ``id``, ``label`` (the supervised split).
-    The pool's labels are not an input.
+    The pool's labels are not an input. ``fits``: as for :func:`calibrate`.
     """
     labels = supervised_labels.set_index(supervised_labels["id"].astype(str))["label"]
     sup_ids = labels.index.tolist()
@@ -221,7 +244,7 @@ def run_calibdcd(supervised: pd.DataFrame, supervised_labels: pd.DataFrame, cali
     z_pool = _original_view(pool, pool_ids, "pool")
 
     fit = calibrate(z_sup, labels.to_numpy(), z_cal, detector=detector, variant=variant, tau=tau,
-                    tolerance=tolerance, seed=seed)
+                    tolerance=tolerance, seed=seed, fits=fits)
     scores = pd.DataFrame({"id": pool_ids, "score_original": fit.original.score(z_pool),
                            "score_calibrated": fit.score(z_pool)})
     views = pd.DataFrame({"view": fit.fpp.index, "fpp": fit.fpp.to_numpy(), "kept": fit.fpp.index.isin(fit.views)})

@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mialab.calibdcd.calibrate import run_calibdcd
+from mialab.calibdcd.calibrate import FitCache, run_calibdcd
 from mialab.calibdcd.extract import add_perturbed_prefix
 from mialab.calibdcd.features import dpdllm_features, veilprobe_features
 from mialab.calibdcd.frames import feature_frame
@@ -199,8 +199,9 @@ def calibrate_variants(original: pd.DataFrame, controlled: pd.DataFrame, supervi
     cal = pd.concat([_rows(original, calibration_ids, [ORIGINAL]), _rows(controlled, calibration_ids)],
                     ignore_index=True)
     pool = _rows(original, evaluation_ids, [ORIGINAL])
+    fits = FitCache()  # the variants share the original classifier (and identity corrections their retrained one)
     runs = {v: run_calibdcd(sup, supervised[["id", "label"]], cal, pool, detector=detector, variant=v, tau=tau,
-                            tolerance=tolerance, seed=seed) for v in variants}
+                            tolerance=tolerance, seed=seed, fits=fits) for v in variants}
     first = runs[variants[0]].scores
     scores = pd.DataFrame({"id": first["id"], score_column(detector, "original"): first["score_original"]})
     for v, run in runs.items():                   # every run scored the same pool rows in the same order
