@@ -95,9 +95,9 @@ def rollouts(model: str, adapters: str, split_path: str, manifest_path: str) -> 
     config = json.loads(Path(manifest_path).read_text())["config"]
     snapshot = sorted(Path(adapters).iterdir())[-1]
     start = time.perf_counter()
-    frame = policy_rollouts(model, snapshot, pd.read_parquet(split_path), Task.from_config(config["task"]),
-                            chat=False, sampling={"n": 4, "temperature": 0.7, "top_p": 0.95, "top_k": 50, "seed": 0},
-                            backend="hf", backend_options={"device": "cuda", "dtype": "bfloat16", "batch_size": 64})
+    (frame,) = policy_rollouts(model, snapshot, [pd.read_parquet(split_path)], Task.from_config(config["task"]),
+                               chat=False, samplings=[{"n": 4, "temperature": 0.7, "top_p": 0.95, "top_k": 50, "seed": 0}],
+                               backend="hf", backend_options={"device": "cuda", "dtype": "bfloat16", "batch_size": 64})
     res = {"snapshot": snapshot.name, "rows": len(frame), "mean_tokens": round(float(frame["n_tokens"].mean()), 1),
            "seconds": round(time.perf_counter() - start, 1), "example": frame["text"].iloc[0][:80]}
     ok = len(frame) > 0 and frame["n_tokens"].gt(0).any()

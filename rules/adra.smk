@@ -70,13 +70,14 @@ rule adra_train:
 rule adra_eval:
     input:
         unpack(lambda wc: ADRA_PLAN.adapters_input(wc.model, wc.dataset, wc.seed, wc.policy)),
-        split=lambda wc: split_file(wc.dataset, int(wc.seed)),
+        splits=lambda wc: [split_file(wc.dataset, int(wc.seed))],
         model=lambda wc: model_dir(wc.model),
     output:
-        rollouts="results/adra/rollouts/{model}/{dataset}/seed-{seed}/{policy}/{key}/rollouts.parquet",
+        rollouts=["results/adra/rollouts/{model}/{dataset}/seed-{seed}/{policy}/{key}/rollouts.parquet"],
         manifest="results/adra/rollouts/{model}/{dataset}/seed-{seed}/{policy}/{key}/manifest.json",
     params:
         model_path=lambda wc: PLAN.model_path(wc.model),
+        samplings=lambda wc: [ADRA_PLAN.sampling(int(wc.seed))],
         manifest=lambda wc: _checked(ADRA_PLAN.rollouts(wc.model, wc.dataset, int(wc.seed), wc.policy), wc).manifest,
     threads: 1
     conda:
@@ -91,11 +92,11 @@ rule adra_eval:
 
 rule adra_scores:
     input:
-        split=lambda wc: split_file(wc.dataset, int(wc.seed)),
-        rollouts=lambda wc: ADRA_PLAN.rollouts(wc.model, wc.dataset, int(wc.seed), wc.policy).path("rollouts.parquet"),
+        splits=lambda wc: [split_file(wc.dataset, int(wc.seed))],
+        rollouts=lambda wc: [ADRA_PLAN.rollouts(wc.model, wc.dataset, int(wc.seed), wc.policy).path("rollouts.parquet")],
     output:
-        scores="results/adra/scores/{model}/{dataset}/seed-{seed}/{policy}/{key}/scores.parquet",
-        rollout_metrics="results/adra/scores/{model}/{dataset}/seed-{seed}/{policy}/{key}/rollout_metrics.parquet",
+        scores=["results/adra/scores/{model}/{dataset}/seed-{seed}/{policy}/{key}/scores.parquet"],
+        rollout_metrics=["results/adra/scores/{model}/{dataset}/seed-{seed}/{policy}/{key}/rollout_metrics.parquet"],
         manifest="results/adra/scores/{model}/{dataset}/seed-{seed}/{policy}/{key}/manifest.json",
     params:
         method=lambda wc: ADRA_PLAN.method(wc.policy),

@@ -301,9 +301,19 @@ def test_rollouts_with_a_static_kv_cache_follow_the_schema_and_are_seeded(tokeni
                           seed=0), tokenizer, tiny_model)
 
     split = candidates(4).assign(label=[1, 0, 1, 0])
-    kw = dict(chat=False, sampling={"n": 3, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": 7}, backend="hf",
-              backend_options={"batch_size": 2, "device": "cpu", "cache_implementation": "static"})
-    a, b = generate(tiny_model, split, TASK, **kw), generate(tiny_model, split, TASK, **kw)
+    sampling = {"n": 3, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": 7}
+    kw = dict(chat=False, backend="hf", backend_options={"batch_size": 2, "device": "cpu", "cache_implementation": "static"})
+    (a,), (b,) = (generate(tiny_model, [split], TASK, samplings=[sampling], **kw) for _ in range(2))
     assert list(a.columns) == ["id", "sample", "text", "n_tokens", "finish_reason"]
     assert (a.groupby("id").size() == 3).all() and a["n_tokens"].le(TASK.max_new_tokens).all()
     pd.testing.assert_frame_equal(a, b)
+    # one job over several seeds: each split gets exactly the rollouts it gets alone, under its own seed
+    other = {**sampling, "seed": 8}
+    (c,) = generate(tiny_model, [split.iloc[::-1]], TASK, samplings=[other], **kw)
+    both = generate(tiny_model, [split, split.iloc[::-1]], TASK, samplings=[sampling, other], **kw)
+    pd.testing.assert_frame_equal(both[0], a)
+    pd.testing.assert_frame_equal(both[1], c)
+    assert not a.sort_values(["id", "sample"])["text"].reset_index(drop=True).equals(
+        c.sort_values(["id", "sample"])["text"].reset_index(drop=True))
+    with pytest.raises(ValueError, match="2 split"):
+        generate(tiny_model, [split, split], TASK, samplings=[sampling], **kw)

@@ -57,8 +57,14 @@ def test_keys_change_only_downstream_of_what_changed():
     (other_dataset,) = set(cfg["n_sampling"]["tasks"]) - {dataset}
     other["n_sampling"]["tasks"][other_dataset]["max_new_tokens"] -= 1
     assert ns_plan(other).rollouts(model, dataset, 0).key == a.rollouts(model, dataset, 0).key
-    assert a.rollouts(model, dataset, 0).key != a.rollouts(model, dataset, 1).key
+    # one job per target over every seed, a folder per seed; each evaluation seed samples its own rollouts
+    assert a.rollouts(model, dataset, 0).key == a.rollouts(model, dataset, 1).key == a.rollout_run(model, dataset).key
+    assert a.rollouts(model, dataset, 0).dir != a.rollouts(model, dataset, 1).dir
     assert a.sampling(0)["seed"] != a.sampling(1)["seed"], "each evaluation seed samples its own rollouts"
+    assert a.rollout_run(model, dataset).manifest["config"]["sampling"]["1"] == a.sampling(1)
+    fewer = copy.deepcopy(cfg)
+    fewer["seeds"] = [0, 1]
+    assert ns_plan(fewer).rollout_run(model, dataset).key != a.rollout_run(model, dataset).key
 
 
 def test_scores_are_provided_only_for_targets():
@@ -94,7 +100,7 @@ def test_a_wrong_type_is_rejected_before_any_job(tmp_path):
 def test_n_sampling_target_plans_rollouts_scores_and_a_report_per_dataset(tmp_path):
     cfg = default_config()
     jobs = planned_jobs(make_workdir(tmp_path, cfg), "n_sampling")
-    n = len(cfg["n_sampling"]["targets"]) * len(cfg["seeds"])
+    n = len(cfg["n_sampling"]["targets"])  # one job per target and stage, over every seed
     assert jobs["n_sampling_rollouts"] == n and jobs["n_sampling_scores"] == n
     assert not {"adra_train", "adra_eval", "evaluate_dataset", "lara_features"} & set(jobs)
     report = planned_jobs(make_workdir(tmp_path, cfg), "adra")  # without an adra section: N-Sampling reports

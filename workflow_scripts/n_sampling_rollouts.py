@@ -1,5 +1,6 @@
-"""Rules n_sampling_rollouts and adra_eval: N sampled rollouts of every candidate of a split, from the
-target model (N-Sampling), its untrained copy sampled like ADRA, or a trained ADRA policy snapshot."""
+"""Rules n_sampling_rollouts and adra_eval: N sampled rollouts of every candidate of each split (one
+per seed, each under its own sampling seed), from the target model (N-Sampling), its untrained copy
+sampled like ADRA, or a trained ADRA policy snapshot."""
 
 from mialab.jobs import setup_job
 
@@ -19,10 +20,12 @@ params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # 
 config = params.manifest["config"]
 snapshot = params.manifest.get("snapshot")
 start = time.perf_counter()
-rollouts = policy_rollouts(params.model_path, os.path.join(inputs.adapters, snapshot) if snapshot else None,
-                           pd.read_parquet(inputs.split), Task.from_config(config["task"]), chat=config["chat"],
-                           sampling=config["sampling"], backend=config["backend"],
-                           backend_options=config["backend_options"])
-write_rollouts(rollouts, output.rollouts)
-write_json({**params.manifest, "rows": len(rollouts), "mean_tokens": float(rollouts["n_tokens"].mean()),
+tables = policy_rollouts(params.model_path, os.path.join(inputs.adapters, snapshot) if snapshot else None,
+                         [pd.read_parquet(p) for p in inputs.splits], Task.from_config(config["task"]),
+                         chat=config["chat"], samplings=list(params.samplings), backend=config["backend"],
+                         backend_options=config["backend_options"])
+for rollouts, path in zip(tables, output.rollouts, strict=True):
+    write_rollouts(rollouts, path)
+write_json({**params.manifest, "rows": [len(t) for t in tables],
+            "mean_tokens": [float(t["n_tokens"].mean()) for t in tables],
             "seconds": round(time.perf_counter() - start, 1)}, output.manifest)

@@ -1,5 +1,6 @@
 """Rules n_sampling_scores and adra_scores: every reconstruction metric of every rollout, aggregated per
-candidate (AoN, BoN) into the attack's score table (columns ``<method>/<metric>@<aon|bon>``)."""
+candidate (AoN, BoN) into the attack's score table (columns ``<method>/<metric>@<aon|bon>``), for each
+split (one per seed) and its rollouts."""
 
 from mialab.jobs import setup_job
 
@@ -11,8 +12,12 @@ from mialab.adra.stages import score
 from mialab.io import write_json, write_parquet
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-per_rollout, scores = score(pd.read_parquet(inputs.rollouts), pd.read_parquet(inputs.split), params.method,
-                            params.manifest["config"])
-write_parquet(per_rollout, output.rollout_metrics)
-write_parquet(scores, output.scores)
-write_json({**params.manifest, "rows": len(scores), "columns": list(scores.columns)}, output.manifest)
+rows = []
+for split, rollouts, scores_path, metrics_path in zip(inputs.splits, inputs.rollouts, output.scores,
+                                                      output.rollout_metrics, strict=True):
+    per_rollout, scores = score(pd.read_parquet(rollouts), pd.read_parquet(split), params.method,
+                                params.manifest["config"])
+    write_parquet(per_rollout, metrics_path)
+    write_parquet(scores, scores_path)
+    rows.append(len(scores))
+write_json({**params.manifest, "rows": rows, "columns": list(scores.columns)}, output.manifest)

@@ -1,9 +1,11 @@
 """N-Sampling's and ADRA's content-addressed stage instances for a config (``rules/reconstruction.smk``,
 ``rules/adra.smk``), built with :meth:`mialab.workflow.Plan.stage`. Pure: reads the config, runs nothing.
 
-N-Sampling (config ``n_sampling``; absent = not run), per (model, dataset, seed) of ``targets``:
-- rollouts: upstream the model and the split; the dataset's task, N, sampling, backend;
-- scores: upstream the rollouts and the split (labels joined last); the metric settings.
+N-Sampling (config ``n_sampling``; absent = not run), one job per (model, dataset) of ``targets`` and
+stage, over every seed (a table per seed in ``<key>/seed-<s>/``):
+- rollouts: upstream the model and the splits; the dataset's task, N, backend, and each seed's sampling
+  (every evaluation seed samples its own rollouts);
+- scores: upstream the rollouts and the splits (labels joined last); the metric settings.
 
 ADRA (config ``adra``; needs ``n_sampling``, whose tasks, N and metrics it shares), per target:
 - train (model, dataset, variant, seed): upstream the model, the split and, for ADRA+, the passive
@@ -25,9 +27,9 @@ import re
 from mialab.adra import FINAL, VARIANTS
 from mialab.adra.tasks import Task, known_templates, rollout_seed
 from mialab.config import ConfigError
-from mialab.workflow import Plan, Stage
+from mialab.workflow import Plan, Stage, seed_part
 
-STAGE_VERSIONS: dict[str, int] = {"n_sampling/rollouts": 1, "n_sampling/scores": 1, "adra/train": 1,
+STAGE_VERSIONS: dict[str, int] = {"n_sampling/rollouts": 2, "n_sampling/scores": 2, "adra/train": 1,
                                   "adra/rollouts": 1, "adra/scores": 1}
 INIT = "init"
 POLICY = re.compile(rf"^(?:{INIT}|(?P<variant>{'|'.join(VARIANTS)})-(?:step(?P<step>[1-9]\d*)|{FINAL}))$")
@@ -91,23 +93,34 @@ class NSamplingPlan:
         return {"backend": self.spec["backend"], "backend_options": self.spec["backend_options"]}
 
     @functools.lru_cache(maxsize=None)
-    def rollouts(self, model: str, dataset: str, seed: int) -> Stage:
-        return self.plan.stage("n_sampling/rollouts", STAGE_VERSIONS["n_sampling/rollouts"],
-                               [model, dataset, f"seed-{seed}"], {
-            "model": model, "dataset": dataset, "seed": int(seed),
-            "config": {"task": self.spec["tasks"][dataset], "chat": self.chat(model), "sampling": self.sampling(seed),
-                       **self.generation()},
-            "upstream": {"model": self.plan.model(model).key, "split": self.plan.split(dataset, seed).key},
+    def rollout_run(self, model: str, dataset: str) -> Stage:
+        """The rollouts job of a target: every seed's split, each sampled under its own seed, one model load."""
+        seeds = self.plan.seeds()
+        return self.plan.stage("n_sampling/rollouts", STAGE_VERSIONS["n_sampling/rollouts"], [model, dataset], {
+            "model": model, "dataset": dataset, "seeds": seeds,
+            "config": {"task": self.spec["tasks"][dataset], "chat": self.chat(model),
+                       "sampling": {str(s): self.sampling(s) for s in seeds}, **self.generation()},
+            "upstream": {"model": self.plan.model(model).key,
+                         "splits": {str(s): self.plan.split(dataset, s).key for s in seeds}},
         })
 
+    def rollouts(self, model: str, dataset: str, seed: int) -> Stage:
+        """Seed ``seed``'s part of :meth:`rollout_run`."""
+        return seed_part(self.rollout_run(model, dataset), seed)
+
     @functools.lru_cache(maxsize=None)
-    def scores(self, model: str, dataset: str, seed: int) -> Stage:
-        return self.plan.stage("n_sampling/scores", STAGE_VERSIONS["n_sampling/scores"],
-                               [model, dataset, f"seed-{seed}"], {
-            "model": model, "dataset": dataset, "seed": int(seed), "config": self.metrics_config(dataset),
-            "upstream": {"rollouts": self.rollouts(model, dataset, seed).key,
-                         "split": self.plan.split(dataset, seed).key},
+    def score_run(self, model: str, dataset: str) -> Stage:
+        """The scores job of a target: every seed's rollouts, one embedding-model load."""
+        seeds = self.plan.seeds()
+        return self.plan.stage("n_sampling/scores", STAGE_VERSIONS["n_sampling/scores"], [model, dataset], {
+            "model": model, "dataset": dataset, "seeds": seeds, "config": self.metrics_config(dataset),
+            "upstream": {"rollouts": self.rollout_run(model, dataset).key,
+                         "splits": {str(s): self.plan.split(dataset, s).key for s in seeds}},
         })
+
+    def scores(self, model: str, dataset: str, seed: int) -> Stage:
+        """Seed ``seed``'s part of :meth:`score_run`."""
+        return seed_part(self.score_run(model, dataset), seed)
 
     def metrics_config(self, dataset: str) -> dict:
         """What scoring rollouts reads: the metric settings, N and the task's assistant-prefix ratio."""

@@ -1,6 +1,6 @@
 """What each N-Sampling / ADRA workflow job does, as plain functions of tables and paths.
 
-- :func:`generate`: N rollouts per candidate of a split from a model (N-Sampling, ADRA evaluation);
+- :func:`generate`: N rollouts per candidate of each split from a model (N-Sampling, ADRA evaluation);
 - :func:`policy_rollouts`: the same from a trained policy (a LoRA snapshot merged into its model);
 - :func:`score`: per-rollout metrics and the attack's score table;
 - :func:`train`: ADRA / ADRA+ / SFT-ablation training on the unlabelled candidates of a split.
@@ -17,8 +17,7 @@ import pandas as pd
 from mialab.adra.attack import rollout_metrics, score_table
 from mialab.adra.rewards import adra_reward, membership_weights
 from mialab.adra.tasks import Task, fitted_split
-from mialab.adra.training import train_policy, training_set
-from mialab.generation.engine import SamplingConfig, run_rollouts
+from mialab.generation.engine import SamplingConfig, run_rollouts_many
 from mialab.rl.grpo import GRPOSettings, export_checkpoint
 
 
@@ -27,27 +26,32 @@ def unlabelled(split: pd.DataFrame) -> pd.DataFrame:
     return split.drop(columns=["label"])
 
 
-def generate(model_path: str, split: pd.DataFrame, task: Task, *, chat: bool, sampling: dict, backend: str,
-             backend_options: dict) -> pd.DataFrame:
-    """Rollouts (rollout schema) of every candidate: the task's prompts, ``sampling`` (SamplingConfig fields)."""
+def generate(model_path: str, splits: list[pd.DataFrame], task: Task, *, chat: bool, samplings: list[dict],
+             backend: str, backend_options: dict) -> list[pd.DataFrame]:
+    """Rollouts (rollout schema) of every candidate of each split, split ``i`` sampled with ``samplings[i]``
+    (SamplingConfig fields): the task's prompts, one engine start for all splits.
+
+    Each split gets the rollouts it would get alone (the hf backend seeds every batch from its
+    sampling seed): jobs over several seeds only save the model loads.
+    """
     from mialab.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(model_path, padding_side="left")
-    fitted = fitted_split(unlabelled(split), tokenizer, task, chat=chat)
-    return run_rollouts(fitted, model=model_path, backend=backend, template=task.template_text(),
-                        sampling=SamplingConfig(**sampling, max_new_tokens=task.max_new_tokens), chat=chat,
-                        assistant_prefix_ratio=task.assistant_prefix_ratio, backend_options=backend_options)
+    return run_rollouts_many([fitted_split(unlabelled(split), tokenizer, task, chat=chat) for split in splits],
+                             [SamplingConfig(**s, max_new_tokens=task.max_new_tokens) for s in samplings],
+                             model=model_path, backend=backend, template=task.template_text(), chat=chat,
+                             assistant_prefix_ratio=task.assistant_prefix_ratio, backend_options=backend_options)
 
 
-def policy_rollouts(model_path: str, snapshot: str | os.PathLike | None, split: pd.DataFrame, task: Task,
-                    **generation) -> pd.DataFrame:
+def policy_rollouts(model_path: str, snapshot: str | os.PathLike | None, splits: list[pd.DataFrame], task: Task,
+                    **generation) -> list[pd.DataFrame]:
     """:func:`generate` from a policy snapshot (its LoRA adapter merged into ``model_path`` in a temporary
     folder), or from ``model_path`` itself when ``snapshot`` is None (the untrained policy)."""
     if snapshot is None:
-        return generate(model_path, split, task, **generation)
+        return generate(model_path, splits, task, **generation)
     with tempfile.TemporaryDirectory(prefix="adra-policy-") as tmp:
         export_checkpoint(snapshot, tmp, init=model_path)
-        return generate(tmp, split, task, **generation)
+        return generate(tmp, splits, task, **generation)
 
 
 def score(rollouts: pd.DataFrame, split: pd.DataFrame, method: str, metrics: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -65,6 +69,7 @@ def train(model_path: str, split: pd.DataFrame, config: dict, work_dir: str | os
     Returns (training set, trainer log). ``baseline_scores`` (ADRA+ only) is a passive baseline's
     score table of the same candidates; only its ``id`` and weight column are read.
     """
+    from mialab.adra.training import train_policy, training_set  # TRL/peft: only the training jobs pay for them
     from mialab.models.loading import load_tokenizer
 
     variant = config["variant"]

@@ -161,9 +161,22 @@ def run_rollouts(split: pd.DataFrame, *, model: str, backend: str = "hf", templa
                  sampling: SamplingConfig = SamplingConfig(), chat: bool = False, assistant_prefix_ratio: float = 0.0,
                  backend_options: dict | None = None) -> pd.DataFrame:
     """Load ``model``'s tokenizer, start backend ``backend`` on it and generate rollouts for ``split``."""
+    (rollouts,) = run_rollouts_many([split], [sampling], model=model, backend=backend, template=template, chat=chat,
+                                    assistant_prefix_ratio=assistant_prefix_ratio, backend_options=backend_options)
+    return rollouts
+
+
+def run_rollouts_many(splits: Sequence[pd.DataFrame], samplings: Sequence[SamplingConfig], *, model: str,
+                      backend: str = "hf", template: str = "{prefix}", chat: bool = False,
+                      assistant_prefix_ratio: float = 0.0, backend_options: dict | None = None) -> list[pd.DataFrame]:
+    """:func:`run_rollouts` of several splits, split ``i`` sampled with ``samplings[i]``, on one started backend."""
     from mialab.models.loading import load_tokenizer
 
+    if len(splits) != len(samplings):
+        raise ValueError(f"{len(splits)} split(s) but {len(samplings)} sampling setting(s)")
     tokenizer = load_tokenizer(model, padding_side="left")
     engine = get_backend(backend)(model, **(backend_options or {}))
-    return generate_rollouts(split, engine, tokenizer, template=template, sampling=sampling, chat=chat,
-                             stop_ids=stop_token_ids(model, tokenizer), assistant_prefix_ratio=assistant_prefix_ratio)
+    stops = stop_token_ids(model, tokenizer)
+    return [generate_rollouts(split, engine, tokenizer, template=template, sampling=sampling, chat=chat,
+                              stop_ids=stops, assistant_prefix_ratio=assistant_prefix_ratio)
+            for split, sampling in zip(splits, samplings)]
