@@ -25,7 +25,8 @@ for seed, split_path, table_path in zip(params.seeds, inputs.splits, output.tabl
                                                 seed=[spec["controls"]["seed"], int(seed)], blank=spec["blank"])
     table = perturbation_table(questions, neighbour_pool, n_neighbours=spec["neighbours"]["n"],
                                n_variants=spec["paraphrase"]["n_variants"], blank=spec["blank"], paraphrase=paraphrase,
-                               neighbour_options={"batch_size": spec["neighbours"]["batch_size"]})
+                               neighbour_options={"batch_size": spec["neighbours"]["batch_size"],
+                                                  "dtype": spec["neighbours"]["embedding_dtype"]})
     write_parquet(table, table_path)
     counts[f"seed-{seed}"] = {"questions": int((questions["set"] != REFERENCE).sum()),
                               "reference_questions": int((questions["set"] == REFERENCE).sum()),
