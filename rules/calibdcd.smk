@@ -86,6 +86,7 @@ rule calibdcd_features:
         generation=lambda wc: CALIBDCD_PLAN.spec["generation"],
         lm=lambda wc: CALIBDCD_PLAN.spec["lm"],
         manifest=lambda wc: _checked(CALIBDCD_PLAN.features(wc.model, wc.dataset, wc.scope), wc).manifest,
+    priority: 5  # long jobs first (after training), so the short ones fill the cores at the end
     threads: 1
     conda:
         "../environment.yml"
@@ -134,6 +135,7 @@ rule calibdcd_calibrate:
         detectors=CALIBDCD_DETECTORS,
         seeds=SEEDS,
         manifest=lambda wc: _checked(CALIBDCD_PLAN.score_run(wc.model, wc.dataset), wc).manifest,
+    priority: 5  # long jobs first (after training), so the short ones fill the cores at the end
     threads: 1
     conda:
         "../environment.yml"

@@ -104,6 +104,7 @@ rule lara_features:
         spec=lambda wc: LARA["features"],
         model_path=lambda wc: PLAN.model_path(wc.model),
         manifest=lambda wc: _checked(LARA_PLAN.model_run("features", wc.model, wc.dataset), wc).manifest,
+    priority: 5  # long jobs first (after training), so the short ones fill the cores at the end
     threads: 1
     conda:
         "../environment.yml"
@@ -126,6 +127,7 @@ rule lara_baselines:
         spec=lambda wc: LARA["baselines"],
         model_path=lambda wc: PLAN.model_path(wc.model),
         manifest=lambda wc: _checked(LARA_PLAN.model_run("baselines", wc.model, wc.dataset), wc).manifest,
+    priority: 5  # long jobs first (after training), so the short ones fill the cores at the end
     threads: 1
     conda:
         "../environment.yml"
