@@ -35,6 +35,17 @@ def extensions_dir() -> str:
     return os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(sys.prefix, "torch_extensions")
 
 
+def tool_path(path: str | None) -> str:
+    """``path`` with this Python environment's ``bin`` directory first.
+
+    A JIT build runs ``ninja`` from ``PATH``: the environment's (pip's ``ninja``, always there) must
+    win over a system one, which may be missing, and whose other build-log format would make each
+    of the two rebuild every op the other built.
+    """
+    bindir = os.path.dirname(sys.executable)
+    return os.pathsep.join([bindir, *(p for p in (path or "").split(os.pathsep) if p and p != bindir)])
+
+
 def build_ops() -> list[str]:
     """Compile the DeepSpeed ops a training job on this machine loads; return their names.
 
@@ -45,6 +56,7 @@ def build_ops() -> list[str]:
     if visible_gpus():
         return []
     os.environ["TORCH_EXTENSIONS_DIR"] = extensions_dir()
+    os.environ["PATH"] = tool_path(os.environ.get("PATH"))
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     from deepspeed.accelerator import get_accelerator
 
@@ -61,6 +73,7 @@ def launch_command(script: str, args: list[str], nproc: str | int) -> tuple[list
     n = (gpus or 1) if nproc == "auto" else int(nproc)
     env = dict(os.environ)
     env["TORCH_EXTENSIONS_DIR"] = extensions_dir()
+    env["PATH"] = tool_path(env.get("PATH"))
     if gpus == 0:
         env.setdefault("DS_ACCELERATOR", "cpu")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", script, *args]

@@ -36,3 +36,23 @@ def test_huge_pages_tunable_is_added_once_and_keeps_the_users_settings():
     assert with_huge_pages(with_huge_pages("")) == HUGE_PAGES
     assert with_huge_pages("glibc.malloc.hugetlb=0") == "glibc.malloc.hugetlb=0"  # the user's choice wins
 
+
+
+def test_training_launches_build_ops_in_this_environment_with_its_own_ninja(monkeypatch):
+    """The torchrun command of a CPU job: DeepSpeed's CPU accelerator, the op cache inside this Python
+    environment, and this environment's bin directory (its ninja) first on PATH, once."""
+    import os
+
+    from mialab import launch
+
+    bindir = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", bindir, "/bin"]))
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setattr(launch, "visible_gpus", lambda: 0)
+    cmd, env = launch.launch_command("train.py", ["--x", "1"], "auto")
+    assert cmd[-3:] == ["train.py", "--x", "1"] and "--nproc_per_node=1" in cmd
+    assert env["DS_ACCELERATOR"] == "cpu"
+    assert env["TORCH_EXTENSIONS_DIR"] == os.path.join(sys.prefix, "torch_extensions")
+    assert env["PATH"].split(os.pathsep) == [bindir, "/usr/bin", "/bin"]
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/scratch/ops")      # a user's choice is kept
+    assert launch.launch_command("train.py", [], 2)[1]["TORCH_EXTENSIONS_DIR"] == "/scratch/ops"
