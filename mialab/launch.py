@@ -55,9 +55,7 @@ def build_ops() -> list[str]:
     """
     if visible_gpus():
         return []
-    os.environ["TORCH_EXTENSIONS_DIR"] = extensions_dir()
-    os.environ["PATH"] = tool_path(os.environ.get("PATH"))
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    os.environ.update(job_environment(dict(os.environ), gpus=0))  # the same build as in a training job
     from deepspeed.accelerator import get_accelerator
 
     builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
@@ -67,15 +65,20 @@ def build_ops() -> list[str]:
     return [builder.absolute_name()]
 
 
+def job_environment(env: dict, gpus: int) -> dict:
+    """``env`` for a training job (and the op build): the op cache and ninja of this environment,
+    DeepSpeed's CPU accelerator when there is no GPU."""
+    env = {**env, "TORCH_EXTENSIONS_DIR": extensions_dir(), "PATH": tool_path(env.get("PATH"))}
+    if gpus == 0:
+        env.setdefault("DS_ACCELERATOR", "cpu")
+    return env
+
+
 def launch_command(script: str, args: list[str], nproc: str | int) -> tuple[list[str], dict]:
     """The torchrun command line and environment for ``script``."""
     gpus = visible_gpus()
     n = (gpus or 1) if nproc == "auto" else int(nproc)
-    env = dict(os.environ)
-    env["TORCH_EXTENSIONS_DIR"] = extensions_dir()
-    env["PATH"] = tool_path(env.get("PATH"))
-    if gpus == 0:
-        env.setdefault("DS_ACCELERATOR", "cpu")
+    env = job_environment(dict(os.environ), gpus)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", script, *args]
     return cmd, env
 
