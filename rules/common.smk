@@ -10,15 +10,15 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 
 from mialab.config import check_config
-from mialab.jobs import enable_huge_pages
+from mialab.jobs import tune_malloc
 from mialab.workflow import Plan
 
 
 validate(config, "../schemas/config.schema.yaml")
 check_config(config)
 
-# jobs inherit this: large tensors on huge pages (mialab.jobs.with_huge_pages)
-enable_huge_pages()
+# jobs inherit this: large tensors on huge pages, freed memory reused (mialab.jobs.with_malloc_tunables)
+tune_malloc()
 
 PLAN = Plan(config, results="results")
 SEEDS = PLAN.seeds()
