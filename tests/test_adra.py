@@ -291,8 +291,10 @@ def test_sft_ablation_trains_a_lora_adapter_with_the_grpo_budget(tiny_model, tok
     assert not same(adapter(tmp_path / "p" / "final"), adapter(tmp_path / "p" / "step-2"))
 
 
-def test_rollouts_with_a_static_kv_cache_follow_the_schema_and_are_seeded(tokenizer, tmp_path):
-    """The tiny world's N-Sampling rollouts use the hf backend's preallocated (static) KV cache."""
+@pytest.mark.parametrize("cache", [None, "static"])
+def test_rollouts_follow_the_schema_and_are_seeded(tokenizer, tmp_path, cache):
+    """N-Sampling rollouts on the hf backend, its N samples sharing a prefill (the tiny world's) or
+    with generate's preallocated (static) KV cache."""
     from mialab.adra.stages import generate
     from mialab.models.tiny import init_model, llama_config, save_model
 
@@ -302,7 +304,7 @@ def test_rollouts_with_a_static_kv_cache_follow_the_schema_and_are_seeded(tokeni
 
     split = candidates(4).assign(label=[1, 0, 1, 0])
     sampling = {"n": 3, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": 7}
-    kw = dict(chat=False, backend="hf", backend_options={"batch_size": 2, "device": "cpu", "cache_implementation": "static"})
+    kw = dict(chat=False, backend="hf", backend_options={"batch_size": 2, "device": "cpu", "cache_implementation": cache})
     (a,), (b,) = (generate(tiny_model, [split], TASK, samplings=[sampling], **kw) for _ in range(2))
     assert list(a.columns) == ["id", "sample", "text", "n_tokens", "finish_reason"]
     assert (a.groupby("id").size() == 3).all() and a["n_tokens"].le(TASK.max_new_tokens).all()

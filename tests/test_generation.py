@@ -151,6 +151,36 @@ def test_hf_greedy_base_model_rollouts_are_identical_across_samples(tiny_model):
         assert group["text"].nunique() == 1
 
 
+def test_shared_prefill_samples_what_generate_samples_from_n_prefills(tiny_model):
+    """One prefill per prompt (3 rows, not 12), KV cache repeated n times: the same rows and tokens as ``generate`` with
+    ``num_return_sequences = n`` under the same seed (prompts of different lengths, left-padded, one of
+    a single token), and the same step logits up to float rounding."""
+    import torch
+
+    from mialab.generation.hf_backend import generate_sharing_prefill, left_pad
+    from mialab.models.loading import load_causal_lm
+
+    model = load_causal_lm(tiny_model, device="cpu", dtype="float32")
+    ids, mask = left_pad([[1, 40, 41, 42, 43, 44, 45], [1, 50, 51], [7]], pad_id=2)
+    options = dict(max_new_tokens=6, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=2,
+                   eos_token_id=[2], output_logits=True, return_dict_in_generate=True)
+    torch.manual_seed(3)
+    plain = model.generate(input_ids=ids, attention_mask=mask, num_return_sequences=4, **options)
+    torch.manual_seed(3)
+    shapes = []
+    hook = model.register_forward_pre_hook(lambda m, args, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    shared = generate_sharing_prefill(model, ids, mask, 4, **options)
+    hook.remove()
+    assert shapes[:2] == [(3, ids.shape[1] - 1), (12, 1)]  # the prompts once, then one token per row
+    assert shared.sequences.shape == (12, ids.shape[1] + 6)
+    assert torch.equal(shared.sequences, plain.sequences)
+    for a, b in zip(shared.logits, plain.logits, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    torch.manual_seed(4)
+    assert not torch.equal(generate_sharing_prefill(model, ids, mask, 4, **options).sequences, plain.sequences)
+
+
 # --- vllm backend (its own venv) --------------------------------------------------------------------------
 
 @pytest.mark.slow

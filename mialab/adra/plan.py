@@ -29,8 +29,8 @@ from mialab.adra.tasks import Task, known_templates, rollout_seed
 from mialab.config import ConfigError
 from mialab.workflow import Plan, Stage, seed_part
 
-STAGE_VERSIONS: dict[str, int] = {"n_sampling/rollouts": 2, "n_sampling/scores": 2, "adra/train": 1,
-                                  "adra/rollouts": 1, "adra/scores": 1}
+STAGE_VERSIONS: dict[str, int] = {"n_sampling/rollouts": 3, "n_sampling/scores": 2, "adra/train": 1,
+                                  "adra/rollouts": 2, "adra/scores": 1}
 INIT = "init"
 POLICY = re.compile(rf"^(?:{INIT}|(?P<variant>{'|'.join(VARIANTS)})-(?:step(?P<step>[1-9]\d*)|{FINAL}))$")
 

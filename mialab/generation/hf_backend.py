@@ -1,9 +1,10 @@
 """``hf`` rollout backend: transformers ``generate``, batched with left padding, CPU or GPU.
 
 Each batch of prompts is sampled under its own torch seed derived from (seed, batch index), so
-rollouts are reproducible on CPU for a given seed and batch size. ``cache_implementation`` is passed
-to ``generate`` (e.g. ``static``: a preallocated KV cache, about 1.3x faster on CPU for the tiny world's
-many short rollouts than the default dynamic cache, which grows by concatenation); None = the default.
+rollouts are reproducible on CPU for a given seed and batch size. N samples per prompt share one
+prefill (:func:`generate_sharing_prefill`). ``cache_implementation`` (e.g. ``static``, a preallocated
+KV cache) is passed to ``generate``; it cannot start from a shared prefill, so with it each prompt is
+prefilled N times (measured on the tiny world's N = 4 rollouts: shared prefill 7.4 s, static cache 9.1 s).
 """
 
 from __future__ import annotations
@@ -33,6 +34,30 @@ def left_pad(prompts: Sequence[list[int]], pad_id: int):
         ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
         mask[i, width - len(p):] = 1
     return ids, mask
+
+
+def generate_sharing_prefill(model, input_ids, attention_mask, n: int, **kwargs):
+    """``model.generate(input_ids, attention_mask, num_return_sequences=n, **kwargs)`` that prefills each
+    prompt once instead of ``n`` times.
+
+    ``generate`` repeats every prompt ``n`` times before its prefill. Here the prompts less their last
+    token run once, their KV cache is repeated ``n`` times, and ``generate`` starts from it: it reads
+    the last tokens and samples exactly as before (same rows, same random draws). The logits agree up
+    to float rounding (the prefill runs in two pieces). Left padding; positions as ``generate`` counts
+    them (from the attention mask).
+    """
+    if n == 1 or input_ids.shape[1] < 2:
+        return model.generate(input_ids=input_ids, attention_mask=attention_mask, num_return_sequences=n, **kwargs)
+    from transformers import DynamicCache
+
+    positions = attention_mask.long().cumsum(-1) - 1
+    positions.masked_fill_(attention_mask == 0, 1)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1], position_ids=positions[:, :-1],
+          cache=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_repeat_interleave(n)
+    return model.generate(input_ids=input_ids.repeat_interleave(n, 0),
+                          attention_mask=attention_mask.repeat_interleave(n, 0), cache=cache, **kwargs)
 
 
 @register_backend("hf")
@@ -65,11 +90,15 @@ class HFBackend:
                 batch = prompts[start:start + self.batch_size]
                 ids, mask = left_pad(batch, pad_id)
                 torch.manual_seed(batch_seed(sampling.seed, b))
+                options = dict(**decoding, max_new_tokens=sampling.max_new_tokens, eos_token_id=sorted(stop_ids),
+                               pad_token_id=pad_id)
                 with torch.inference_mode():
-                    seqs = self.model.generate(
-                        input_ids=ids.to(device), attention_mask=mask.to(device), **decoding,
-                        max_new_tokens=sampling.max_new_tokens, num_return_sequences=per_prompt,
-                        eos_token_id=sorted(stop_ids), pad_token_id=pad_id, **self.cache)
+                    if self.cache:  # a cache implementation of generate's own: no prefill to share
+                        seqs = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                                   num_return_sequences=per_prompt, **options, **self.cache)
+                    else:
+                        seqs = generate_sharing_prefill(self.model, ids.to(device), mask.to(device), per_prompt,
+                                                        **options)
                 generated = seqs[:, ids.shape[1]:].tolist()
                 for i in range(len(batch)):
                     rows = generated[i * per_prompt:(i + 1) * per_prompt] * (sampling.n // per_prompt)

@@ -93,6 +93,8 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 256,
     """
     import torch
 
+    from mialab.generation.hf_backend import generate_sharing_prefill
+
     if tokenizer.padding_side != "left":
         raise ValueError("generation needs a left-padding tokenizer (load_lm(..., padding_side='left'))")
     eos = _eos_ids(model, tokenizer)
@@ -104,9 +106,10 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 256,
                             return_tensors="pt").to(device)
         torch.manual_seed(seed + start)
         with torch.inference_mode():
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, num_return_sequences=num_return_sequences,
-                                 output_logits=entropies, return_dict_in_generate=True,
-                                 pad_token_id=tokenizer.pad_token_id, **sampling)
+            out = generate_sharing_prefill(model, enc["input_ids"], enc["attention_mask"], num_return_sequences,
+                                           max_new_tokens=max_new_tokens, output_logits=entropies,
+                                           return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id,
+                                           **sampling)
         new = out.sequences[:, enc["input_ids"].shape[1]:].cpu()
         entropy = step_entropies(out.logits) if entropies else np.zeros((new.shape[0], 0))
         for row in range(new.shape[0]):

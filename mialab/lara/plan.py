@@ -19,7 +19,7 @@ import functools
 from mialab.config import ConfigError, check_names
 from mialab.workflow import Plan, Stage, seed_part
 
-STAGE_VERSIONS: dict[str, int] = {"perturbations": 2, "features": 2, "baselines": 2, "scores": 2}
+STAGE_VERSIONS: dict[str, int] = {"perturbations": 2, "features": 2, "baselines": 3, "scores": 2}
 PERTURBATION_KEYS = ("question", "controls", "neighbours", "blank", "paraphrase")
 MODEL_STAGES = ("features", "baselines")
 
