@@ -24,8 +24,9 @@ def with_malloc_tunables(tunables: str | None) -> str:
 
     A CPU job allocates and frees full-vocabulary logits and activations of tens of MB per step. By
     default glibc maps each with fresh pages and unmaps it on free, so every step pays page faults
-    and page zeroing in the kernel. Reusing freed heap instead saves a quarter of a training step
-    and a fifth of a scoring pass (``benchmarks/bench_precision.py``). The variable must be set
+    and page zeroing in the kernel. Reusing freed heap instead halves the tiny world's kernel time
+    (113 -> 53 CPU-s) and speeds scoring up by about a fifth (``benchmarks/bench_precision.py``
+    compares the settings). The variable must be set
     before a process starts, so the workflow sets it for the jobs it launches; a glibc that lacks a
     tunable ignores it.
     """
