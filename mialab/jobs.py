@@ -26,9 +26,8 @@ def with_malloc_tunables(tunables: str | None) -> str:
     default glibc maps each with fresh pages and unmaps it on free, so every step pays page faults
     and page zeroing in the kernel. Reusing freed heap instead halves the tiny world's kernel time
     (113 -> 53 CPU-s) and speeds scoring up by about a fifth (``benchmarks/bench_precision.py``
-    compares the settings). The variable must be set
-    before a process starts, so the workflow sets it for the jobs it launches; a glibc that lacks a
-    tunable ignores it.
+    compares the settings). The variable must be set before a process starts, so the workflow sets
+    it for the jobs it launches; a glibc that lacks a tunable ignores it.
     """
     parts = [p for p in (tunables or "").split(":") if p]
     given = {p.split("=", 1)[0] for p in parts}

@@ -88,17 +88,16 @@ class HFBackend:
         with progress(len(prompts), "hf rollouts") as advance:
             for b, start in enumerate(range(0, len(prompts), self.batch_size)):
                 batch = prompts[start:start + self.batch_size]
-                ids, mask = left_pad(batch, pad_id)
+                ids, mask = (t.to(device) for t in left_pad(batch, pad_id))
                 torch.manual_seed(batch_seed(sampling.seed, b))
                 options = dict(**decoding, max_new_tokens=sampling.max_new_tokens, eos_token_id=sorted(stop_ids),
                                pad_token_id=pad_id)
                 with torch.inference_mode():
                     if self.cache:  # a cache implementation of generate's own: no prefill to share
-                        seqs = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                                   num_return_sequences=per_prompt, **options, **self.cache)
+                        seqs = self.model.generate(input_ids=ids, attention_mask=mask, num_return_sequences=per_prompt,
+                                                   **options, **self.cache)
                     else:
-                        seqs = generate_sharing_prefill(self.model, ids.to(device), mask.to(device), per_prompt,
-                                                        **options)
+                        seqs = generate_sharing_prefill(self.model, ids, mask, per_prompt, **options)
                 generated = seqs[:, ids.shape[1]:].tolist()
                 for i in range(len(batch)):
                     rows = generated[i * per_prompt:(i + 1) * per_prompt] * (sampling.n // per_prompt)
