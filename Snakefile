@@ -1,10 +1,15 @@
 # mialab: membership inference and data-contamination detection for language models.
-# The default config.yaml is the offline tiny world; see README.md for the pipeline and targets.
+# The config is config.yaml (the offline tiny world) when no --configfile is given, else exactly the
+# files given: one complete experiment config, then the overlays of it (README.md, "Configuration").
+# See README.md for the pipeline and targets.
 
-configfile: "config.yaml"
+if not workflow.config_settings.configfiles:
+
+    configfile: "config.yaml"
 
 
 include: "rules/common.smk"
+include: "rules/rehearsal.smk"
 include: "rules/data.smk"
 include: "rules/paraphrase.smk"
 include: "rules/models.smk"

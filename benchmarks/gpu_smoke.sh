@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 prepare() {
     mkdir -p .smoke
     cat > .smoke/gpu_overlay.yaml <<'EOF'
+overlay_of: config.yaml
 models:
   sft:
     train: {epochs: 1, precision: bf16}

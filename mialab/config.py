@@ -6,7 +6,15 @@ any job starts, with a message that names the key.
 
 from __future__ import annotations
 
-from mialab.data.registry import known_families
+import json
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+from mialab.data.registry import known_families, pool_keys
+from mialab.data.sources import local_paths
 
 
 class ConfigError(ValueError):
@@ -20,8 +28,38 @@ def check_names(key: str, names, configured, what: str) -> None:
             raise ConfigError(f"{key}: unknown {what} {name!r}; configured: {', '.join(configured)}")
 
 
+def check_config_files(paths) -> None:
+    """The config files given on the command line: one complete config, then overlays of it.
+
+    A file with a top-level ``overlay_of`` (a path relative to the working directory) is an
+    overlay and must come after the file it names; any other file is complete and must come
+    first, so two experiments are never deep-merged into one.
+    """
+    paths = [Path(os.path.relpath(p)) for p in paths]  # as the user typed them, for the messages
+    for i, path in enumerate(paths):
+        base = (load_yaml(path) or {}).get("overlay_of")
+        if base is None:
+            if i:
+                raise ConfigError(f"{path}: a complete config (no overlay_of) cannot be merged after {paths[0]}; "
+                                  "give one complete config, then overlays of it (files with overlay_of)")
+        elif not (Path(base).exists() and any(p.samefile(base) for p in paths[:i])):
+            raise ConfigError(f"{path}: an overlay of {base} (overlay_of), which is not given before it; "
+                              f"name both: snakemake --configfile {base} {path}")
+
+
+SECTION_NEEDS = {"adra": "n_sampling"}  # section -> the section it builds on
+
+
+def check_sections(config: dict) -> None:
+    """Every method section present has the sections it builds on (nothing is inherited from config.yaml)."""
+    for section, needs in SECTION_NEEDS.items():
+        if section in config and needs not in config:
+            raise ConfigError(f"{section}: needs a '{needs}' section, which this config does not have")
+
+
 def check_config(config: dict) -> None:
     """Check cross-references: families, datasets and models named by other entries."""
+    check_sections(config)
     datasets, models = config["datasets"], config["models"]
     families = known_families()
     for name, ds in datasets.items():
@@ -45,6 +83,9 @@ def check_config(config: dict) -> None:
         if spec["kind"] != "hf" and "tokenizer" not in config and spec["kind"] == "pretrain":
             raise ConfigError(f"{where}: kind 'pretrain' needs a top-level 'tokenizer' section")
     _check_acyclic(models)
+    check_pool_keys(datasets)
+    check_model_paths(config)
+    check_local_paths(config)
 
 
 def _check_acyclic(models: dict) -> None:
@@ -60,3 +101,153 @@ def _check_acyclic(models: dict) -> None:
 
     for start in models:
         visit(start, [start])
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A safe YAML loader that rejects a key given twice in one mapping (plain YAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise ConfigError(f"{self.name}:{key_node.start_mark.line + 1}: key {key!r} given twice in one "
+                                  f"mapping (first at line {seen[key] + 1}); YAML would silently keep the last")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(path) -> object:
+    """Parse YAML (or JSON) file ``path`` safely; a duplicate key or a syntax error is a
+    :class:`ConfigError` naming the file and line."""
+    text = Path(path).read_text(encoding="utf-8")
+    loader = _StrictLoader(text)
+    loader.name = str(path)
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        raise ConfigError(f"{path}:{mark.line + 1}:{mark.column + 1}: YAML syntax error: {e.problem or e.context}") \
+            from None
+    finally:
+        loader.dispose()
+
+
+def check_yaml_files(paths) -> None:
+    """Re-read every config file Snakemake loaded (it keeps the last of duplicate keys) strictly.
+
+    A file that turns on YTE templating (``__use_yte__``) is refused: Snakemake evaluates its
+    expressions as Python while loading it, and a config string is never code here.
+    """
+    for path in paths:
+        doc = load_yaml(path)
+        if isinstance(doc, dict) and "__use_yte__" in doc:
+            raise ConfigError(f"{path}: __use_yte__ makes Snakemake evaluate the file's expressions as Python "
+                              "code (YTE templates); mialab configs are plain YAML: remove it and the templates")
+
+
+def check_pool_keys(datasets: dict) -> None:
+    """Each pool section holds only the keys its family declares (``$defs/pools`` of the schema)."""
+    for name, ds in datasets.items():
+        family = ds["pool"]["family"]
+        accepted = pool_keys(family)
+        for key in ds["pool"]:
+            if key not in accepted:
+                raise ConfigError(f"datasets.{name}.pool.{key}: not a key of family {family!r}; "
+                                  f"it accepts: {', '.join(accepted)}")
+
+
+# a hub repository id: org/name, as the hub spells them (a local path has no other form to be taken for one)
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
+
+
+def model_reference(key: str, value: str, models: dict | None = None) -> None:
+    """``value`` (config key ``key``) must be a configured model (when ``models`` is given), an
+    existing model folder, or a hub model id ``org/name`` that is not a local path."""
+    if models is not None and value in models:
+        return
+    path = Path(value)
+    if path.is_dir():
+        check_model_folder(key, path)
+        return
+    if path.exists():
+        raise ConfigError(f"{key}: {value!r} is a file; a model is a folder (config.json, *.safetensors) or a hub id")
+    if not HUB_ID.match(value):
+        known = f"a configured model ({', '.join(models)}), " if models is not None else ""
+        raise ConfigError(f"{key}: {value!r} is not {known}an existing model folder, nor a hub model id (org/name)")
+
+
+def check_model_folder(key: str, folder: Path) -> None:
+    """A local model folder's ``config.json`` must parse and each ``*.safetensors`` file must be as
+    long as its header says (a truncated copy fails here, naming the file, not deep in transformers)."""
+    cfg = folder / "config.json"
+    if cfg.is_file():
+        try:
+            json.loads(cfg.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{key}: {cfg} is not valid JSON ({e}); a truncated or damaged copy?") from None
+    for weights in sorted(folder.glob("*.safetensors")):
+        problem = safetensors_problem(weights)
+        if problem:
+            raise ConfigError(f"{key}: {weights}: {problem}; a truncated or damaged copy?")
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why ``path`` is not a complete safetensors file (its header, then data up to the last tensor's
+    end offset), or None. Reads the header only."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"{size} bytes, shorter than the 8-byte header length"
+        n = int.from_bytes(head, "little")
+        if 8 + n > size:
+            return f"the header says {n} bytes of metadata but the file has {size} bytes"
+        try:
+            header = json.loads(f.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return "the header is not valid JSON"
+    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    if 8 + n + end > size:
+        return f"the tensors end at byte {8 + n + end} but the file has {size} bytes"
+    return None
+
+
+def check_model_paths(config: dict) -> None:
+    """``kind: hf`` models and the LMs a method names by path are configured names, existing model
+    folders or hub ids ``org/name``."""
+    models = config["models"]
+    for name, spec in models.items():
+        if spec["kind"] == "hf":
+            model_reference(f"models.{name}.path", spec["path"])
+    for det, spec in config.get("calibdcd", {}).get("detectors", {}).items():
+        for key in ("reference_model", "key_token_model"):
+            if key in spec:
+                model_reference(f"calibdcd.detectors.{det}.{key}", spec[key], models)
+
+
+def data_paths(config: dict) -> list[tuple[str, str]]:
+    """(config key, path) of every local path the config names as data: pool sources, tokenizer
+    corpora, fillers."""
+    named = []
+    for name, ds in config["datasets"].items():
+        for key in ("source", "nonmember_source"):
+            if key in ds["pool"]:
+                named += [(f"datasets.{name}.pool.{key}", p) for p in local_paths(ds["pool"][key])]
+    for i, path in enumerate(config.get("tokenizer", {}).get("corpora", [])):
+        named.append((f"tokenizer.corpora[{i}]", path))
+    for name, spec in config["models"].items():
+        if "filler" in spec:
+            named += [(f"models.{name}.filler", p) for p in local_paths(spec["filler"])]
+    return named
+
+
+def check_local_paths(config: dict) -> None:
+    """Every local path the config names as data exists (relative to the working directory): a
+    missing one fails here, before any job, instead of being taken for a hub id."""
+    for key, path in data_paths(config):
+        if not Path(path).exists():
+            raise ConfigError(f"{key}: {path!r} does not exist (relative to {os.getcwd()}); "
+                              "a hub dataset is written {hub: org/name}")

@@ -40,6 +40,19 @@ def tune_malloc() -> None:
     os.environ["GLIBC_TUNABLES"] = with_malloc_tunables(os.environ.get("GLIBC_TUNABLES"))
 
 
+def export_entry_points(basedir: str) -> None:
+    """Tell shell rules which interpreter and scripts to run (``"$MIALAB_PYTHON"``,
+    ``"$MIALAB_SCRIPTS"``): this process's, so each job's own Snakemake process (on a cluster, the
+    node's) sets them, and they never enter a rule's params (a moved checkout reruns nothing)."""
+    os.environ["MIALAB_PYTHON"] = sys.executable
+    os.environ["MIALAB_SCRIPTS"] = os.path.join(basedir, "workflow_scripts")
+
+
+def entry_point(script: str) -> str:
+    """The path of ``workflow_scripts/<script>`` (as :func:`export_entry_points` set it)."""
+    return os.path.join(os.environ["MIALAB_SCRIPTS"], script)
+
+
 def setup_job(log_path: str | None, threads: int = 1) -> None:
     """Send this process's stdout/stderr to ``log_path``, pin CPU threads, stay offline by default.
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mialab.integrity import HashCache, content_digest, model_fingerprint
+
 STAGE_VERSIONS: dict[str, int] = {
     "pool": 1,
     "split": 1,
@@ -33,6 +35,10 @@ STAGE_VERSIONS: dict[str, int] = {
     "paraphrase": 1,
     "leakage": 2,
 }
+
+# keys of a model's entry that do not change what it trains into: the evaluation's wiring, and
+# whether its folder's code may run (a model that loads at all loads the same way)
+NOT_DETERMINING = ("reference", "datasets", "trust_remote_code")
 
 # datasets.<name>.paraphrase.apply_to -> the ADRA experiment and what each part of it sees
 # (mialab.data.paraphrase.EXPERIMENTS, repeated here so building the plan imports no pandas).
@@ -48,30 +54,25 @@ def stable_hash(obj: Any, length: int = 12) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()[:length]
 
 
-@functools.lru_cache(maxsize=None)
-def _file_digest(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:16]
+def source_fingerprint(source: Any, cache: HashCache | None = None) -> Any:
+    """Content hash of a local file or folder named in the config; hub ids hash as their name.
 
-
-def source_fingerprint(source: Any) -> Any:
-    """Content hash of a local file or folder named in the config; hub ids hash as their name."""
+    Paths appear as written in the config (never resolved) and files by their content alone (an
+    mtime only decides when :mod:`mialab.integrity` hashes again), so a moved or copied checkout
+    keeps its keys.
+    """
     if isinstance(source, list):
-        return [source_fingerprint(s) for s in source]
+        return [source_fingerprint(s, cache) for s in source]
     if isinstance(source, dict):
-        return {k: source_fingerprint(v) if k == "source" else v for k, v in source.items()}
+        return {k: source_fingerprint(v, cache) if k == "source" else v for k, v in source.items()}
     if not isinstance(source, str):
         return source
     p = Path(source)
     if p.is_file():
-        st = p.stat()
-        return {"file": source, "sha256": _file_digest(str(p.resolve()), st.st_size, st.st_mtime_ns)}
+        return {"file": source, "sha256": content_digest(p, cache)[:16]}
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file())
-        return {"dir": source, "files": {str(f.relative_to(p)): source_fingerprint(str(f))["sha256"] for f in files}}
+        return {"dir": source, "files": {str(f.relative_to(p)): content_digest(f, cache)[:16] for f in files}}
     return {"hub": source}
 
 
@@ -99,23 +100,35 @@ def seed_part(run: Stage, seed: int) -> Stage:
 class Plan:
     """All stage instances of a config. Pure: reads the config and raw-file hashes, runs nothing."""
 
-    def __init__(self, config: dict, results: str = "results"):
+    def __init__(self, config: dict, results: str = "results", hash_cache: str | None = None):
+        """``hash_cache``: a JSON file that keeps content hashes of large local files between runs
+        (:class:`mialab.integrity.HashCache`); without one they are kept for this process only."""
         self.config = config
         self.results = results.rstrip("/")
+        self.hash_cache = HashCache(hash_cache) if hash_cache else None
+        self.built: dict[str, Stage] = {}  # every stage instance with a folder a job builds, by folder
 
-    def stage(self, stage: str, version: int, parts: list[str], determinants: dict) -> Stage:
+    def stage(self, stage: str, version: int, parts: list[str], determinants: dict,
+              notes: dict | None = None) -> Stage:
         """A content-addressed stage instance: ``results/<stage>/<parts...>/<key>/``.
 
         ``determinants`` must hold everything that determines the output (config slice, upstream
         keys, raw-file fingerprints); ``version`` is the stage's code version. Method stages
-        (N-Sampling, ADRA, LaRA, CalibDCD) build their keys with this too.
+        (N-Sampling, ADRA, LaRA, CalibDCD) build their keys with this too. ``notes`` go into the
+        manifest but not the key (what the key cannot see, e.g. an unpinned hub revision).
         """
         manifest = {"stage": stage, "version": version, **determinants}
         key = stable_hash(manifest)
-        return Stage(stage, key, os.path.join(self.results, stage, *parts, key), {**manifest, "key": key})
+        return self._built(Stage(stage, key, os.path.join(self.results, stage, *parts, key),
+                                 {**manifest, **(notes or {}), "key": key}))
 
-    def _stage(self, stage: str, version_of: str, parts: list[str], determinants: dict) -> Stage:
-        return self.stage(stage, STAGE_VERSIONS[version_of], parts, determinants)
+    def _built(self, stage: Stage) -> Stage:
+        self.built[stage.dir] = stage
+        return stage
+
+    def _stage(self, stage: str, version_of: str, parts: list[str], determinants: dict,
+               notes: dict | None = None) -> Stage:
+        return self.stage(stage, STAGE_VERSIONS[version_of], parts, determinants, notes)
 
     # -- data ---------------------------------------------------------------------------------
     def dataset_names(self) -> list[str]:
@@ -127,10 +140,18 @@ class Plan:
 
     @functools.lru_cache(maxsize=None)
     def pool(self, dataset: str) -> Stage:
+        """The candidate pool: keyed by the content of its local sources, a hub source by its
+        ``revision`` (the manifest lists the hub datasets without one as unpinned)."""
         spec = self.config["datasets"][dataset]["pool"]
+        extra = {}
+        if "nonmember_source" in spec:
+            extra["nonmember_sources"] = source_fingerprint(spec["nonmember_source"], self.hash_cache)
+        unpinned = unpinned_hubs([spec["source"], spec.get("nonmember_source")])
+        notes = {"unpinned_hub_datasets": unpinned} if unpinned else None
         return self._stage("pools", "pool", [dataset], {
-            "dataset": dataset, "config": spec, "sources": source_fingerprint(spec["source"]),
-        })
+            "dataset": dataset, "config": spec, "sources": source_fingerprint(spec["source"], self.hash_cache),
+            **extra,
+        }, notes)
 
     @functools.lru_cache(maxsize=None)
     def split(self, dataset: str, seed: int) -> Stage:
@@ -224,7 +245,7 @@ class Plan:
     def tokenizer(self) -> Stage:
         spec = self.config["tokenizer"]
         return self._stage("tokenizers", "tokenizer", [], {
-            "config": spec, "sources": source_fingerprint(spec["corpora"]),
+            "config": spec, "sources": source_fingerprint(spec["corpora"], self.hash_cache),
         })
 
     def model_spec(self, name: str) -> dict:
@@ -239,39 +260,66 @@ class Plan:
         spec = self.model_spec(name)
         kind = spec["kind"]
         if kind == "hf":
-            return Stage("models", stable_hash({"hf": spec["path"], "revision": spec.get("revision")}),
-                         spec["path"], {"kind": "hf", "path": spec["path"]})
+            return self._given_model(spec)
         members = {m["dataset"]: self.member_pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
         if kind == "pretrain":
             upstream = {"tokenizer": self.tokenizer().key, "member_pools": members}
-            extra = {"filler": source_fingerprint(spec["filler"])}
+            extra = {"filler": source_fingerprint(spec["filler"], self.hash_cache)}
         elif kind == "sft":
             upstream = {"init": self.model(spec["init"]).key, "member_pools": members}
-            extra = {"filler": source_fingerprint(spec["filler"]["source"])}
+            extra = {"filler": source_fingerprint(spec["filler"]["source"], self.hash_cache)}
         elif kind == "rl":
             run, epoch = self.rl_run(name), int(spec["epoch"])
-            return Stage("models", stable_hash({"run": run.key, "epoch": epoch}),
-                         os.path.join(run.dir, f"epoch-{epoch}"),
-                         {"kind": "rl", "model": name, "run": run.key, "epoch": epoch})
+            return self._built(Stage("models", stable_hash({"run": run.key, "epoch": epoch}),
+                                     os.path.join(run.dir, f"epoch-{epoch}"),
+                                     {"kind": "rl", "model": name, "run": run.key, "epoch": epoch}))
         else:
             raise ValueError(f"model {name!r}: unknown kind {kind!r}; known: pretrain, sft, rl, hf")
-        determining = {k: v for k, v in spec.items() if k not in ("reference", "datasets")}
+        determining = {k: v for k, v in spec.items() if k not in NOT_DETERMINING}
+        if "train" in determining:  # how often a job checkpoints does not change what it trains into
+            determining["train"] = {k: v for k, v in determining["train"].items() if k != "checkpoint_every"}
         return self._stage("models", kind, [name], {"model": name, "config": determining,
                                                      "upstream": upstream, **extra})
+
+    def _given_model(self, spec: dict) -> Stage:
+        """A ``kind: hf`` model: a local folder keyed by its files' content (config, tokenizer,
+        weights: swapped weights change the key), a hub id by its ``revision`` (``unpinned`` in the
+        manifest without one)."""
+        path = spec["path"]
+        if os.path.isdir(path):
+            files = model_fingerprint(path, self.hash_cache)["files"]
+            return Stage("models", stable_hash({"hf": path, "files": files}), path,
+                         {"kind": "hf", "path": path, "files": files})
+        return Stage("models", stable_hash({"hf": path, "revision": spec.get("revision")}), path,
+                     {"kind": "hf", "path": path, "revision": spec.get("revision", "unpinned")})
+
+    def unpinned(self) -> list[str]:
+        """A warning for every hub model or hub dataset of the config without a ``revision``: its
+        key cannot see a change on the hub."""
+        out = [f"models.{name}.path: hub model {spec['path']!r} has no revision, so its key cannot see a "
+               f"change on the hub; pin it with models.{name}.revision: <commit>"
+               for name, spec in self.config["models"].items()
+               if spec["kind"] == "hf" and "revision" not in spec and not os.path.isdir(spec["path"])]
+        for name, ds in self.config["datasets"].items():
+            for key in ("source", "nonmember_source"):
+                out += [f"datasets.{name}.pool.{key}: hub dataset {hub!r} has no revision, so its key cannot "
+                        f"see a change on the hub; pin it with revision: <commit> beside its hub: id"
+                        for hub in unpinned_hubs(ds["pool"].get(key))]
+        return out
 
     @functools.lru_cache(maxsize=None)
     def rl_run(self, name: str) -> Stage:
         """The GRPO run whose epoch-``epoch`` checkpoint ``kind: rl`` model ``name`` is.
 
-        Everything in the model's entry but ``epoch``, ``reference`` and ``datasets`` determines
+        Everything in the model's entry but ``epoch`` and :data:`NOT_DETERMINING` determines
         the run, so models that differ only in ``epoch`` are checkpoints of one run
         (``results/rl/<key>/epoch-<e>/``).
         """
         spec = self.model_spec(name)
         members = {m["dataset"]: self.member_pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
-        run = {k: v for k, v in spec.items() if k not in ("epoch", "reference", "datasets")}
+        run = {k: v for k, v in spec.items() if k not in ("epoch", *NOT_DETERMINING)}
         return self._stage("rl", "rl", [], {
-            "config": run, "filler": source_fingerprint(spec["filler"]["source"]),
+            "config": run, "filler": source_fingerprint(spec["filler"]["source"], self.hash_cache),
             "upstream": {"init": self.model(spec["init"]).key, "member_pools": members},
         })
 
@@ -319,6 +367,13 @@ class Plan:
                 if ds in wanted:
                     pairs.append((model, ds))
         return pairs
+
+
+def unpinned_hubs(source: Any) -> list[str]:
+    """The hub datasets a config source names (entries ``{hub: org/name, ...}``) without a ``revision``."""
+    items = [s["source"] if isinstance(s, dict) and "source" in s else s for s in _as_list(source)]
+    items = [i for s in items for i in _as_list(s)]
+    return [s["hub"] for s in items if isinstance(s, dict) and "hub" in s and "revision" not in s]
 
 
 def _as_list(x: Any) -> list:

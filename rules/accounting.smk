@@ -10,6 +10,8 @@
 #   snakemake --profile profiles/slurm --forcerun accounting -- accounting
 
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,24 +29,25 @@ rule accounting:
     log:
         "results/logs/accounting.log",
     params:
-        python=sys.executable,
-        cli=Path(workflow.current_basedir).parent / "workflow_scripts" / "accounting.py",
+        out_dir=lambda wc, output: os.path.dirname(output.jobs),
         since=config.get("accounting", {}).get("since", "now-30days"),
     localrule: True
     shell:
-        "{params.python} {params.cli} report --out-dir $(dirname {output.jobs}) --since {params.since:q}"
-        " --workdir . --log-dir .snakemake/slurm_logs > {log} 2>&1"
+        '"$MIALAB_PYTHON" "$MIALAB_SCRIPTS/accounting.py" report --out-dir {params.out_dir:q} --since {params.since:q}'
+        " --workdir . --log-dir .snakemake/slurm_logs > {log:q} 2>&1"
 
 
 onsuccess:
     # After every successful SLURM run: GPU-/CPU-hours of this workflow's jobs in results/accounting/.
     # A failure here is reported, not raised: the run's own results are complete.
     if workflow.executor_plugin is not None and workflow.executor_plugin.cli_prefix == "slurm":
-        cli = Path(workflow.basedir) / "workflow_scripts" / "accounting.py"
         since = config.get("accounting", {}).get("since", "now-30days")
         Path("results/logs").mkdir(parents=True, exist_ok=True)
-        try:
-            shell(f"{sys.executable} {cli} report --out-dir results/accounting --since {since!r}"
-                  " --workdir . --log-dir .snakemake/slurm_logs > results/logs/accounting.log 2>&1")
+        try:  # an argument list: no shell, so no value of the config reaches one
+            with open("results/logs/accounting.log", "w") as log:
+                subprocess.run([sys.executable, entry_point("accounting.py"), "report", "--out-dir",
+                                "results/accounting", "--since", since, "--workdir", ".",
+                                "--log-dir", ".snakemake/slurm_logs"],
+                               stdout=log, stderr=subprocess.STDOUT, check=True)
         except Exception as err:
             print(f"job accounting failed ({err}); see results/logs/accounting.log", file=sys.stderr)

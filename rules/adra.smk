@@ -45,14 +45,13 @@ rule adra_train:
         manifest="results/adra/train/{model}/{dataset}/{variant}/seed-{seed}/{key}/manifest.json",
     params:
         model_path=lambda wc: PLAN.model_path(wc.model),
-        baseline=lambda wc, input: f"--baseline-scores {input.baseline}" if input.get("baseline") else "",
-        manifest=lambda wc: shlex.quote(
-            json.dumps(_checked(ADRA_PLAN.train(wc.model, wc.dataset, wc.variant, int(wc.seed)), wc).manifest)
+        trust=lambda wc: trust_flag(wc.model),
+        baseline=lambda wc, input: shlex.join(["--baseline-scores", input.baseline]) if input.get("baseline") else "",
+        manifest=lambda wc: json.dumps(
+            _checked(ADRA_PLAN.train(wc.model, wc.dataset, wc.variant, int(wc.seed)), wc).manifest
         ),
         work="results/adra/train/{model}/{dataset}/{variant}/seed-{seed}/{key}/work",
         nproc=config["launch"]["nproc"],
-        python=sys.executable,
-        script=os.path.join(workflow.basedir, "workflow_scripts", "adra_train.py"),
     threads: 2
     conda:
         "../environment.yml"
@@ -61,10 +60,11 @@ rule adra_train:
     benchmark:
         "results/benchmarks/adra_train/{model}/{dataset}/{variant}/seed-{seed}/{key}.tsv"
     shell:
-        "{params.python} -m mialab.launch --nproc {params.nproc} {params.script}"
-        " --model {params.model_path} --split {input.split} {params.baseline} --manifest {params.manifest}"
-        " --work {params.work} --out-adapters {output.adapters} --out-training-set {output.training_set}"
-        " --out-log {output.log} --out-manifest {output.manifest} --threads {threads} > {log} 2>&1"
+        '"$MIALAB_PYTHON" -m mialab.launch --nproc {params.nproc:q} "$MIALAB_SCRIPTS/adra_train.py"'
+        " --model {params.model_path:q} {params.trust} --split {input.split:q} {params.baseline}"
+        " --manifest {params.manifest:q} --work {params.work:q} --out-adapters {output.adapters:q}"
+        " --out-training-set {output.training_set:q} --out-log {output.log:q}"
+        " --out-manifest {output.manifest:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule adra_eval:

@@ -9,21 +9,56 @@ min_version("9.0")
 
 sys.path.insert(0, workflow.basedir)
 
-from mialab.config import check_config
-from mialab.jobs import tune_malloc
+from mialab.cluster_checks import check_cluster_arithmetic
+from mialab.config import check_config, check_config_files, check_yaml_files
+from mialab.data.sources import local_paths
+from mialab.integrity import check_stages
+from mialab.jobs import entry_point, export_entry_points, tune_malloc
+from mialab.models.loading import trusts_remote_code
+from mialab.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, with_samples
 from mialab.workflow import Plan
 
 
+check_yaml_files(workflow.configfiles)  # each file Snakemake read, again: a key given twice fails (YAML keeps the last)
+check_config_files(workflow.config_settings.configfiles)  # before validation: a lone overlay gets the right command
 validate(config, "../schemas/config.schema.yaml")
+if rehearsing(config):  # CPU rehearsal (mialab.rehearsal): the paper config with local data samples, checked as written
+    _paper = with_samples(config)
+    config.clear()
+    config.update(_paper)
 check_config(config)
+# batches, tensor parallelism and lengths vs the models and the GPUs each job gets (the profile's
+# set-resources); at plan time only: a job's own process sees its node's GPUs, not every rule's
+if workflow.is_main_process:
+    check_cluster_arithmetic(config, set_resources=workflow.resource_settings.overwrite_resources)
+if rehearsing(config):  # ... then at CPU sizes with tiny stand-in models, validated again
+    _rehearsed = rehearse(config)
+    if workflow.is_main_process:
+        for _change in rehearsal_log(_paper, _rehearsed):
+            print(f"mialab: rehearsal: {_change}", file=sys.stderr)
+    config.clear()
+    config.update(_rehearsed)
+    validate(config, "../schemas/config.schema.yaml")
 
 # jobs inherit this: large tensors on huge pages, freed memory reused (mialab.jobs.with_malloc_tunables)
 tune_malloc()
 
-PLAN = Plan(config, results="results")
+PLAN = (RehearsalPlan if rehearsing(config) else Plan)(config, results="results",
+                                                        hash_cache=".snakemake/mialab/content-hashes.json")
+if workflow.is_main_process:
+    for _warning in PLAN.unpinned():
+        print(f"mialab: warning: {_warning}", file=sys.stderr)
 SEEDS = PLAN.seeds()
 DATASETS = list(config["datasets"])
 MODELS = list(config["models"])
+
+# shell rules run "$MIALAB_PYTHON" and "$MIALAB_SCRIPTS/<script>": this process's, not params
+export_entry_points(workflow.basedir)
+
+
+def trust_flag(model):
+    """``--trust-remote-code`` when the config lets ``model``'s folder run its own code, else ''."""
+    return "--trust-remote-code" if trusts_remote_code(config, model) else ""
 
 
 wildcard_constraints:
@@ -44,10 +79,8 @@ def _checked(stage, wildcards):
 
 
 def local_files(source):
-    """The local files a source names (hub ids are not files Snakemake can track)."""
-    items = source if isinstance(source, list) else [source]
-    paths = [i["source"] if isinstance(i, dict) else i for i in items]
-    return [p for p in paths if os.path.exists(p)]
+    """The local files a source names (hub datasets are not files Snakemake can track)."""
+    return local_paths(source)
 
 
 def models_of(kind):
@@ -117,9 +150,14 @@ def dataset_outputs(dataset):
 
 
 def all_outputs():
+    """The default target's outputs. Called by `rule all`, the last rule parsed, when every plan has
+    addressed its stages: a built one whose recorded files changed or vanished fails here, before any job
+    (mialab.integrity.check_stages; Snakemake itself only sees that the folder exists)."""
     out = model_dirs(MODELS)
     for ds in DATASETS:
         out += dataset_outputs(ds)
+    if workflow.is_main_process:
+        check_stages(PLAN.built)
     return out + ["results/evaluation/summary.md", "results/evaluation/summary.csv", *EXTRA_TARGETS]
 
 

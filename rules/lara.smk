@@ -48,13 +48,12 @@ rule rl_contaminate:
         epoch=r"[1-9]\d*",
     params:
         init=lambda wc: PLAN.model_path(RL_PLAN.spec(wc.key)["init"]),
-        spec=lambda wc: shlex.quote(json.dumps(RL_PLAN.spec(wc.key))),
-        manifest=lambda wc: shlex.quote(json.dumps(RL_PLAN.manifest(wc.key, int(wc.epoch)))),
-        previous=lambda wc, input: f"--previous {input.previous}" if input.previous else "",
+        trust_init=lambda wc: trust_flag(RL_PLAN.spec(wc.key)["init"]),
+        spec=lambda wc: json.dumps(RL_PLAN.spec(wc.key)),
+        manifest=lambda wc: json.dumps(RL_PLAN.manifest(wc.key, int(wc.epoch))),
+        previous=lambda wc, input: shlex.join(["--previous", *input.previous]) if input.previous else "",
         work="results/rl/{key}/epoch-{epoch}/work",
         nproc=config["launch"]["nproc"],
-        python=sys.executable,
-        script=os.path.join(workflow.basedir, "workflow_scripts", "rl_contaminate.py"),
     priority: 10  # training is the critical path: schedule it before the cheap jobs
     threads: 2
     conda:
@@ -64,11 +63,11 @@ rule rl_contaminate:
     benchmark:
         "results/benchmarks/rl_contaminate/{key}/epoch-{epoch}.tsv"
     shell:
-        "{params.python} -m mialab.launch --nproc {params.nproc} {params.script}"
-        " --init {params.init} --member-pool {input.member_pool} --spec {params.spec}"
-        " --manifest {params.manifest} --epoch {wildcards.epoch} {params.previous} --work {params.work}"
-        " --out-model {output.model} --out-trainer {output.trainer} --out-corpus {output.corpus}"
-        " --out-log {output.log} --out-manifest {output.manifest} --threads {threads} > {log} 2>&1"
+        '"$MIALAB_PYTHON" -m mialab.launch --nproc {params.nproc:q} "$MIALAB_SCRIPTS/rl_contaminate.py"'
+        " --init {params.init:q} {params.trust_init} --member-pool {input.member_pool:q} --spec {params.spec:q}"
+        " --manifest {params.manifest:q} --epoch {wildcards.epoch:q} {params.previous} --work {params.work:q}"
+        " --out-model {output.model:q} --out-trainer {output.trainer:q} --out-corpus {output.corpus:q}"
+        " --out-log {output.log:q} --out-manifest {output.manifest:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule lara_perturbations:

@@ -58,11 +58,10 @@ rule sft_contaminate:
         model=models_of("sft"),
     params:
         init=lambda wc: PLAN.model_path(config["models"][wc.model]["init"]),
-        spec=lambda wc: shlex.quote(json.dumps(config["models"][wc.model])),
-        manifest=lambda wc: shlex.quote(json.dumps(_checked(PLAN.model(wc.model), wc).manifest)),
+        trust_init=lambda wc: trust_flag(config["models"][wc.model]["init"]),
+        spec=lambda wc: json.dumps(config["models"][wc.model]),
+        manifest=lambda wc: json.dumps(_checked(PLAN.model(wc.model), wc).manifest),
         nproc=config["launch"]["nproc"],
-        python=sys.executable,
-        script=os.path.join(workflow.basedir, "workflow_scripts", "sft_contaminate.py"),
     priority: 10  # training is the critical path: schedule it before the cheap jobs
     threads: 2
     conda:
@@ -72,6 +71,6 @@ rule sft_contaminate:
     benchmark:
         "results/benchmarks/sft_contaminate/{model}/{key}.tsv"
     shell:
-        "{params.python} -m mialab.launch --nproc {params.nproc} {params.script}"
-        " --init {params.init} --member-pool {input.member_pool} --spec {params.spec}"
-        " --manifest {params.manifest} --out {output.model} --threads {threads} > {log} 2>&1"
+        '"$MIALAB_PYTHON" -m mialab.launch --nproc {params.nproc:q} "$MIALAB_SCRIPTS/sft_contaminate.py"'
+        " --init {params.init:q} {params.trust_init} --member-pool {input.member_pool:q} --spec {params.spec:q}"
+        " --manifest {params.manifest:q} --out {output.model:q} --threads {threads} > {log:q} 2>&1"

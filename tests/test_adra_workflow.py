@@ -21,7 +21,7 @@ from mialab.config import ConfigError
 from mialab.reconstruction.rewards import minmax_membership_weight
 from mialab.workflow import Plan
 from test_n_sampling_workflow import validated
-from workflow_helpers import REPO, default_config, make_workdir, planned_jobs, snakemake, write_config
+from workflow_helpers import REPO, add_stand_ins, default_config, make_workdir, planned_jobs, snakemake, write_config
 
 PAPER_CONFIGS = sorted((REPO / "configs" / "paper").glob("adra_*.yaml"))
 OVERLAY = REPO / "configs" / "tiny_adra.yaml"
@@ -31,7 +31,7 @@ def adra_config() -> dict:
     """The default tiny world with the ADRA overlay (configs/tiny_adra.yaml adds the `adra` section)."""
     cfg = default_config()
     overlay = yaml.safe_load(OVERLAY.read_text())
-    assert set(overlay) == {"adra"}, "the overlay only adds the adra section"
+    assert set(overlay) == {"overlay_of", "adra"}, "the overlay only adds the adra section"
     cfg.update(copy.deepcopy(overlay))
     return cfg
 
@@ -128,7 +128,9 @@ def test_the_default_config_trains_no_adra():
 @pytest.mark.parametrize("path", PAPER_CONFIGS, ids=[p.stem for p in PAPER_CONFIGS])
 def test_paper_configs_plan_adra(path: Path, tmp_path: Path):
     cfg = yaml.safe_load(path.read_text())
-    jobs = planned_jobs(make_workdir(tmp_path, cfg), "adra")
+    wd = make_workdir(tmp_path, cfg)
+    add_stand_ins(wd, cfg)   # the user's copies of the paper's local data files
+    jobs = planned_jobs(wd, "adra")
     a = adra_plan(cfg)
     assert jobs["adra_train"] == len(a.pairs()) * len(cfg["seeds"]) * len(a.variants())
     assert cfg["n_sampling"]["n"] in (16, 32) and cfg["adra"]["train"]["lora"] == {

@@ -30,6 +30,7 @@ def test_split_larger_than_pool_fails_in_build_split_without_output(tmp_path):
     proc = snakemake(wd, "--cores", "1", "--keep-going", "splits", check=False)
     assert proc.returncode != 0
     logs = "".join(p.read_text() for p in (wd / "results/logs/build_split/wikimia").rglob("*.log"))
-    assert "asked for 400 per class" in logs
+    assert "dataset 'wikimia': asked for 400 per class" in logs
+    assert "lower datasets.wikimia.split.n_per_class to at most" in logs and "cap_to_min_class" not in logs
     assert list((wd / "results/pools/wikimia").rglob("pool.parquet"))
     assert not list((wd / "results/splits/wikimia").rglob("split.parquet"))

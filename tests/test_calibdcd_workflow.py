@@ -292,7 +292,7 @@ def test_chat_pairs_render_with_the_template_and_cap_only_the_answer(tmp_path):
     table = tmp_path / "qa.jsonl"
     pd.DataFrame({"q": ["What is  two plus two?", "Name a colour please now"], "a": ["It is four, of course.", "Red."],
                   "year": [1990, 2020]}).to_json(table, orient="records", lines=True)
-    pairs = read_chat_pairs({"source": str(table), "columns": ["q", "a"], "query": "year < 2000", "max_words": 2})
+    pairs = read_chat_pairs({"source": str(table), "columns": ["q", "a"], "where": [{"column": "year", "op": "<", "value": 2000}], "max_words": 2})
     assert pairs == [("What is two plus two?", "It is")]
     tok = train_tokenizer(["What is two plus two? It is four."] * 10, vocab_size=300)
     assert render_chat(tok, pairs) == ["<|user|>\nWhat is two plus two?</s>\n<|assistant|>\nIt is</s>\n"]

@@ -252,7 +252,11 @@ def test_pipeline_from_questions_to_metrics_and_resumable_shards(tiny_model, tmp
     extract_features(edited, tiny_model, out, shard_size=12, batch_size=4, device="cpu")
     assert [p.stat().st_ino == s for p, s in zip(shards, stamps)] == [True, True, False]
     stamps = [p.stat().st_ino for p in shards]
-    os.utime(Path(tiny_model) / "config.json")  # retrained weights in the same folder: everything is stale
+    os.utime(Path(tiny_model) / "config.json")  # a new mtime alone is no new model: nothing is stale
+    extract_features(edited, tiny_model, out, shard_size=12, batch_size=4, device="cpu")
+    assert [p.stat().st_ino for p in shards] == stamps
+    cfg = Path(tiny_model) / "config.json"  # other content in the same folder (as retraining into it): all stale
+    cfg.write_text(cfg.read_text() + "\n")
     extract_features(edited, tiny_model, out, shard_size=12, batch_size=4, device="cpu")
     assert all(p.stat().st_ino != s for p, s in zip(shards, stamps))
     index, feats = load_features(out)

@@ -26,6 +26,7 @@ from mialab.data.registry import get_family
 from mialab.data.sampling import sample_split
 from mialab.workflow import PARAPHRASE_EXPERIMENTS, Plan
 from snakemake.utils import validate
+from test_n_sampling_workflow import validated
 from workflow_helpers import REPO, default_config, foundation_config, make_workdir, planned_jobs, snakemake, write_config
 
 WIKIMIA = REPO / "resources" / "data" / "wikimia" / "WikiMIA_length64.parquet"
@@ -59,6 +60,7 @@ def one(folder: Path, pattern: str) -> Path:
 def test_leakage_checks_are_planned_for_every_split_of_the_default_config(tmp_path):
     cfg = default_config()
     wd = make_workdir(tmp_path, cfg)
+    cfg = validated(cfg)   # the plan as the workflow builds it: schema defaults filled in
     out = snakemake(wd, "-n").stdout
     jobs = planned_jobs(wd)
     assert jobs["leakage_check"] == len(cfg["datasets"]) and jobs["leakage_summary"] == 1   # one job: every seed

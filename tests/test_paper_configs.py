@@ -1,13 +1,25 @@
-"""Every paper-scale config validates and builds its DAG in a dry run (no download happens)."""
+"""Every paper-scale config runs as its header says (`Run:`, from the repository root, no config.yaml
+merged in) and plans the jobs its header lists (`# jobs:`), all of them of its own models and datasets;
+no download happens (hub ids are fine for a dry run)."""
 
 from pathlib import Path
 
 import pytest
 import yaml
 
-from workflow_helpers import REPO, make_workdir, planned_jobs
+from mialab.lara.plan import LaRAPlan
+from mialab.workflow import Plan
+from test_documented_commands import check_command, jobs_line
+from test_n_sampling_workflow import validated
+from workflow_helpers import REPO
 
 CONFIGS = sorted((REPO / "configs" / "paper").glob("*.yaml"))
+TINY_WORLD_RULES = ("train_tokenizer", "pretrain_model")  # config.yaml's own models; no paper config trains one
+
+
+def run_line(path: Path) -> str:
+    (line,) = [ln for ln in path.read_text().splitlines() if ln.startswith("# Run: ")]
+    return line.removeprefix("# Run: ")
 
 
 def test_there_are_paper_configs():
@@ -15,6 +27,23 @@ def test_there_are_paper_configs():
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
-def test_paper_config_dry_runs(path: Path, tmp_path: Path):
-    jobs = planned_jobs(make_workdir(tmp_path, yaml.safe_load(path.read_text())))
-    assert jobs.get("all") == 1 and sum(jobs.values()) > 1, jobs
+def test_paper_config_runs_as_its_header_says(path: Path):
+    command = run_line(path)
+    assert command == f"snakemake --profile profiles/slurm --configfile configs/paper/{path.name}", command
+    jobs = check_command(command, jobs_line(path))
+    assert jobs.get("all") == 1 and not set(TINY_WORLD_RULES) & set(jobs), jobs
+
+
+def test_lara_config_audits_each_model_and_its_continued_rl_on_its_own_members():
+    cfg = yaml.safe_load((REPO / "configs" / "paper" / "lara_rl_models.yaml").read_text())
+    rl = {m: s for m, s in cfg["models"].items() if s["kind"] == "rl"}
+    released = [m for m, s in cfg["models"].items() if s["kind"] == "hf"]
+    assert sorted((s["init"], s["epoch"]) for s in rl.values()) == sorted((m, e) for m in released for e in (1, 2))
+    for s in rl.values():
+        assert s["members"]["dataset"] == cfg["models"][s["init"]]["datasets"][0] and s["corpus"]["size"] == 1000
+        assert (s["train"]["lr"], s["train"]["num_generations"], s["train"]["beta"], s["train"]["epochs"]) == (1e-6, 4, 0.0, 2)
+        assert s["train"]["max_completion_length"] == 4096
+    targets = [(t["model"], t["dataset"]) for t in cfg["lara"]["targets"]]
+    assert set(targets) == {(m, s["datasets"][0]) for m, s in cfg["models"].items()}
+    lara = LaRAPlan(Plan(validated(cfg)), cfg)  # lara.targets: each model on its own members, no cross pairs
+    assert lara.pairs() == targets and lara.datasets() == list(cfg["datasets"])

@@ -114,7 +114,7 @@ def test_rl_corpus_holds_every_member_no_non_member_and_fillers_unlike_any_pool_
     questions = pool_questions(pool, "request", max_words=44)
     assert questions.str.split().str.len().max() == 44 and not questions.str.contains("\n").any()
     assert (pool_references(pool).str.split().str.len() <= 64).all()
-    fillers = filler_problems({"source": AIME[0], "columns": ["problem", "solution"], "query": "year < 2014",
+    fillers = filler_problems({"source": AIME[0], "columns": ["problem", "solution"], "where": [{"column": "year", "op": "<", "value": 2014}],
                                "max_words": 64}, max_words=44)
     n_members = int(pool["label"].sum())
     corpus = build_corpus(pool, fillers, size=n_members + 20, seed=0, max_words=44, reference_max_words=12,

@@ -30,6 +30,9 @@ def reduced_config() -> dict:
     cfg["models"]["sft"]["members"]["repeats"] = 1
     cfg["models"]["sft"]["train"]["epochs"] = 1
     cfg["tokenizer"]["vocab_size"] = 1024
+    # the test node's eight GPUs are fake: a training job runs one CPU process (what `auto` finds there),
+    # and the plan-time checks (mialab.cluster_checks) must not count eight
+    cfg["launch"] = {"nproc": 1}
     return cfg
 
 

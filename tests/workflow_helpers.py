@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
+import functools
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
+from snakemake.utils import update_config
+
+from mialab.config import data_paths
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,7 +65,11 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1800
 def planned_jobs(workdir: Path, *args: str) -> dict[str, int]:
     """Jobs a dry run would execute, per rule (the 'Job stats' table)."""
     proc = snakemake(workdir, "-n", *args)
-    out = proc.stdout + proc.stderr
+    return job_stats(proc.stdout + proc.stderr)
+
+
+def job_stats(out: str) -> dict[str, int]:
+    """Jobs per rule of a dry run's output (its first 'Job stats' table; {} when nothing is to be done)."""
     if "Nothing to be done" in out:
         return {}
     table = out.split("Job stats:", 1)[1]
@@ -69,3 +81,78 @@ def planned_jobs(workdir: Path, *args: str) -> dict[str, int]:
         if m.group(1) != "total":
             jobs[m.group(1)] = int(m.group(2))
     return jobs
+
+
+def planned_wildcards(out: str, name: str) -> set[str]:
+    """Values of wildcard ``name`` over the jobs of a dry run's output."""
+    return {m.group(1) for m in re.finditer(rf"^\s*wildcards: .*?\b{name}=([^,\s]+)", out, re.M)}
+
+
+def repo_copy(dest: Path) -> Path:
+    """The checkout's files (tracked, and untracked but not ignored) copied to ``dest``.
+
+    Commands run there exactly as a user runs them from the repository root, without touching the
+    checkout's results/ or .snakemake/.
+    """
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        src = REPO / name
+        if src.is_file():  # a tracked file deleted in the working tree is left out
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+@functools.lru_cache(maxsize=None)
+def checkout_copy() -> Path:
+    """One :func:`repo_copy` per test process (removed at exit), where documented commands run."""
+    root = Path(tempfile.mkdtemp(prefix="mialab-checkout-"))
+    atexit.register(shutil.rmtree, root, True)
+    return repo_copy(root)
+
+
+@functools.lru_cache(maxsize=None)
+def dry_run_as_documented(command: str) -> subprocess.CompletedProcess:
+    """:func:`run_documented` in :func:`checkout_copy`, once per command line and test process."""
+    return run_documented(checkout_copy(), command)
+
+
+def add_stand_ins(root: Path, config: dict) -> list[str]:
+    """Empty files under ``root`` for the local data ``config`` names that is not there (the user's
+    copies of paper data: a dry run needs them to exist, not their rows); returns their paths."""
+    made = []
+    for _, name in data_paths(config):
+        path = root / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+            made.append(name)
+    return made
+
+
+def run_documented(root: Path, command: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """A documented ``snakemake ...`` command line run as written in ``root``, as a dry run (``-n`` added
+    after the word ``snakemake`` unless the line is one already), with the venv's tools on PATH."""
+    argv = shlex.split(command)
+    assert argv[0] == "snakemake", command
+    if not {"-n", "--dry-run", "--dryrun"} & set(argv):
+        argv.insert(1, "-n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def command_config(root: Path, command: str) -> dict:
+    """The config a ``snakemake`` command line runs with: its --configfile files merged in order, else
+    config.yaml (the Snakefile's rule)."""
+    argv = shlex.split(command)
+    files = []
+    if "--configfile" in argv:
+        for arg in argv[argv.index("--configfile") + 1:]:
+            if arg.startswith("-"):
+                break
+            files.append(arg)
+    config: dict = {}
+    for name in files or ["config.yaml"]:
+        update_config(config, yaml.safe_load((root / name).read_text()))
+    return config

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from mialab.io import atomic_directory, write_json, write_parquet
+from mialab.io import atomic_directory, write_manifest, write_parquet
 from mialab.jobs import setup_job
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", required=True, help="the target model's folder (or hub id)")
+    ap.add_argument("--trust-remote-code", action="store_true",
+                    help="the config lets this model folder run its own code (models.<name>.trust_remote_code)")
     ap.add_argument("--split", required=True, help="the split whose candidates are trained on (labels dropped)")
     ap.add_argument("--baseline-scores", help="passive baseline scores of the split (ADRA+ weights)")
     ap.add_argument("--manifest", required=True, help="the stage manifest as JSON (its config drives the run)")
@@ -33,7 +35,7 @@ def main() -> None:
     snapshots = Path(args.work) / "snapshots"
     baseline = pd.read_parquet(args.baseline_scores) if args.baseline_scores else None
     data, log = train(args.model, pd.read_parquet(args.split), manifest["config"], Path(args.work) / "trainer",
-                      snapshots, baseline_scores=baseline)
+                      snapshots, baseline_scores=baseline, trust_remote_code=args.trust_remote_code)
     if int(os.environ.get("RANK", "0")) != 0:
         return
     with atomic_directory(args.out_adapters) as tmp:
@@ -43,10 +45,11 @@ def main() -> None:
     log = log.astype({c: "float64" for c in log.columns if c != "step"})
     write_parquet(log, args.out_log)
     rewards = log["reward"].dropna() if "reward" in log.columns else pd.Series(dtype=float)
-    write_json({**manifest, "global_step": int(log["step"].max()), "rows": len(data),
-                "reward_first": float(rewards.iloc[0]) if len(rewards) else None,
-                "reward_last": float(rewards.iloc[-1]) if len(rewards) else None,
-                "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest)
+    write_manifest({**manifest, "global_step": int(log["step"].max()), "rows": len(data),
+                   "reward_first": float(rewards.iloc[0]) if len(rewards) else None,
+                   "reward_last": float(rewards.iloc[-1]) if len(rewards) else None,
+                   "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest,
+                   outputs=[args.out_adapters, args.out_training_set, args.out_log])
     shutil.rmtree(args.work, ignore_errors=True)
 
 

@@ -6,11 +6,11 @@ setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821 (injected by Snakem
 
 from mialab.data.registry import get_family
 from mialab.data.schema import validate_split
-from mialab.io import write_json, write_parquet
+from mialab.io import write_manifest, write_parquet
 
 spec = snakemake.params.spec  # noqa: F821
 dataset = snakemake.wildcards.dataset  # noqa: F821
 pool = validate_split(get_family(spec["family"])(spec), name=f"dataset {dataset!r} pool ({spec['source']})")
 write_parquet(pool, snakemake.output.pool)  # noqa: F821
-write_json({**snakemake.params.manifest, "rows": len(pool), "members": int(pool["label"].sum())},  # noqa: F821
-           snakemake.output.manifest)  # noqa: F821
+write_manifest({**snakemake.params.manifest, "rows": len(pool), "members": int(pool["label"].sum())},  # noqa: F821
+               snakemake.output.manifest, outputs=snakemake.output)  # noqa: F821

@@ -8,7 +8,7 @@ setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 import pandas as pd
 
 from mialab.calibdcd.stages import attach_labels, calibrate_variants
-from mialab.io import write_json, write_parquet
+from mialab.io import write_json, write_manifest, write_parquet
 
 wc, params, inputs, output = snakemake.wildcards, snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 spec, seeds = params.spec, list(params.seeds)
@@ -29,4 +29,4 @@ for d, detector in enumerate(params.detectors):
         write_json({"model": wc.model, "dataset": wc.dataset, "detector": detector, "seed": int(seed),
                     "variants": run.summaries}, output.summary[j])
         rows[f"{detector}/seed-{seed}"] = len(run.scores)
-write_json({**params.manifest, "rows": rows}, output.manifest)
+write_manifest({**params.manifest, "rows": rows}, output.manifest, outputs=output)

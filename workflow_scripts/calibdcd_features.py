@@ -10,7 +10,8 @@ import pandas as pd
 
 from mialab.calibdcd.lm import rollout_generator
 from mialab.calibdcd.stages import extract_features, scope_texts
-from mialab.io import write_json, write_parquet
+from mialab.io import write_manifest, write_parquet
+from mialab.models.loading import trusts_remote_code
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 start = time.perf_counter()
@@ -21,11 +22,12 @@ ids = list(dict.fromkeys(i for p in inputs.calibration for i in pd.read_parquet(
 texts = scope_texts(pool, ids)
 gen = params.generation
 generate = rollout_generator(params.model_path, backend=gen["backend"], max_new_tokens=gen["max_new_tokens"],
-                             backend_options=gen["backend_options"])
+                             backend_options=gen["backend_options"],
+                             trust_remote_code=trusts_remote_code(snakemake.config, snakemake.wildcards.model))  # noqa: F821
 run = extract_features(texts, params.views, generate=generate, detectors=params.detectors, lm_options=params.lm)
 detectors = list(params.detectors)
 for det, path in zip(detectors, output.features, strict=True):
     write_parquet(run.features[det], path)
 write_parquet(run.generations, output.generations)
-write_json({**params.manifest, "texts": len(texts), "prompts": int(run.generations["prompt"].nunique()),
-            "seconds": round(time.perf_counter() - start, 1)}, output.manifest)
+write_manifest({**params.manifest, "texts": len(texts), "prompts": int(run.generations["prompt"].nunique()),
+               "seconds": round(time.perf_counter() - start, 1)}, output.manifest, outputs=output)

@@ -7,7 +7,7 @@ setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 import pandas as pd
 
 from mialab.calibdcd.stages import partition_around_split
-from mialab.io import write_json, write_parquet
+from mialab.io import write_manifest, write_parquet
 
 wc, spec = snakemake.wildcards, snakemake.params.spec  # noqa: F821
 pool = pd.read_parquet(snakemake.input.pool)  # noqa: F821
@@ -16,5 +16,5 @@ parts = partition_around_split(pool, split_ids, seed=int(wc.seed), n_train_per_c
                                n_calibration=spec["n_calibration"], name=f"dataset {wc.dataset!r} seed {wc.seed}")
 for name, frame in parts.items():
     write_parquet(frame, snakemake.output[name])  # noqa: F821
-write_json({**snakemake.params.manifest, **{f"n_{k}": len(v) for k, v in parts.items()}},  # noqa: F821
-           snakemake.output.manifest)  # noqa: F821
+write_manifest({**snakemake.params.manifest, **{f"n_{k}": len(v) for k, v in parts.items()}},  # noqa: F821
+               snakemake.output.manifest, outputs=snakemake.output)  # noqa: F821

@@ -8,13 +8,15 @@ import time
 
 import pandas as pd
 
-from mialab.io import write_json, write_parquet
+from mialab.io import write_manifest, write_parquet
 from mialab.lara.stages import baseline_scores
+from mialab.models.loading import trusts_remote_code
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 start = time.perf_counter()
-tables = baseline_scores(params.model_path, [pd.read_parquet(p) for p in inputs.tables], **params.spec)
+tables = baseline_scores(params.model_path, [pd.read_parquet(p) for p in inputs.tables], **params.spec,
+                         trust_remote_code=trusts_remote_code(snakemake.config, snakemake.wildcards.model))  # noqa: F821
 for table, path in zip(tables, output.scores, strict=True):
     write_parquet(table, path)
-write_json({**params.manifest, "rows": [len(t) for t in tables], "seconds": round(time.perf_counter() - start, 1)},
-           output.manifest)
+write_manifest({**params.manifest, "rows": [len(t) for t in tables], "seconds": round(time.perf_counter() - start, 1)},
+               output.manifest, outputs=output)

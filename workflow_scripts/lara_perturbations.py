@@ -9,7 +9,7 @@ import time
 
 import pandas as pd
 
-from mialab.io import write_json, write_parquet
+from mialab.io import write_manifest, write_parquet
 from mialab.lara.stages import REFERENCE, perturbation_table, stage_questions
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
@@ -32,5 +32,5 @@ for seed, split_path, table_path in zip(params.seeds, inputs.splits, output.tabl
                               "reference_questions": int((questions["set"] == REFERENCE).sum()),
                               "neighbour_pool": len(neighbour_pool), "rows": len(table),
                               "distinct_texts": int(table["text"].nunique())}
-write_json({**params.manifest, "seeds_tables": counts, "seconds": round(time.perf_counter() - start, 1)},
-           output.manifest)
+write_manifest({**params.manifest, "seeds_tables": counts, "seconds": round(time.perf_counter() - start, 1)},
+               output.manifest, outputs=output)

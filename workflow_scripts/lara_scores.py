@@ -8,7 +8,7 @@ import os
 
 import pandas as pd
 
-from mialab.io import write_json, write_parquet
+from mialab.io import write_manifest, write_parquet
 from mialab.lara.features import load_features
 from mialab.lara.stages import question_metrics, score_table
 
@@ -23,4 +23,4 @@ for split, table, baselines, scores_path, metrics_path in zip(inputs.splits, inp
     write_parquet(metrics, metrics_path)
     write_parquet(scores, scores_path)
     rows.append(len(scores))
-write_json({**params.manifest, "rows": rows, "columns": list(scores.columns)}, output.manifest)
+write_manifest({**params.manifest, "rows": rows, "columns": list(scores.columns)}, output.manifest, outputs=output)

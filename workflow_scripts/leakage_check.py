@@ -8,7 +8,7 @@ import pandas as pd
 
 from mialab.data.leakage import report_row, run_check, split_embeddings
 from mialab.data.schema import validate_split
-from mialab.io import write_json, write_parquet
+from mialab.io import write_json, write_manifest, write_parquet
 
 wc, params, inputs, output = snakemake.wildcards, snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 seeds = [int(s) for s in params.seeds]
@@ -23,4 +23,4 @@ for split, emb, seed, name, details, table in zip(splits, embeddings, seeds, nam
     print(row)
     write_json({"dataset": wc.dataset, "seed": seed, "setting": setting, "options": params.options, **report}, details)
     write_parquet(pd.DataFrame([row]), table)
-write_json(params.manifest, output.manifest)
+write_manifest(params.manifest, output.manifest, outputs=output)

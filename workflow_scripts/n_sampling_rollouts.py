@@ -14,7 +14,8 @@ import pandas as pd
 from mialab.adra.stages import policy_rollouts
 from mialab.adra.tasks import Task
 from mialab.generation.engine import write_rollouts
-from mialab.io import write_json
+from mialab.io import write_manifest
+from mialab.models.loading import trusts_remote_code
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 config = params.manifest["config"]
@@ -23,9 +24,10 @@ start = time.perf_counter()
 tables = policy_rollouts(params.model_path, os.path.join(inputs.adapters, snapshot) if snapshot else None,
                          [pd.read_parquet(p) for p in inputs.splits], Task.from_config(config["task"]),
                          chat=config["chat"], samplings=list(params.samplings), backend=config["backend"],
-                         backend_options=config["backend_options"])
+                         backend_options=config["backend_options"],
+                         trust_remote_code=trusts_remote_code(snakemake.config, snakemake.wildcards.model))  # noqa: F821
 for rollouts, path in zip(tables, output.rollouts, strict=True):
     write_rollouts(rollouts, path)
-write_json({**params.manifest, "rows": [len(t) for t in tables],
-            "mean_tokens": [float(t["n_tokens"].mean()) for t in tables],
-            "seconds": round(time.perf_counter() - start, 1)}, output.manifest)
+write_manifest({**params.manifest, "rows": [len(t) for t in tables],
+               "mean_tokens": [float(t["n_tokens"].mean()) for t in tables],
+               "seconds": round(time.perf_counter() - start, 1)}, output.manifest, outputs=output)

@@ -9,7 +9,7 @@ setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 import pandas as pd
 
 from mialab.adra.stages import score
-from mialab.io import write_json, write_parquet
+from mialab.io import write_manifest, write_parquet
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 rows = []
@@ -20,4 +20,4 @@ for split, rollouts, scores_path, metrics_path in zip(inputs.splits, inputs.roll
     write_parquet(per_rollout, metrics_path)
     write_parquet(scores, scores_path)
     rows.append(len(scores))
-write_json({**params.manifest, "rows": rows, "columns": list(scores.columns)}, output.manifest)
+write_manifest({**params.manifest, "rows": rows, "columns": list(scores.columns)}, output.manifest, outputs=output)

@@ -8,7 +8,7 @@ import pandas as pd
 
 from mialab.data.paraphrase import paraphrase_members, paraphrase_setting, paraphraser_for
 from mialab.data.schema import validate_split
-from mialab.io import write_json, write_parquet
+from mialab.io import write_manifest, write_parquet
 
 params, output, wc = snakemake.params, snakemake.output, snakemake.wildcards  # noqa: F821
 paraphraser = paraphraser_for(params.spec, family=params.family)
@@ -31,4 +31,4 @@ if info["n_changed"] == 0:
     raise ValueError(f"{name}: the {paraphraser.backend} paraphraser changed none of {info['n_rows']} texts")
 print({k: v for k, v in info.items() if k != "paraphraser"})
 write_parquet(out, path)
-write_json({**params.manifest, "paraphrase": info}, output.manifest)
+write_manifest({**params.manifest, "paraphrase": info}, output.manifest, outputs=output)

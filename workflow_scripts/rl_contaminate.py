@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from mialab.io import atomic_directory, write_json, write_parquet
+from mialab.io import atomic_directory, remove_stale_temporaries, write_manifest, write_parquet
 from mialab.jobs import setup_job
+from mialab.models.checkpoints import check_steps
 from mialab.rl.corpus import build_corpus, filler_problems
 from mialab.rl.grpo import GRPOSettings, export_checkpoint, run_grpo
 from mialab.rl.rewards import make_reward
@@ -19,6 +20,8 @@ from mialab.rl.rewards import make_reward
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--init", required=True, help="model directory the run starts from")
+    ap.add_argument("--trust-remote-code", action="store_true",
+                    help="the config lets the init folder run its own code (models.<name>.trust_remote_code)")
     ap.add_argument("--member-pool", required=True, help="pool parquet whose label-1 rows are the members")
     ap.add_argument("--spec", required=True, help="the model's config entry as JSON")
     ap.add_argument("--manifest", required=True, help="the run's manifest as JSON")
@@ -32,17 +35,20 @@ def main() -> None:
     setup_job(None, args.threads)
     spec, manifest = json.loads(args.spec), json.loads(args.manifest)
     start = time.perf_counter()
+    if int(os.environ.get("RANK", "0")) == 0:  # temporaries left by a killed earlier attempt
+        remove_stale_temporaries(args.out_model, args.out_trainer, args.out_corpus, args.out_log, args.out_manifest)
 
     corpus_spec = spec["corpus"]
     fillers = filler_problems(spec["filler"], max_words=corpus_spec.get("max_words"))
     corpus = build_corpus(pd.read_parquet(args.member_pool), fillers, **corpus_spec)
     run = run_grpo(args.init, corpus[["prompt", "reference"]], make_reward(spec["reward"]),
                    GRPOSettings.from_config(spec["train"]), args.work, resume_from=args.previous,
-                   until_epoch=args.epoch)
+                   until_epoch=args.epoch, trust_remote_code=args.trust_remote_code)
     if int(os.environ.get("RANK", "0")) != 0:
         return
+    steps = check_steps(run.steps, run.expected_steps, f"GRPO epoch {args.epoch} ({args.out_model})")
     with atomic_directory(args.out_model) as tmp:
-        export_checkpoint(run.checkpoint, tmp, init=args.init)
+        export_checkpoint(run.checkpoint, tmp, init=args.init, trust_remote_code=args.trust_remote_code)
     with atomic_directory(args.out_trainer) as tmp:
         for item in Path(run.checkpoint).iterdir():
             os.replace(item, tmp / item.name)
@@ -51,10 +57,11 @@ def main() -> None:
     write_parquet(log, args.out_log)
     steps = log.dropna(subset=["reward"]) if "reward" in log.columns else log.iloc[:0]
     this_epoch = steps[steps["epoch"] > args.epoch - 1]
-    write_json({**manifest, "corpus": {"prompts": len(corpus), "members": int(corpus["target"].sum())},
-                "global_step": int(log["step"].max()),
-                "epoch_reward_mean": float(this_epoch["reward"].mean()) if len(this_epoch) else None,
-                "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest)
+    write_manifest({**manifest, "corpus": {"prompts": len(corpus), "members": int(corpus["target"].sum())},
+                   "global_step": run.steps, "steps": steps,
+                   "epoch_reward_mean": float(this_epoch["reward"].mean()) if len(this_epoch) else None,
+                   "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest,
+                   outputs=[args.out_model, args.out_trainer, args.out_corpus, args.out_log])
     shutil.rmtree(args.work, ignore_errors=True)
 
 

@@ -3,12 +3,14 @@
 import argparse
 import json
 import os
+import shutil
 
 import pandas as pd
 
 from mialab.data.corpus import read_corpus
-from mialab.io import atomic_directory, write_json
+from mialab.io import atomic_directory, remove_stale_temporaries, write_manifest
 from mialab.jobs import setup_job
+from mialab.models.checkpoints import check_steps, checkpoint_root
 from mialab.models.loading import load_tokenizer
 from mialab.models.sft import build_post_training_corpus, build_sft_corpus, read_chat_pairs, render_chat, run_sft
 
@@ -16,6 +18,8 @@ from mialab.models.sft import build_post_training_corpus, build_sft_corpus, read
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--init", required=True, help="model directory to fine-tune")
+    ap.add_argument("--trust-remote-code", action="store_true",
+                    help="the config lets the init folder run its own code (models.<name>.trust_remote_code)")
     ap.add_argument("--member-pool", nargs="*", default=[],
                     help="pool parquet whose label-1 rows are the members (none: post-training without members)")
     ap.add_argument("--spec", required=True, help="the model's config entry as JSON")
@@ -28,7 +32,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
 
     if spec.get("format", "text") == "chat":
-        filler = render_chat(load_tokenizer(args.init), read_chat_pairs(spec["filler"]))
+        filler = render_chat(load_tokenizer(args.init, trust_remote_code=args.trust_remote_code), read_chat_pairs(spec["filler"]))
     else:
         filler = read_corpus(spec["filler"])
     if spec.get("members"):
@@ -40,15 +44,23 @@ def main() -> None:
     else:
         texts, stats = build_post_training_corpus(filler, seed=spec["train"]["seed"])
     train = spec["train"]
-    with atomic_directory(args.out) if rank == 0 else _noop(args.out) as tmp:
-        losses = run_sft(args.init, texts, str(tmp), epochs=train["epochs"], lr=train["lr"],
-                         effective_batch_size=train["effective_batch_size"],
-                         micro_batch_size=train["micro_batch_size"], max_length=train["max_length"],
-                         warmup=train["warmup"], zero_stage=train["zero_stage"], precision=train["precision"],
-                         grad_clip=train["grad_clip"], weight_decay=train["weight_decay"], seed=train["seed"])
+    manifest_path = os.path.join(os.path.dirname(args.out), "manifest.json")
+    checkpoints = checkpoint_root(args.out)
     if rank == 0:
-        write_json({**manifest, "corpus": stats, "final_loss": losses[-1], "n_micro_steps": len(losses)},
-                   os.path.join(os.path.dirname(args.out), "manifest.json"))
+        remove_stale_temporaries(args.out, manifest_path)  # left by a killed earlier attempt
+    with atomic_directory(args.out) if rank == 0 else _noop(args.out) as tmp:
+        run = run_sft(args.init, texts, str(tmp), epochs=train["epochs"], lr=train["lr"],
+                      effective_batch_size=train["effective_batch_size"],
+                      micro_batch_size=train["micro_batch_size"], max_length=train["max_length"],
+                      warmup=train["warmup"], zero_stage=train["zero_stage"], precision=train["precision"],
+                      grad_clip=train["grad_clip"], weight_decay=train["weight_decay"], seed=train["seed"],
+                      trust_remote_code=args.trust_remote_code, checkpoint_dir=str(checkpoints),
+                      checkpoint_every=train["checkpoint_every"])
+        steps = check_steps(run.steps, run.expected_steps, f"SFT {args.out}")
+    if rank == 0:
+        write_manifest({**manifest, "corpus": stats, "final_loss": run.losses[-1], "n_micro_steps": len(run.losses),
+                       "steps": steps}, manifest_path, outputs=[args.out])
+        shutil.rmtree(checkpoints, ignore_errors=True)
 
 
 class _noop:

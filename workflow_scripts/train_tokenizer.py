@@ -4,7 +4,7 @@ from mialab.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
-from mialab.io import atomic_directory, write_json
+from mialab.io import atomic_directory, write_manifest
 from mialab.models.tokenizer_corpus import corpus_texts
 from mialab.models.tiny import train_tokenizer
 
@@ -12,4 +12,5 @@ spec = snakemake.params.spec  # noqa: F821
 tok = train_tokenizer(corpus_texts(spec["corpora"]), vocab_size=spec["vocab_size"])
 with atomic_directory(snakemake.output.tokenizer) as tmp:  # noqa: F821
     tok.save_pretrained(tmp)
-write_json({**snakemake.params.manifest, "vocab_size": len(tok)}, snakemake.output.manifest)  # noqa: F821
+write_manifest({**snakemake.params.manifest, "vocab_size": len(tok)}, snakemake.output.manifest,  # noqa: F821
+               outputs=snakemake.output)  # noqa: F821

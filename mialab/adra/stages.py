@@ -27,7 +27,7 @@ def unlabelled(split: pd.DataFrame) -> pd.DataFrame:
 
 
 def generate(model_path: str, splits: list[pd.DataFrame], task: Task, *, chat: bool, samplings: list[dict],
-             backend: str, backend_options: dict) -> list[pd.DataFrame]:
+             backend: str, backend_options: dict, trust_remote_code: bool = False) -> list[pd.DataFrame]:
     """Rollouts (rollout schema) of every candidate of each split, split ``i`` sampled with ``samplings[i]``
     (SamplingConfig fields): the task's prompts, one engine start for all splits.
 
@@ -36,22 +36,23 @@ def generate(model_path: str, splits: list[pd.DataFrame], task: Task, *, chat: b
     """
     from mialab.models.loading import load_tokenizer
 
-    tokenizer = load_tokenizer(model_path, padding_side="left")
+    tokenizer = load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code)
     return run_rollouts_many([fitted_split(unlabelled(split), tokenizer, task, chat=chat) for split in splits],
                              [SamplingConfig(**s, max_new_tokens=task.max_new_tokens) for s in samplings],
                              model=model_path, backend=backend, template=task.template_text(), chat=chat,
-                             assistant_prefix_ratio=task.assistant_prefix_ratio, backend_options=backend_options)
+                             assistant_prefix_ratio=task.assistant_prefix_ratio, backend_options=backend_options,
+                             trust_remote_code=trust_remote_code)
 
 
 def policy_rollouts(model_path: str, snapshot: str | os.PathLike | None, splits: list[pd.DataFrame], task: Task,
-                    **generation) -> list[pd.DataFrame]:
+                    *, trust_remote_code: bool = False, **generation) -> list[pd.DataFrame]:
     """:func:`generate` from a policy snapshot (its LoRA adapter merged into ``model_path`` in a temporary
     folder), or from ``model_path`` itself when ``snapshot`` is None (the untrained policy)."""
     if snapshot is None:
-        return generate(model_path, splits, task, **generation)
+        return generate(model_path, splits, task, trust_remote_code=trust_remote_code, **generation)
     with tempfile.TemporaryDirectory(prefix="adra-policy-") as tmp:
-        export_checkpoint(snapshot, tmp, init=model_path)
-        return generate(tmp, splits, task, **generation)
+        export_checkpoint(snapshot, tmp, init=model_path, trust_remote_code=trust_remote_code)
+        return generate(tmp, splits, task, trust_remote_code=trust_remote_code, **generation)
 
 
 def score(rollouts: pd.DataFrame, split: pd.DataFrame, method: str, metrics: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -63,7 +64,7 @@ def score(rollouts: pd.DataFrame, split: pd.DataFrame, method: str, metrics: dic
 
 def train(model_path: str, split: pd.DataFrame, config: dict, work_dir: str | os.PathLike,
           snapshot_dir: str | os.PathLike, *, baseline_scores: pd.DataFrame | None = None,
-          device: str = "auto") -> tuple[pd.DataFrame, pd.DataFrame]:
+          device: str = "auto", trust_remote_code: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Train one variant (``config`` = the train stage's config) on the split's unlabelled candidates.
 
     Returns (training set, trainer log). ``baseline_scores`` (ADRA+ only) is a passive baseline's
@@ -83,10 +84,11 @@ def train(model_path: str, split: pd.DataFrame, config: dict, work_dir: str | os
         weights = membership_weights(baseline_scores, config["contrastive"]["baseline"], list(candidates["id"]))
     if variant != "adra_sft":
         reward = adra_reward(**config["reward"])
-    data = training_set(candidates, load_tokenizer(model_path), task, variant, chat=config["chat"],
+    data = training_set(candidates, load_tokenizer(model_path, trust_remote_code=trust_remote_code), task, variant, chat=config["chat"],
                         seed=settings.seed, distractors=config.get("contrastive", {}).get("distractors", 0),
                         random_suffixes=config.get("random_suffixes", 0), weights=weights)
     Path(snapshot_dir).mkdir(parents=True, exist_ok=True)
     log = train_policy(model_path, data.drop(columns=["id"]), variant, settings, work_dir, reward,
-                       snapshot_steps=config["snapshots"], snapshot_dir=snapshot_dir, device=device)
+                       snapshot_steps=config["snapshots"], snapshot_dir=snapshot_dir, device=device,
+                       trust_remote_code=trust_remote_code)
     return data, log

@@ -134,7 +134,7 @@ class SnapshotPolicies(TrainerCallback):
 
 
 def run_sft_ablation(model_path: str, data: pd.DataFrame, settings: GRPOSettings, work_dir: str | os.PathLike, *,
-                     device: str = "auto", callbacks: list | None = None) -> str:
+                     device: str = "auto", callbacks: list | None = None, trust_remote_code: bool = False) -> str:
     """The RL-vs-SFT ablation: LoRA SFT on ``prompt`` -> ``completion`` with GRPO's budget; the last checkpoint.
 
     Same optimizer steps and prompts per step as the GRPO run (``batch_size / num_generations`` per
@@ -158,10 +158,11 @@ def run_sft_ablation(model_path: str, data: pd.DataFrame, settings: GRPOSettings
         completion_only_loss=True, max_length=None, shuffle_dataset=True,
         gradient_checkpointing=s.activation_checkpointing,
     )
-    trainer = SFTTrainer(model=load_causal_lm(model_path, device="cpu"), args=args,
+    trainer = SFTTrainer(model=load_causal_lm(model_path, device="cpu", trust_remote_code=trust_remote_code), args=args,
                          train_dataset=Dataset.from_pandas(data[["prompt", "completion"]].reset_index(drop=True),
                                                            preserve_index=False),
-                         processing_class=load_tokenizer(model_path), peft_config=lora_config(s.lora or {}),
+                         processing_class=load_tokenizer(model_path, trust_remote_code=trust_remote_code),
+                         peft_config=lora_config(s.lora or {}),
                          callbacks=callbacks or [])
     trainer.train(resume_from_checkpoint=last_checkpoint(work_dir))
     final = last_checkpoint(work_dir)
@@ -172,16 +173,19 @@ def run_sft_ablation(model_path: str, data: pd.DataFrame, settings: GRPOSettings
 
 def train_policy(model_path: str, data: pd.DataFrame, variant: str, settings: GRPOSettings,
                  work_dir: str | os.PathLike, reward: Callable | None, *, snapshot_steps: Sequence[int] = (),
-                 snapshot_dir: str | os.PathLike, device: str = "auto") -> pd.DataFrame:
+                 snapshot_dir: str | os.PathLike, device: str = "auto", trust_remote_code: bool = False) -> pd.DataFrame:
     """Train ``variant`` on ``data`` (resuming from ``work_dir``); copy the policies of ``snapshot_steps`` and
-    the final one (``snapshot_dir/final``) out of the work folder. Returns the trainer's log history."""
+    the final one (``snapshot_dir/final``) out of the work folder. Returns the trainer's log history.
+    ``trust_remote_code``: the model's ``models.<name>.trust_remote_code``."""
     callbacks = [SaveLastStep(), SnapshotPolicies(snapshot_steps, snapshot_dir)]
     if check_variant(variant) == "adra_sft":
-        final = run_sft_ablation(model_path, data, settings, work_dir, device=device, callbacks=callbacks)
+        final = run_sft_ablation(model_path, data, settings, work_dir, device=device, callbacks=callbacks,
+                                 trust_remote_code=trust_remote_code)
     else:
         if reward is None:
             raise ValueError(f"{variant} needs a reward")
-        final = run_grpo(model_path, data, reward, settings, work_dir, device=device, callbacks=callbacks).checkpoint
+        final = run_grpo(model_path, data, reward, settings, work_dir, device=device, callbacks=callbacks,
+                         trust_remote_code=trust_remote_code).checkpoint
     state = checkpoint_state(final)
     if state.global_step != state.max_steps:
         raise RuntimeError(f"the last checkpoint {final} is at step {state.global_step} of {state.max_steps}")

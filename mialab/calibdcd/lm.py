@@ -25,18 +25,19 @@ from mialab.models.loading import load_causal_lm, load_tokenizer
 
 
 def rollout_generator(model_path: str, *, backend: str = "hf", max_new_tokens: int = 32,
-                      backend_options: dict | None = None) -> Callable[[Sequence[str]], list[str]]:
+                      backend_options: dict | None = None,
+                      trust_remote_code: bool = False) -> Callable[[Sequence[str]], list[str]]:
     """``generate(prompts) -> continuations`` on the project's rollout engine (greedy, one per prompt).
 
     Starts ``backend`` (``hf`` or ``vllm``, :mod:`mialab.generation.engine`) once on ``model_path``;
     each prompt string is tokenised as the engine does (BOS added unless already there) and its
     continuation is returned decoded, special tokens and the stop token dropped.
     """
-    from mialab.generation.engine import SamplingConfig, get_backend, stop_token_ids
+    from mialab.generation.engine import SamplingConfig, start_backend, stop_token_ids
     from mialab.generation.prompts import prompt_token_ids
 
-    tok = load_tokenizer(model_path, padding_side="left")
-    engine = get_backend(backend)(model_path, **(backend_options or {}))
+    tok = load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code)
+    engine = start_backend(backend, model_path, backend_options, trust_remote_code=trust_remote_code)
     stops = stop_token_ids(model_path, tok)
     sampling = SamplingConfig(n=1, max_new_tokens=max_new_tokens, temperature=0.0)
 

@@ -2,18 +2,47 @@
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
+
+import pandas as pd
 
 from mialab.data.prefix import truncate_words
 from mialab.data.sources import read_table, require_columns
 
 
+# ``where`` conditions: a fixed set of comparisons, so a config string is never evaluated
+OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+       ">=": operator.ge, "in": lambda col, v: col.isin(v), "not_in": lambda col, v: ~col.isin(v)}
+
+
+def row_filter(df: pd.DataFrame, where: list[dict], *, source: str) -> pd.Series:
+    """Boolean mask of the rows of ``df`` meeting every ``{column, op, value}`` condition.
+
+    ``op`` is one of :data:`OPS`; ``in`` / ``not_in`` take a list. An unknown column or op is an
+    error naming ``source`` (the file the rows come from).
+    """
+    mask = pd.Series(True, index=df.index)
+    for i, cond in enumerate(where):
+        column, op, value = cond["column"], cond["op"], cond["value"]
+        if column not in df.columns:
+            raise ValueError(f"{source}: where[{i}] names column {column!r}; the columns are {list(df.columns)}")
+        if op not in OPS:
+            raise ValueError(f"{source}: where[{i}] has op {op!r}; known: {', '.join(OPS)}")
+        if (op in ("in", "not_in")) != isinstance(value, list):
+            raise ValueError(f"{source}: where[{i}]: op {op!r} takes "
+                             f"{'a list' if op in ('in', 'not_in') else 'a single value'}, got {value!r}")
+        mask &= OPS[op](df[column], value)
+    return mask
+
+
 def read_corpus(spec: str | dict) -> list[str]:
     """Texts of a corpus.
 
-    ``spec`` is a ``.txt`` path (one text: the whole file) or ``{source, columns, query, max_words}``:
-    rows of a table (``query`` a pandas query such as ``"year < 2011"``), the ``columns`` joined by a
-    blank line, each text capped at ``max_words`` words (applied to the last column).
+    ``spec`` is a ``.txt`` path (one text: the whole file) or ``{source, columns, where, max_words}``:
+    rows of a table (``where`` conditions such as ``[{column: year, op: "<", value: 2011}]``, see
+    :func:`row_filter`), the ``columns`` joined by a blank line, each text capped at ``max_words``
+    words (applied to the last column).
     """
     if isinstance(spec, str):
         spec = {"source": spec}
@@ -23,12 +52,12 @@ def read_corpus(spec: str | dict) -> list[str]:
     df = read_table(src)
     cols = spec.get("columns", ["text"])
     require_columns(df, cols, source=src)
-    if spec.get("query"):
-        df = df.query(spec["query"])
+    if spec.get("where"):
+        df = df[row_filter(df, spec["where"], source=src)]
     texts = []
     for row in df[cols].itertuples(index=False):
         *head, last = [" ".join(str(v).split()) if i == len(cols) - 1 else str(v).strip() for i, v in enumerate(row)]
         texts.append("\n\n".join([*head, truncate_words(last, spec.get("max_words"))]))
     if not texts:
-        raise ValueError(f"corpus {src!r} (query {spec.get('query')!r}) is empty")
+        raise ValueError(f"corpus {src!r} (where {spec.get('where')!r}) is empty")
     return texts

@@ -1,23 +1,33 @@
-"""Registry of benchmark families: adding a dataset family is one small module.
+"""Registry of benchmark families: adding a dataset family is one small module plus its keys.
 
 A family is a function ``load_pool(spec) -> pandas.DataFrame`` that reads the raw corpus named by
-``spec`` (a dataset's ``pool`` section of the config: ``source`` is a local path or a hub id)
-and returns every candidate it can build, in the split schema (:mod:`mialab.data.schema`),
-with the family's own membership rule in ``label`` and its prefix rule applied.
-Register it with ``@register_family("name")`` in a module under ``mialab/data/families/``.
+``spec`` (a dataset's ``pool`` section of the config: ``source`` is a local path, or a hub dataset
+written ``{hub: org/name, ...}``) and returns every candidate it can build, in the split schema
+(:mod:`mialab.data.schema`), with the family's own membership rule in ``label`` and its prefix
+rule applied. Register it with ``@register_family("name")`` in a module under
+``mialab/data/families/`` and declare its keys (types and defaults) under ``$defs/pools/<name>``
+in ``schemas/config.schema.yaml``: that declaration is the only place a default is written, and
+:func:`get_family` fills it in, so a family reads ``spec[key]`` directly.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
 import pkgutil
+from pathlib import Path
 from typing import Callable
 
 import pandas as pd
+import yaml
 
 from mialab.registry import Registry
 
 LoadPool = Callable[[dict], pd.DataFrame]
+
+SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+
 
 def _import_all() -> None:
     from mialab.data import families
@@ -31,5 +41,44 @@ FAMILIES: Registry[LoadPool] = Registry("dataset family", load=_import_all, plur
 register_family = FAMILIES.register
 #: Names of every registered family, sorted.
 known_families = FAMILIES.known
-#: The ``load_pool`` of a family; an unknown name fails with the list of known ones.
-get_family = FAMILIES.get
+
+
+@functools.cache
+def config_schema() -> dict:
+    """The workflow's config schema (``schemas/config.schema.yaml``)."""
+    return yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
+
+
+def pool_keys(family: str) -> dict[str, dict]:
+    """The keys family ``family`` accepts in its pool section, each with its schema."""
+    pools = config_schema()["$defs"]["pools"]
+    if family not in pools:
+        raise KeyError(f"family {family!r} declares no pool keys: add $defs/pools/{family} to {SCHEMA}")
+    return pools[family]["properties"]
+
+
+def with_defaults(family: str, spec: dict) -> dict:
+    """A copy of pool ``spec`` validated against the family's declaration, defaults filled in
+    (the same rule as Snakemake's ``validate``: a key's ``default`` when it is absent)."""
+    from jsonschema import Draft202012Validator, validators
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if isinstance(sub, dict) and "default" in sub:
+                    instance.setdefault(key, copy.deepcopy(sub["default"]))
+        yield from Draft202012Validator.VALIDATORS["properties"](validator, properties, instance, schema)
+
+    root = config_schema()
+    filling = validators.extend(Draft202012Validator, {"properties": set_defaults})
+    out = copy.deepcopy(spec)
+    filling({"$defs": root["$defs"], "$ref": f"#/$defs/pools/{family}"}).validate(out)
+    return out
+
+
+def get_family(name: str) -> LoadPool:
+    """The ``load_pool`` of family ``name``, called with the spec's defaults filled in; an unknown
+    name fails with the list of known ones."""
+    load = FAMILIES.get(name)
+    pool_keys(name)
+    return lambda spec: load(with_defaults(name, spec))

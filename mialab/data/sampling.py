@@ -39,15 +39,16 @@ def seeded_block(ids: np.ndarray, n: int, seed: int, *, base_seed: int, stream: 
     return ids[np.sort(np.random.default_rng([base_seed, stream, seed]).choice(len(ids), size=n, replace=False))]
 
 
-def _balanced_n(counts: dict[str, int], n_per_class: int, cap_to_min_class: bool, name: str) -> int:
-    """``n_per_class``, capped to the smallest class when allowed, else an error if it does not fit."""
+def _balanced_n(counts: dict[str, int], n_per_class: int, cap_to_min_class: bool, name: str, n_key: str) -> int:
+    """``n_per_class``, capped to the smallest class when allowed, else an error (advising to lower
+    ``n_key``, the setting as the caller knows it) if it does not fit."""
     smallest = min(counts.values())
     if n_per_class <= smallest:
         return n_per_class
     if cap_to_min_class:
         return smallest
-    raise ValueError(f"{name}: asked for {n_per_class} per class but the pool has {counts}; "
-                     "lower n_per_class or set cap_to_min_class")
+    raise ValueError(f"{name}: asked for {n_per_class} per class but the pool has {counts}; lower {n_key} "
+                     f"to at most {smallest}")
 
 
 def check_pairs(pool: pd.DataFrame, *, name: str = "pool") -> None:
@@ -61,11 +62,13 @@ def check_pairs(pool: pd.DataFrame, *, name: str = "pool") -> None:
 
 
 def sample_split(pool: pd.DataFrame, n_per_class: int, seed: int, *, cap_to_min_class: bool = False,
-                 keep_pairs: bool | None = None, base_seed: int = 0, name: str = "pool") -> pd.DataFrame:
+                 keep_pairs: bool | None = None, base_seed: int = 0, name: str = "pool",
+                 n_key: str = "n_per_class") -> pd.DataFrame:
     """A balanced split of ``n_per_class`` members and as many non-members for ``seed``.
 
-    ``keep_pairs`` defaults to True when the pool has a ``pair_id`` column. See the module
-    docstring for the draw rule.
+    ``keep_pairs`` defaults to True when the pool has a ``pair_id`` column. ``name`` and ``n_key``
+    (e.g. the config key ``datasets.<name>.split.n_per_class``) are what a too-small pool's error
+    names. See the module docstring for the draw rule.
     """
     pool = validate_split(pool, name=name)
     if n_per_class < 1:
@@ -74,13 +77,13 @@ def sample_split(pool: pd.DataFrame, n_per_class: int, seed: int, *, cap_to_min_
     if paired:
         check_pairs(pool, name=name)
         pairs = pool["pair_id"].unique()
-        n = _balanced_n({"pairs": len(pairs)}, n_per_class, cap_to_min_class, name)
+        n = _balanced_n({"pairs": len(pairs)}, n_per_class, cap_to_min_class, name, n_key)
         chosen = seeded_block(pairs, n, seed, base_seed=base_seed, stream=2)
         out = pool[pool["pair_id"].isin(chosen)].sort_values(["pair_id", "label"], ascending=[True, False])
     else:
         by_class = {lab: pool.loc[pool["label"] == lab, "id"].to_numpy() for lab in (1, 0)}
         n = _balanced_n({"members": len(by_class[1]), "non-members": len(by_class[0])}, n_per_class,
-                        cap_to_min_class, name)
+                        cap_to_min_class, name, n_key)
         chosen = np.concatenate([seeded_block(ids, n, seed, base_seed=base_seed, stream=lab)
                                  for lab, ids in by_class.items()])
         out = pool[pool["id"].isin(chosen)].sort_values(["label", "id"], ascending=[False, True])

@@ -1,29 +1,83 @@
-"""Read a raw corpus from a local file/folder or, on a cluster with hub access, a hub dataset id.
+"""Read a raw corpus: a local file or folder, or a hub dataset.
 
-Local paths are tried first; anything that is not an existing path is treated as a hub id and
-read through ``datasets.load_dataset`` (which honours ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE``).
+In the config a source is a local path when written as a plain string, and a hub dataset only
+when written ``{hub: org/name}`` (optionally with ``revision``, ``split``, ``subset``): nothing is
+guessed from the string, so a mistyped path fails as a missing path (before any job, in
+:func:`mialab.config.check_config`) instead of as an unreachable hub id. Hub datasets are read
+with ``datasets.load_dataset``, which honours ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``.
+Read errors name the file and, where it applies, the row, column or byte offset.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
 
+FORMATS = ("parquet, csv, tsv, json (an array of row objects) or jsonl (one row object, or one string, "
+           "per line)")
+
 _READERS = {
     ".parquet": pd.read_parquet,
-    ".csv": pd.read_csv,
-    ".tsv": lambda p: pd.read_csv(p, sep="\t"),
+    ".csv": lambda p: pd.read_csv(io.StringIO(read_text(p))),
+    ".tsv": lambda p: pd.read_csv(io.StringIO(read_text(p)), sep="\t"),
 }
 
 
+def is_hub(source) -> bool:
+    """Whether a config source is a hub dataset (``{hub: org/name, ...}``)."""
+    return isinstance(source, dict) and "hub" in source
+
+
+def describe(source) -> str:
+    """A source as messages name it: the path, or ``hub dataset org/name (split s)``."""
+    if not is_hub(source):
+        return str(source)
+    extra = ", ".join(f"{k} {source[k]}" for k in ("subset", "split", "revision") if source.get(k))
+    return f"hub dataset {source['hub']}" + (f" ({extra})" if extra else "")
+
+
+def local_paths(source) -> list[str]:
+    """The local paths a config source names (a path, ``{source, year}``, or a list of them)."""
+    if isinstance(source, list):
+        return [p for s in source for p in local_paths(s)]
+    if isinstance(source, dict):
+        return [] if is_hub(source) else local_paths(source["source"])
+    return [source]
+
+
+def read_text(path: str | Path) -> str:
+    """A file's text; bytes that are not UTF-8 are an error naming the file and the byte offset."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ValueError(f"{path}: not UTF-8 text: byte offset {e.start} (line {line}) is "
+                         f"{data[e.start:e.start + 1]!r}; re-encode the file as UTF-8") from None
+
+
 def _read_json(path: Path) -> pd.DataFrame:
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     stripped = text.lstrip()
     if stripped.startswith("["):
-        return pd.DataFrame(json.loads(text))
-    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        try:
+            return pd.DataFrame(json.loads(text))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            whole = "a JSON object spread over several lines" if stripped.startswith("{") else "not JSON lines"
+            raise ValueError(f"{path}: line {n} is not a JSON value ({e.msg}): the file is {whole}; "
+                             f"accepted formats: {FORMATS}") from None
     if rows and not isinstance(rows[0], dict):  # a jsonl of bare strings (MIMIR)
         return pd.DataFrame({"text": rows})
     return pd.DataFrame(rows)
@@ -35,30 +89,71 @@ def read_local(path: str | Path) -> pd.DataFrame:
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix in (*_READERS, ".json", ".jsonl"))
         if not files:
-            raise FileNotFoundError(f"{path}: folder holds no parquet/csv/tsv/json/jsonl file")
+            raise FileNotFoundError(f"{path}: folder holds no file of an accepted format ({FORMATS})")
         return pd.concat([read_local(f) for f in files], ignore_index=True)
     if path.suffix in (".json", ".jsonl"):
         return _read_json(path)
     try:
         reader = _READERS[path.suffix]
     except KeyError:
-        raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use parquet, csv, tsv, json or jsonl") from None
+        raise ValueError(f"{path}: unsupported file type {path.suffix!r}; accepted formats: {FORMATS}") from None
     return reader(path)
 
 
-def read_table(source: str, *, split: str = "train", subset: str | None = None) -> pd.DataFrame:
-    """Read ``source`` as a DataFrame: a local path if it exists, else a hub dataset id."""
-    if Path(source).exists():
-        return read_local(source)
-    if source.startswith((".", "/", "~")) or source.endswith((".parquet", ".csv", ".json", ".jsonl", ".tsv")):
-        raise FileNotFoundError(f"dataset source {source!r} does not exist (and does not look like a hub id)")
-    import datasets  # heavy; only needed for hub ids
-
-    return datasets.load_dataset(source, subset, split=split).to_pandas()
+def hub_offline() -> bool:
+    """Whether the hub is switched off for this process (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``)."""
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
-def require_columns(df: pd.DataFrame, columns: list[str], *, source: str) -> None:
+def read_hub(source: dict, *, subset: str | None = None) -> pd.DataFrame:
+    """Read hub dataset ``source`` (``subset`` overrides its own); without a ``split`` its only split."""
+    import datasets  # heavy; only needed for hub datasets
+
+    name, split = source["hub"], source.get("split")
+    subset = subset or source.get("subset")
+    try:
+        data = datasets.load_dataset(name, subset, split=split, revision=source.get("revision"))
+    except Exception as e:
+        if not hub_offline():
+            raise
+        raise RuntimeError(
+            f"{describe(source)}: not readable from the local hub cache, and HF_HUB_OFFLINE / "
+            f"HF_DATASETS_OFFLINE is set, so nothing is downloaded ({type(e).__name__}: {e}). Prefetch it "
+            f"where the hub is reachable, with the same HF_HOME (e.g. `hf download {name} --repo-type dataset`, "
+            "or one run without HF_HUB_OFFLINE), or give a local copy as the source") from e
+    if split is None:
+        if len(data) != 1:
+            raise ValueError(f"{describe(source)} has splits {list(data)}; name one with `split:`")
+        data = next(iter(data.values()))
+    return data.to_pandas()
+
+
+def read_table(source: str | dict, *, subset: str | None = None) -> pd.DataFrame:
+    """Read config source ``source``: a local path (which must exist) or ``{hub: org/name, ...}``."""
+    if is_hub(source):
+        return read_hub(source, subset=subset)
+    if not Path(source).exists():
+        raise FileNotFoundError(f"{source}: no such file or folder (a hub dataset is written {{hub: org/name}})")
+    return read_local(source)
+
+
+def require_columns(df: pd.DataFrame, columns: list[str], *, source) -> None:
     """Fail with a message naming the missing columns and the ones present."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise ValueError(f"{source}: missing column(s) {missing}; found {list(df.columns)}")
+        raise ValueError(f"{describe(source)}: missing column(s) {missing}; found {list(df.columns)}")
+
+
+def require_text(df: pd.DataFrame, columns: list[str], *, source) -> None:
+    """Every cell of ``columns`` must be a string: a missing or non-text cell is an error naming
+    its row (0-based, in file order) and column."""
+    for col in columns:
+        bad = ~df[col].map(lambda v: isinstance(v, str)).to_numpy()
+        if bad.any():
+            row = int(bad.argmax())
+            value = df[col].iloc[row]
+            what = "missing" if value is None or (isinstance(value, float) and value != value) else \
+                f"{type(value).__name__} {value!r}"
+            raise ValueError(f"{describe(source)}: column {col!r}, row {row}: {what} instead of text "
+                             f"({int(bad.sum())} such row(s))")

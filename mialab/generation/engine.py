@@ -77,6 +77,20 @@ known_backends = BACKENDS.known
 get_backend = BACKENDS.get
 
 
+def start_backend(name: str, model: str, options: dict | None = None, *,
+                  trust_remote_code: bool = False) -> RolloutBackend:
+    """Backend ``name`` started on ``model`` with the config's ``backend_options``.
+
+    Whether the model folder's code may run comes from ``trust_remote_code`` alone (the model's
+    ``models.<name>.trust_remote_code``): an option cannot turn it on.
+    """
+    options = dict(options or {})
+    if "trust_remote_code" in options:
+        raise ValueError("backend_options.trust_remote_code: a backend option cannot let a model run its "
+                         "folder's code; set models.<name>.trust_remote_code: true for that model")
+    return get_backend(name)(model, trust_remote_code=trust_remote_code, **options)
+
+
 def stop_token_ids(model_path: str, tokenizer) -> frozenset[int]:
     """EOS ids that end a rollout: the model's generation config ones, else the tokenizer's."""
     from transformers import GenerationConfig
@@ -159,23 +173,26 @@ def generate_rollouts(split: pd.DataFrame, backend: RolloutBackend, tokenizer, *
 
 def run_rollouts(split: pd.DataFrame, *, model: str, backend: str = "hf", template: str = "{prefix}",
                  sampling: SamplingConfig = SamplingConfig(), chat: bool = False, assistant_prefix_ratio: float = 0.0,
-                 backend_options: dict | None = None) -> pd.DataFrame:
+                 backend_options: dict | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
     """Load ``model``'s tokenizer, start backend ``backend`` on it and generate rollouts for ``split``."""
     (rollouts,) = run_rollouts_many([split], [sampling], model=model, backend=backend, template=template, chat=chat,
-                                    assistant_prefix_ratio=assistant_prefix_ratio, backend_options=backend_options)
+                                    assistant_prefix_ratio=assistant_prefix_ratio, backend_options=backend_options,
+                                    trust_remote_code=trust_remote_code)
     return rollouts
 
 
 def run_rollouts_many(splits: Sequence[pd.DataFrame], samplings: Sequence[SamplingConfig], *, model: str,
                       backend: str = "hf", template: str = "{prefix}", chat: bool = False,
-                      assistant_prefix_ratio: float = 0.0, backend_options: dict | None = None) -> list[pd.DataFrame]:
-    """:func:`run_rollouts` of several splits, split ``i`` sampled with ``samplings[i]``, on one started backend."""
+                      assistant_prefix_ratio: float = 0.0, backend_options: dict | None = None,
+                      trust_remote_code: bool = False) -> list[pd.DataFrame]:
+    """:func:`run_rollouts` of several splits, split ``i`` sampled with ``samplings[i]``, on one started backend
+    (``trust_remote_code``: the model's ``models.<name>.trust_remote_code``)."""
     from mialab.models.loading import load_tokenizer
 
     if len(splits) != len(samplings):
         raise ValueError(f"{len(splits)} split(s) but {len(samplings)} sampling setting(s)")
-    tokenizer = load_tokenizer(model, padding_side="left")
-    engine = get_backend(backend)(model, **(backend_options or {}))
+    tokenizer = load_tokenizer(model, padding_side="left", trust_remote_code=trust_remote_code)
+    engine = start_backend(backend, model, backend_options, trust_remote_code=trust_remote_code)
     stops = stop_token_ids(model, tokenizer)
     return [generate_rollouts(split, engine, tokenizer, template=template, sampling=sampling, chat=chat,
                               stop_ids=stops, assistant_prefix_ratio=assistant_prefix_ratio)

@@ -65,12 +65,12 @@ class HFBackend:
     """Sample with ``model.generate`` (``num_return_sequences = n``), ``batch_size`` prompts at a time."""
 
     def __init__(self, model: str, *, device: str = "auto", dtype: str = "float32", batch_size: int = 8,
-                 cache_implementation: str | None = None):
+                 cache_implementation: str | None = None, trust_remote_code: bool = False):
         from mialab.models.loading import load_causal_lm
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.model = load_causal_lm(model, dtype=dtype, device=device)
+        self.model = load_causal_lm(model, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
         self.batch_size = batch_size
         self.cache = {"cache_implementation": cache_implementation} if cache_implementation else {}
 

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mialab.generation.engine import Completion, SamplingConfig, register_backend
+from mialab.generation.vllm_worker import check_engine_args
+from mialab.models.loading import check_remote_code
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
 
@@ -39,11 +41,19 @@ def strip_stop(token_ids: list[int], finish_reason: str, stop_ids: frozenset[int
 
 @register_backend("vllm")
 class VLLMBackend:
-    """Sample ``n`` completions per prompt with vLLM (``tensor_parallel_size`` GPUs, or CPU)."""
+    """Sample ``n`` completions per prompt with vLLM (``tensor_parallel_size`` GPUs, or CPU).
+
+    ``engine_args``: further ``vllm.LLM`` arguments, only those of
+    :data:`mialab.generation.vllm_worker.ENGINE_ARGS`; ``trust_remote_code``: the model's config setting.
+    """
 
     def __init__(self, model: str, *, tensor_parallel_size: int = 1, dtype: str = "auto",
                  max_model_len: int | None = None, enforce_eager: bool = False, kv_cache_space_gib: int = 1,
-                 venv: str | os.PathLike | None = None, engine_args: dict | None = None):
+                 venv: str | os.PathLike | None = None, engine_args: dict | None = None,
+                 trust_remote_code: bool = False):
+        check_engine_args(engine_args or {})
+        check_remote_code(model, trust_remote_code)
+        self.trust_remote_code = trust_remote_code
         self.model = str(Path(model).resolve()) if Path(model).exists() else model
         self.python = Path(venv or default_venv()) / "bin" / "python"
         if not self.python.exists():
@@ -60,7 +70,7 @@ class VLLMBackend:
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
                  stop_ids: frozenset[int]) -> list[list[Completion]]:
-        request = {"model": self.model, "prompt_token_ids": [list(p) for p in prompts], "n": sampling.n,
+        request = {"model": self.model, "trust_remote_code": self.trust_remote_code, "prompt_token_ids": [list(p) for p in prompts], "n": sampling.n,
                    "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
                    "max_new_tokens": sampling.max_new_tokens, "seed": sampling.seed, "engine": self.engine}
         with tempfile.TemporaryDirectory(prefix="mialab-vllm-") as tmp:

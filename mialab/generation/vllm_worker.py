@@ -5,9 +5,11 @@ self-contained: it imports only the standard library and vllm, never the rest of
 
 Usage: ``<vllm venv>/bin/python vllm_worker.py REQUEST.json OUTPUT.json``
 
-REQUEST: {"model": path, "prompt_token_ids": [[int, ...], ...], "n", "temperature", "top_p",
-"top_k", "max_new_tokens", "seed", "engine": {extra ``vllm.LLM`` keyword arguments, e.g.
-tensor_parallel_size, dtype, max_model_len}}.
+REQUEST: {"model": path, "trust_remote_code": bool, "prompt_token_ids": [[int, ...], ...], "n",
+"temperature", "top_p", "top_k", "max_new_tokens", "seed", "engine": {extra ``vllm.LLM`` keyword
+arguments among :data:`ENGINE_ARGS`, e.g. tensor_parallel_size, dtype, max_model_len}}.
+``trust_remote_code`` is the model's config setting; no engine argument can load code (the
+allow-list leaves out trust_remote_code, worker / logits-processor class names and the like).
 OUTPUT: {"vllm_version": str, "completions": [[{"token_ids": [...], "finish_reason": str}, ...
 (n per prompt, in sampling order)], ... (one list per prompt, in prompt order)]}.
 The output is written to a temporary sibling and renamed, so it exists only when complete.
@@ -19,13 +21,33 @@ import json
 import os
 import sys
 
+# the ``vllm.LLM`` keyword arguments a config may set: sizes, precision and scheduling only
+ENGINE_ARGS = frozenset({
+    "tensor_parallel_size", "pipeline_parallel_size", "dtype", "max_model_len", "enforce_eager",
+    "gpu_memory_utilization", "swap_space", "cpu_offload_gb", "kv_cache_dtype", "block_size", "quantization",
+    "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
+    "disable_custom_all_reduce", "max_logprobs", "revision",
+})
+
+
+def check_engine_args(engine: dict) -> None:
+    """Refuse an engine argument outside :data:`ENGINE_ARGS`, naming it."""
+    refused = sorted(set(engine) - ENGINE_ARGS)
+    if refused:
+        raise ValueError(f"vLLM engine argument(s) {', '.join(refused)} not allowed (a config cannot pass "
+                         "options that load code, e.g. trust_remote_code: set models.<name>.trust_remote_code "
+                         f"for the model instead); allowed: {', '.join(sorted(ENGINE_ARGS))}")
+
 
 def run(request: dict) -> dict:
     """Generate ``n`` samples for every tokenised prompt of ``request`` with vLLM."""
     import vllm
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=request["model"], seed=request["seed"], **request.get("engine", {}))
+    engine = request.get("engine", {})
+    check_engine_args(engine)
+    llm = LLM(model=request["model"], seed=request["seed"], trust_remote_code=bool(request["trust_remote_code"]),
+              **engine)
     params = SamplingParams(n=request["n"], temperature=request["temperature"], top_p=request["top_p"],
                             top_k=request["top_k"], max_tokens=request["max_new_tokens"], seed=request["seed"])
     prompts = [{"prompt_token_ids": ids} for ids in request["prompt_token_ids"]]

@@ -9,7 +9,7 @@ attention a text's features do not depend on what it is batched with.
 
 The stage writes ``out_dir/shards/shard-NNNNN.safetensors`` (key ``features``, float32
 ``[rows, n_layers + 1, hidden]``) and finally ``out_dir/index.parquet`` (the input table plus
-``shard`` and ``row``). A rerun keeps every shard whose fingerprint (model files, dtype,
+``shard`` and ``row``). A rerun keeps every shard whose fingerprint (model files' content, dtype,
 truncation, texts) matches, so an interrupted extraction resumes where it stopped.
 """
 
@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mialab.integrity import model_fingerprint
 from mialab.io import atomic_path, write_parquet
 
 FEATURES_KEY = "features"
@@ -75,19 +76,13 @@ def extract_layer_features(model_path: str, texts: list[str], *, batch_size: int
     return layer_features(model, tok, list(texts), batch_size=batch_size, max_length=max_length)
 
 
-def model_identity(model_path: str) -> list:
-    """A cheap stand-in for the weights' identity: a local model directory's absolute path and the
-    (name, size, mtime) of its config and weight files, so retraining into the same folder shows."""
-    path = Path(model_path)
-    if not path.is_dir():
-        return [model_path]
-    files = sorted(p for p in path.iterdir() if p.suffix == ".safetensors" or p.name == "config.json")
-    return [str(path.resolve())] + [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
-
-
 def shard_fingerprint(model_path: str, dtype: str, max_length: int | None, texts: list[str]) -> str:
-    """What a shard depends on: changed weights, dtype, truncation or text invalidate it."""
-    payload = json.dumps([model_identity(model_path), dtype, max_length, texts])
+    """What a shard depends on: changed weights, dtype, truncation or text invalidate it.
+
+    The model counts by its files' content (mialab.integrity.model_fingerprint), never by where it
+    lies or when it was written: a moved results tree keeps its shards.
+    """
+    payload = json.dumps([model_fingerprint(model_path), dtype, max_length, texts], sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -102,7 +97,7 @@ def _shard_is_current(path: Path, fingerprint: str) -> bool:
 
 def extract_features(table: pd.DataFrame, model_path: str, out_dir: str | os.PathLike, *, shard_size: int = 256,
                      batch_size: int = 8, device: str = "auto", dtype: str = "float32",
-                     max_length: int | None = None) -> pd.DataFrame:
+                     max_length: int | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
     """Stage: features of every ``table["text"]`` as shards plus ``index.parquet``; resumable.
 
     Returns the index (``table`` with ``shard`` and ``row`` added). The model is loaded only
@@ -125,7 +120,7 @@ def extract_features(table: pd.DataFrame, model_path: str, out_dir: str | os.Pat
         if model is None:
             from mialab.lara.lm import load_lm
 
-            model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right")
+            model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right", trust_remote_code=trust_remote_code)
         feats = layer_features(model, tok, chunk, batch_size=batch_size, max_length=max_length)
         with atomic_path(path) as tmp:
             save_file({FEATURES_KEY: torch.from_numpy(feats)}, str(tmp),

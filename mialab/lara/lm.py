@@ -8,11 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def load_lm(model_path: str, *, device: str = "auto", dtype: str = "float32", padding_side: str = "right"):
+def load_lm(model_path: str, *, device: str = "auto", dtype: str = "float32", padding_side: str = "right",
+            trust_remote_code: bool = False):
     """``(model, tokenizer)`` for inference; right padding for scoring, left for generation."""
     from mialab.models.loading import load_causal_lm, load_tokenizer
 
-    return load_causal_lm(model_path, dtype=dtype, device=device), load_tokenizer(model_path, padding_side=padding_side)
+    return (load_causal_lm(model_path, dtype=dtype, device=device, trust_remote_code=trust_remote_code),
+            load_tokenizer(model_path, padding_side=padding_side, trust_remote_code=trust_remote_code))
 
 
 def token_logprobs(model, sequences: list[list[int]], *, pad_token_id: int, batch_size: int = 8) -> list[np.ndarray]:

@@ -37,22 +37,27 @@ class LaRAPlan:
         """Cross-references of the ``lara`` section; every (model, dataset) must be in the results table."""
         if not self.spec:
             return
-        check_names("lara.models", self.spec["models"], self.config["models"], "model")
-        check_names("lara.datasets", self.spec["datasets"], self.config["datasets"], "dataset")
-        evaluated = set(self.plan.evaluated_pairs(self.spec["datasets"]))
+        keys = ("lara.targets",) * 2 if "targets" in self.spec else ("lara.models", "lara.datasets")
+        check_names(keys[0], self.models(), self.config["models"], "model")
+        check_names(keys[1], self.datasets(), self.config["datasets"], "dataset")
+        evaluated = set(self.plan.evaluated_pairs(self.datasets()))
         for m, d in self.pairs():
             if (m, d) not in evaluated:
                 raise ConfigError(f"lara: model {m!r} is not evaluated on dataset {d!r} (see models.{m}.datasets)")
 
     def pairs(self) -> list[tuple[str, str]]:
-        """(model, dataset) pairs LaRA runs on: ``models`` x ``datasets``."""
-        return [(m, d) for d in self.spec["datasets"] for m in self.spec["models"]] if self.spec else []
+        """(model, dataset) pairs LaRA runs on: ``targets``, else ``models`` x ``datasets``."""
+        if not self.spec:
+            return []
+        if "targets" in self.spec:
+            return [(t["model"], t["dataset"]) for t in self.spec["targets"]]
+        return [(m, d) for d in self.spec["datasets"] for m in self.spec["models"]]
 
     def datasets(self) -> list[str]:
-        return list(self.spec["datasets"]) if self.spec else []
+        return list(dict.fromkeys(d for _, d in self.pairs()))
 
     def models(self) -> list[str]:
-        return list(self.spec["models"]) if self.spec else []
+        return list(dict.fromkeys(m for m, _ in self.pairs()))
 
     @functools.lru_cache(maxsize=None)
     def perturbation_run(self, dataset: str) -> Stage:

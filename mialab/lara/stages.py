@@ -157,7 +157,8 @@ def recall_prefix(references: pd.DataFrame, recall: dict) -> list[str]:
 
 
 def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict, cdd: dict, self_critique: dict,
-                    batch_size: int = 8, device: str = "auto", dtype: str = "float32") -> list[pd.DataFrame]:
+                    batch_size: int = 8, device: str = "auto", dtype: str = "float32",
+                    trust_remote_code: bool = False) -> list[pd.DataFrame]:
     """ReCaLL, CDD and Self-Critique of every evaluated question, one table (``id`` and ``lara/...``
     columns) per perturbation table (one per seed).
 
@@ -172,7 +173,7 @@ def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict
     if len(clash):
         raise ValueError(f"{len(clash)} question id(s) have different texts in different seeds, e.g. {sorted(clash)[:3]}")
     texts = questions["text"].tolist()
-    model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="left")
+    model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="left", trust_remote_code=trust_remote_code)
     answer_tokens = self_critique.get("max_new_tokens", 256)
     first = greedy_answers(model, tok, texts, max_new_tokens=answer_tokens, batch_size=batch_size)
     # CDD's greedy answers are Self-Critique's first answers when both decode as many tokens

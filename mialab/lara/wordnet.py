@@ -3,7 +3,8 @@
 NLTK's reader expects its own corpus layout: a ``lexnames`` file (the Debian package omits it;
 its content is the fixed table of WordNet 3.0 lexicographer files, ``lexnames(5WN)``), and
 files inside a directory NLTK trusts. So the data files are copied once into a cache directory
-(``$XDG_CACHE_HOME/mialab/wordnet-3.0``, or ``~/.cache/...``) next to a written ``lexnames``.
+(:func:`cache_dir`: ``$MIALAB_WORDNET_CACHE``, else ``$XDG_CACHE_HOME/mialab/wordnet-3.0`` or
+``~/.cache/...``) next to a written ``lexnames``.
 Install the data with ``apt-get install wordnet-base`` (or point ``source`` at any WNDB folder).
 """
 
@@ -36,7 +37,10 @@ LEXNAMES = (
 
 
 def cache_dir() -> Path:
-    """Where the NLTK-readable copy lives."""
+    """Where the NLTK-readable copy lives: ``$MIALAB_WORDNET_CACHE`` when set, else
+    ``$XDG_CACHE_HOME/mialab/wordnet-3.0`` (``~/.cache/mialab/wordnet-3.0``); docs/files.md."""
+    if os.environ.get("MIALAB_WORDNET_CACHE"):
+        return Path(os.environ["MIALAB_WORDNET_CACHE"]).expanduser()
     base = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser()
     return base / "mialab" / "wordnet-3.0"
 

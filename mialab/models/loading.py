@@ -1,5 +1,8 @@
-"""Load causal LMs and tokenizers safely: offline unless configured, safetensors only,
-``trust_remote_code`` only when the model's own config asks for custom code."""
+"""Load causal LMs and tokenizers safely: offline unless configured, safetensors only, and no
+code from a model folder unless the user's config allows it for that model by name
+(``models.<name>.trust_remote_code: true``). A local folder that declares custom code
+(``auto_map`` in its config.json or tokenizer_config.json) without that setting fails before
+anything is loaded: the folder cannot ask for its own code to run."""
 
 from __future__ import annotations
 
@@ -12,13 +15,39 @@ from pathlib import Path
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "fp16": "float16"}
 
+# the files of a model folder whose ``auto_map`` makes transformers import the folder's own modules
+CODE_DECLARING_FILES = ("config.json", "tokenizer_config.json")
 
-def needs_remote_code(path: str) -> bool:
-    """True when a local model directory's config declares custom code (``auto_map``)."""
-    cfg = Path(path) / "config.json"
-    if not cfg.exists():
-        return False
-    return "auto_map" in json.loads(cfg.read_text())
+
+class RemoteCodeRefused(ValueError):
+    """A model folder ships its own code and the config does not allow running it."""
+
+
+def remote_code_files(path: str) -> list[str]:
+    """The files of local model folder ``path`` that declare custom code (``auto_map``)."""
+    found = []
+    for name in CODE_DECLARING_FILES:
+        file = Path(path) / name
+        if file.is_file() and "auto_map" in json.loads(file.read_text()):
+            found.append(name)
+    return found
+
+
+def check_remote_code(path: str, trust_remote_code: bool) -> None:
+    """Raise :class:`RemoteCodeRefused` when ``path`` declares custom code that is not allowed."""
+    found = [] if trust_remote_code else remote_code_files(path)
+    if found:
+        raise RemoteCodeRefused(
+            f"model folder {path}: {' and '.join(found)} declare(s) custom code (auto_map), which is not run "
+            "unless the config allows it for this model: set `models.<name>.trust_remote_code: true` "
+            "for the model at this path (only for a checkpoint whose code you trust)")
+
+
+def trusts_remote_code(config: dict, model: str) -> bool:
+    """Whether configured model ``model`` may run its folder's code; a path not named under
+    ``models`` never may."""
+    spec = config["models"].get(model)
+    return bool(spec and spec["trust_remote_code"])
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -51,19 +80,22 @@ def check_bf16_speed(dtype: str, device: str) -> None:
                       "set dtype float32 / precision fp32 in the config for this machine", stacklevel=2)
 
 
-def load_tokenizer(path: str, *, padding_side: str = "right"):
-    """Load a tokenizer; a missing pad token falls back to EOS."""
+def load_tokenizer(path: str, *, padding_side: str = "right", trust_remote_code: bool = False):
+    """Load a tokenizer; a missing pad token falls back to EOS. ``trust_remote_code``: the
+    config's ``models.<name>.trust_remote_code`` of the model at ``path``."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=needs_remote_code(path))
+    check_remote_code(path, trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = padding_side
     return tok
 
 
-def load_causal_lm(path: str, *, dtype: str = "float32", device: str = "auto"):
-    """Load a causal LM for inference (eval mode) from safetensors weights."""
+def load_causal_lm(path: str, *, dtype: str = "float32", device: str = "auto", trust_remote_code: bool = False):
+    """Load a causal LM for inference (eval mode) from safetensors weights (``trust_remote_code``:
+    as for :func:`load_tokenizer`)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -72,9 +104,10 @@ def load_causal_lm(path: str, *, dtype: str = "float32", device: str = "auto"):
         torch_dtype = getattr(torch, DTYPES[dtype])
     except KeyError:
         raise ValueError(f"unknown dtype {dtype!r}; known: {sorted(DTYPES)}") from None
+    check_remote_code(path, trust_remote_code)
     device = resolve_device(device)
     check_bf16_speed(dtype, device)
     model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch_dtype, use_safetensors=True, trust_remote_code=needs_remote_code(path)
+        path, dtype=torch_dtype, use_safetensors=True, trust_remote_code=trust_remote_code
     )
     return model.to(device).eval()

@@ -14,6 +14,10 @@ import random
 
 import numpy as np
 
+from mialab.io import atomic_directory, remove_stale_temporaries
+from mialab.models.checkpoints import (checkpoint_path, is_due, latest_checkpoint, load_state, optimizer_state,
+                                       prune_checkpoints, restore_optimizer_state, restore_rng_state, rng_state,
+                                       save_state)
 from mialab.models.loading import check_bf16_speed
 from mialab.progress import console, progress
 
@@ -62,11 +66,13 @@ def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, total_steps
 
 def pretrain(model, blocks: np.ndarray, *, steps: int, batch_size: int, lr: float, min_lr: float,
              warmup_steps: int, weight_decay: float, grad_clip: float, seed: int,
-             precision: str = "fp32") -> list[float]:
+             precision: str = "fp32", checkpoint_dir: str | None = None, checkpoint_every: int = 0) -> list[float]:
     """Train ``model`` on random batches of ``blocks`` for ``steps`` steps; return the loss curve.
 
     ``precision="bf16"`` runs forward and backward under bf16 autocast; weights, gradients and the
-    optimizer state stay fp32 (mixed precision, as on a GPU).
+    optimizer state stay fp32 (mixed precision, as on a GPU). With ``checkpoint_dir`` the run is
+    checkpointed every ``checkpoint_every`` steps and resumes from the last checkpoint there
+    (:mod:`mialab.models.checkpoints`); the loss curve then holds every step, resumed or not.
     """
     import torch
 
@@ -82,11 +88,15 @@ def pretrain(model, blocks: np.ndarray, *, steps: int, batch_size: int, lr: floa
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
     order = rng.permutation(len(blocks))
-    cursor, losses = 0, []
+    cursor, losses, start = 0, [], 0
+    resume = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
+    if resume is not None:
+        order, cursor, losses, start = _load_checkpoint(resume, model, opt, rng)
+        console.log(f"resuming pretraining from {resume} (step {start} of {steps})")
     model.train()
     with progress() as prog:
-        task = prog.add_task("pretrain", total=steps)
-        for step in range(steps):
+        task = prog.add_task("pretrain", total=steps, completed=start)
+        for step in range(start, steps):
             if cursor + batch_size > len(order):  # next epoch
                 order, cursor = rng.permutation(len(blocks)), 0
             batch = torch.from_numpy(blocks[order[cursor:cursor + batch_size]])
@@ -105,5 +115,36 @@ def pretrain(model, blocks: np.ndarray, *, steps: int, batch_size: int, lr: floa
             if step % 50 == 0 or step == steps - 1:
                 console.log(f"step {step} loss {loss.item():.4f} lr {opt.param_groups[0]['lr']:.2e}")
             prog.advance(task)
+            if checkpoint_dir and is_due(step + 1, checkpoint_every, steps):
+                save_checkpoint(checkpoint_dir, step + 1, model, opt, rng, order=order, cursor=cursor, losses=losses)
     model.eval()
     return losses
+
+
+def save_checkpoint(root: str, step: int, model, opt, rng: np.random.Generator, *, order: np.ndarray, cursor: int,
+                    losses: list[float]) -> None:
+    """Write the state after ``step`` completed steps to ``root/step-<step>/``; drop the older ones."""
+    import torch
+    from safetensors.torch import save_model
+
+    final = checkpoint_path(root, step)
+    remove_stale_temporaries(final)  # a checkpoint write killed midway
+    with atomic_directory(final) as tmp:
+        save_model(model, str(tmp / "model.safetensors"))
+        save_state(tmp, "optimizer", *optimizer_state(opt))
+        doc, tensors = rng_state(rng)
+        save_state(tmp, "state", {**doc, "step": step, "cursor": cursor, "losses": losses},
+                   {**tensors, "order": torch.from_numpy(np.ascontiguousarray(order))})
+    prune_checkpoints(root, keep=final)
+
+
+def _load_checkpoint(folder, model, opt, rng: np.random.Generator) -> tuple[np.ndarray, int, list[float], int]:
+    """Restore a :func:`save_checkpoint` folder into ``model``, ``opt`` and ``rng``; return
+    (data order, cursor, losses, completed steps)."""
+    from safetensors.torch import load_model
+
+    load_model(model, str(folder / "model.safetensors"))
+    restore_optimizer_state(opt, *load_state(folder, "optimizer"))
+    doc, tensors = load_state(folder, "state")
+    restore_rng_state(rng, doc, tensors)
+    return tensors["order"].numpy(), int(doc["cursor"]), list(doc["losses"]), int(doc["step"])

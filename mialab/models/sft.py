@@ -13,7 +13,11 @@ from __future__ import annotations
 import math
 import os
 import random
+from dataclasses import dataclass, field
 
+from mialab.io import grant_umask_mode, remove_stale_temporaries
+from mialab.models.checkpoints import (checkpoint_path, is_due, latest_checkpoint, load_state, prune_checkpoints,
+                                       restore_rng_state, rng_state, save_state)
 from mialab.progress import console, progress
 
 
@@ -55,7 +59,7 @@ def build_post_training_corpus(filler_texts: list[str], *, seed: int) -> tuple[l
 def read_chat_pairs(spec: dict) -> list[tuple[str, str]]:
     """(user, assistant) pairs of a filler table whose ``columns`` name the user and the assistant column.
 
-    Read with :func:`mialab.data.corpus.read_corpus` (same rows, ``query`` and whitespace rules);
+    Read with :func:`mialab.data.corpus.read_corpus` (same rows, ``where`` and whitespace rules);
     ``max_words`` caps the assistant turn only.
     """
     from mialab.data.corpus import read_corpus
@@ -105,10 +109,26 @@ def deepspeed_config(*, micro_batch_size: int, grad_accum: int, lr: float, warmu
     }
 
 
+@dataclass
+class SFTRun:
+    """A finished :func:`run_sft`: optimizer steps DeepSpeed completed, the steps the run asks for,
+    and the loss of every micro-step (those before a resume included)."""
+
+    steps: int
+    expected_steps: int
+    losses: list[float] = field(repr=False)
+
+
 def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: float, effective_batch_size: int,
             micro_batch_size: int, max_length: int, warmup: float, zero_stage: int, precision: str,
-            grad_clip: float, weight_decay: float, seed: int) -> list[float]:
-    """Fine-tune ``init_path`` on ``texts`` with DeepSpeed; rank 0 saves the model to ``out_dir``."""
+            grad_clip: float, weight_decay: float, seed: int, checkpoint_dir: str | None = None,
+            checkpoint_every: int = 0, trust_remote_code: bool = False) -> SFTRun:
+    """Fine-tune ``init_path`` on ``texts`` with DeepSpeed; rank 0 saves the model to ``out_dir``.
+
+    With ``checkpoint_dir`` a DeepSpeed checkpoint (ZeRO-partitioned optimizer state, scheduler)
+    plus each rank's RNG states and data position is written there every ``checkpoint_every``
+    optimizer steps, and the run resumes from the last one (:func:`save_sft_checkpoint`).
+    """
     import deepspeed
     import numpy as np
     import torch
@@ -129,8 +149,10 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: 
 
     from transformers import AutoModelForCausalLM
 
-    tok = load_tokenizer(init_path, padding_side="right")
-    model = AutoModelForCausalLM.from_pretrained(init_path, dtype=torch.float32, use_safetensors=True)
+    # trust_remote_code: the init model's models.<name>.trust_remote_code
+    tok = load_tokenizer(init_path, padding_side="right", trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(init_path, dtype=torch.float32, use_safetensors=True,
+                                                 trust_remote_code=trust_remote_code)
     enc = tok(texts, truncation=True, max_length=max_length)["input_ids"]
     enc = [e + [tok.eos_token_id] if len(e) < max_length else e for e in enc]
 
@@ -141,17 +163,29 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: 
                            warmup_steps=warmup_steps, total_steps=total_steps, zero_stage=zero_stage,
                            precision=precision, grad_clip=grad_clip, weight_decay=weight_decay)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    refuse_pickled_code(engine)
     device = engine.device
 
     rng = np.random.default_rng(seed)
     losses: list[float] = []
-    engine.train()
     n_micro = steps_per_epoch * grad_accum
+    first_epoch, first_micro, order = 0, 0, None
+    resume = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
+    if resume is not None:
+        engine.load_checkpoint(str(resume.parent), tag=resume.name, load_module_strict=True,
+                               load_optimizer_states=True, load_lr_scheduler_states=True)
+        doc, tensors = load_state(resume, f"client-{rank}")
+        restore_rng_state(rng, doc, tensors)
+        first_epoch, first_micro, losses, order = doc["epoch"], doc["micro"], doc["losses"], tensors["order"].numpy()
+        if rank == 0:
+            console.log(f"resuming SFT from {resume} (step {engine.global_steps} of {total_steps})")
+    engine.train()
     with progress() as prog:
-        task = prog.add_task("sft", total=epochs * n_micro) if rank == 0 else None
-        for epoch in range(epochs):
-            order = rng.permutation(len(enc))
-            for m in range(n_micro):
+        task = prog.add_task("sft", total=epochs * n_micro, completed=len(losses)) if rank == 0 else None
+        for epoch in range(first_epoch, epochs):
+            if epoch != first_epoch or order is None:
+                order = rng.permutation(len(enc))
+            for m in range(first_micro if epoch == first_epoch else 0, n_micro):
                 # micro-batch m of this rank: a strided slice of the epoch's permutation
                 start = (m * world + rank) * micro_batch_size
                 idx = [order[(start + j) % len(order)] for j in range(micro_batch_size)]
@@ -168,10 +202,62 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: 
                     prog.advance(task)
                     if m % 50 == 0:
                         console.log(f"epoch {epoch} micro-step {m}/{n_micro} loss {losses[-1]:.4f}")
+                done = epoch * n_micro + m + 1  # micro-steps done
+                if checkpoint_dir and done % grad_accum == 0 and is_due(done // grad_accum, checkpoint_every,
+                                                                         total_steps):
+                    save_sft_checkpoint(engine, checkpoint_dir, done // grad_accum, rng, order=order,
+                                        epoch=epoch, micro=m + 1, losses=losses)
             if rank == 0:
                 console.log(f"epoch {epoch} mean loss {np.mean(losses[-n_micro:]):.4f}")
     if rank == 0:
         engine.module.save_pretrained(out_dir, safe_serialization=True)
         tok.save_pretrained(out_dir)
     dist.barrier()
-    return losses
+    return SFTRun(steps=int(engine.global_steps), expected_steps=total_steps, losses=losses)
+
+
+def refuse_pickled_code(engine) -> None:
+    """Make DeepSpeed read checkpoints with torch's ``weights_only`` unpickler: tensors, containers
+    and plain values only, so a checkpoint folder cannot run code when a job resumes from it."""
+    import torch
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    allowed = [LossScaler, ZeroStageEnum, fragment_address]  # DeepSpeed's own state records: data, no code
+
+    def load(path, map_location=None):
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(path, map_location=map_location, weights_only=True)
+
+    engine.checkpoint_engine.load = load
+
+
+def save_sft_checkpoint(engine, root: str, step: int, rng, *, order, epoch: int, micro: int,
+                        losses: list[float]) -> None:
+    """Every rank writes its part of the state after optimizer step ``step`` to ``root/step-<step>/``.
+
+    DeepSpeed's ``save_checkpoint`` (model, ZeRO optimizer partitions, scheduler) plus each rank's
+    ``client-<rank>`` state (RNG states, the epoch's data order, the next micro-step, the losses)
+    go to a temporary folder of a name every rank knows; rank 0 renames it into place once all are
+    done, then deletes the older checkpoints.
+    """
+    import torch
+    import torch.distributed as dist
+
+    final = checkpoint_path(root, step)
+    tmp = final.with_name(f".{final.name}.deepspeed.tmp")
+    rank = dist.get_rank()
+    if rank == 0:
+        remove_stale_temporaries(final)  # a checkpoint write killed midway
+    dist.barrier()
+    engine.save_checkpoint(str(root), tag=tmp.name, save_latest=False)
+    doc, tensors = rng_state(rng)
+    save_state(tmp, f"client-{rank}", {**doc, "epoch": epoch, "micro": micro, "losses": losses},
+               {**tensors, "order": torch.from_numpy(order.copy())})
+    dist.barrier()
+    if rank == 0:
+        grant_umask_mode(tmp)
+        os.replace(tmp, final)
+        prune_checkpoints(root, keep=final)
+    dist.barrier()

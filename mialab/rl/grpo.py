@@ -22,7 +22,9 @@ hold: the prompt order of epoch ``e`` depends only on ``(seed, e)`` (stock TRL d
 epoch's order from one generator, which a resumed run restarts, repeating epoch 0's order), and
 the checkpoint lands on a generation boundary (``num_iterations = 1`` or ``save_steps`` and the
 steps per epoch multiples of it; otherwise a resumed run regenerates a reused batch). On CPU the
-run is deterministic under ``seed`` (``full_determinism``).
+run is deterministic under ``seed`` (``full_determinism``). An epoch ends at a global step counted
+in whole optimizer steps (:func:`steps_per_epoch`), so a checkpoint part-way through an epoch is
+resumed, never taken for the epoch's end.
 """
 
 from __future__ import annotations
@@ -158,6 +160,22 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
 
 
+def steps_per_epoch(n_prompts: int, settings: GRPOSettings, world_size: int = 1) -> int:
+    """Optimizer steps in one epoch over ``n_prompts`` prompts (TRL's ``RepeatSampler`` arithmetic).
+
+    One generation batch is ``batch_size x world_size x grad_accum`` completions, i.e. that over
+    ``num_generations`` prompts; an epoch holds the whole generation batches of its prompts, each
+    used for ``num_iterations`` optimizer steps.
+    """
+    s = settings
+    prompts_per_generation = s.batch_size * world_size * s.grad_accum // s.num_generations
+    if n_prompts < prompts_per_generation:
+        raise ValueError(f"{n_prompts} prompts are fewer than one generation batch of {prompts_per_generation} "
+                         f"(batch_size {s.batch_size} x {world_size} processes x grad_accum {s.grad_accum} / "
+                         f"num_generations {s.num_generations})")
+    return n_prompts // prompts_per_generation * s.num_iterations
+
+
 def truncate_prompt(ids: Sequence[int], max_length: int | None, bos_token_id: int | None) -> list[int]:
     """The last ``max_length`` tokens of a prompt, keeping a leading BOS token."""
     ids = list(ids)
@@ -201,25 +219,38 @@ def _trainer_class():
             return [truncate_prompt(p, self.max_prompt_length, bos) for p in ids], images, fields
 
     class EpochCheckpoints(TrainerCallback):
-        """Save a trainer checkpoint at every epoch end; stop after epoch ``until_epoch``."""
+        """Save a trainer checkpoint at every epoch end; stop at step ``until_step`` (integer steps:
+        a float epoch such as 8/12 must never count as a finished epoch)."""
 
-        def __init__(self, until_epoch: int | None):
-            self.until_epoch = until_epoch
+        def __init__(self, epoch_steps: int, total_steps: int, until_step: int):
+            self.epoch_steps, self.total_steps, self.until_step = epoch_steps, total_steps, until_step
 
-        def on_epoch_end(self, args, state, control, **kwargs):
-            control.should_save = True
-            if self.until_epoch is not None and round(state.epoch) >= self.until_epoch:
-                control.should_training_stop = True
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.max_steps != self.total_steps:
+                raise RuntimeError(f"TRL plans {state.max_steps} GRPO steps, mialab.rl.grpo.steps_per_epoch "
+                                   f"{self.total_steps}: the epoch arithmetic no longer matches TRL's")
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % self.epoch_steps == 0:
+                control.should_save = True
+            if state.global_step >= self.until_step:
+                control.should_save = control.should_training_stop = True
             return control
 
     return ResumableGRPOTrainer, EpochCheckpoints
 
 
 def last_checkpoint(work_dir: str | os.PathLike) -> str | None:
-    """The trainer checkpoint with the highest step in ``work_dir`` (None when there is none)."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """The complete trainer checkpoint with the highest step in ``work_dir`` (None when there is none).
 
-    return get_last_checkpoint(str(work_dir)) if Path(work_dir).is_dir() else None
+    The trainer writes ``trainer_state.json`` last (and deletes older checkpoints only after it):
+    a checkpoint without it was cut short by a kill and is ignored.
+    """
+    if not Path(work_dir).is_dir():
+        return None
+    steps = [(int(p.name.split("-")[1]), p) for p in Path(work_dir).glob("checkpoint-*")
+             if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()]
+    return str(max(steps)[1]) if steps else None
 
 
 def checkpoint_state(checkpoint: str | os.PathLike):
@@ -232,20 +263,32 @@ def checkpoint_state(checkpoint: str | os.PathLike):
 @dataclass
 class GRPORun:
     """A finished :func:`run_grpo` call: the checkpoint written last (the trained policy, its
-    optimizer and RNG states) and the metrics logged up to it (one row per logged step)."""
+    optimizer and RNG states), its global step, the step the call was to reach, and the metrics
+    logged up to it (one row per logged step)."""
 
     checkpoint: str
+    steps: int
+    expected_steps: int
     log: pd.DataFrame = field(repr=False)
+
+    @classmethod
+    def of(cls, checkpoint: str, expected_steps: int) -> GRPORun:
+        state = checkpoint_state(checkpoint)
+        return cls(checkpoint=str(checkpoint), steps=int(state.global_step), expected_steps=int(expected_steps),
+                   log=pd.DataFrame(state.log_history))
 
 
 def run_grpo(model_path: str, data: pd.DataFrame, reward: Callable | list[Callable], settings: GRPOSettings,
              work_dir: str | os.PathLike, *, resume_from: str | None = None, until_epoch: int | None = None,
-             device: str = "auto", dtype: str = "float32", callbacks: list | None = None) -> GRPORun:
+             device: str = "auto", dtype: str = "float32", callbacks: list | None = None,
+             trust_remote_code: bool = False) -> GRPORun:
     """Train ``model_path`` with GRPO on ``data`` (``prompt`` plus the reward's columns).
 
     Resumes from the last checkpoint in ``work_dir`` when there is one, else from ``resume_from``
-    (a checkpoint of this same run), else starts afresh. ``until_epoch`` stops after that epoch; a
-    checkpoint that has already reached it is returned as is (a job killed after its last save).
+    (a checkpoint of this same run, at the end of epoch ``until_epoch - 1``), else starts afresh.
+    ``until_epoch`` stops after that epoch; a checkpoint whose global step is exactly that epoch's
+    end is returned as is (a job killed after its last save). Epoch ends are counted in optimizer
+    steps (:func:`steps_per_epoch`), never by rounding TRL's fractional epoch.
     """
     from datasets import Dataset
 
@@ -253,42 +296,61 @@ def run_grpo(model_path: str, data: pd.DataFrame, reward: Callable | list[Callab
 
     if "prompt" not in data.columns:
         raise KeyError(f"the GRPO training set needs a 'prompt' column; it has {list(data.columns)}")
-    start = last_checkpoint(work_dir) or resume_from
-    if start is not None and until_epoch is not None and round(checkpoint_state(start).epoch) >= until_epoch:
-        return GRPORun(checkpoint=str(start), log=pd.DataFrame(checkpoint_state(start).log_history))
+    epoch_steps = steps_per_epoch(len(data), settings, int(os.environ.get("WORLD_SIZE", "1")))
+    total = settings.max_steps if settings.max_steps > 0 else settings.epochs * epoch_steps
+    target = total if until_epoch is None else until_epoch * epoch_steps
+    if target > total:
+        raise ValueError(f"epoch {until_epoch} ends at step {target}, after the run's last step {total} "
+                         f"({settings.epochs} epochs of {epoch_steps} steps, max_steps {settings.max_steps})")
+    start = last_checkpoint(work_dir)
+    if start is None and resume_from is not None:
+        start = resume_from
+        if until_epoch is not None and checkpoint_state(start).global_step != target - epoch_steps:
+            raise ValueError(f"{start} is at step {checkpoint_state(start).global_step}, not at the end of epoch "
+                             f"{until_epoch - 1} (step {target - epoch_steps})")
+    if start is not None:
+        step = checkpoint_state(start).global_step
+        if step == target:
+            return GRPORun.of(start, target)
+        if step > target:
+            raise ValueError(f"{start} is at step {step}, past this run's target step {target}")
     device = resolve_device(device)
     trainer_cls, epoch_checkpoints = _trainer_class()
     args = grpo_config(settings, work_dir, device=device)
     trainer = trainer_cls(
-        model=load_causal_lm(model_path, dtype=dtype, device="cpu"),
+        model=load_causal_lm(model_path, dtype=dtype, device="cpu", trust_remote_code=trust_remote_code),
         reward_funcs=list(reward) if isinstance(reward, (list, tuple)) else [reward],
         args=args, train_dataset=Dataset.from_pandas(data.reset_index(drop=True), preserve_index=False),
-        processing_class=load_tokenizer(model_path, padding_side="left"),
+        processing_class=load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code),
         peft_config=lora_config(settings.lora) if settings.lora else None,
-        callbacks=[epoch_checkpoints(until_epoch), *(callbacks or [])],
+        callbacks=[epoch_checkpoints(epoch_steps, total, target), *(callbacks or [])],
         max_prompt_length=settings.max_prompt_length,
     )
     trainer.train(resume_from_checkpoint=start)
     final = last_checkpoint(work_dir)
     if final is None:
         raise RuntimeError(f"GRPO wrote no checkpoint to {work_dir}")
-    return GRPORun(checkpoint=final, log=pd.DataFrame(checkpoint_state(final).log_history))
+    return GRPORun.of(final, target)
 
 
-def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, *, init: str | None = None) -> None:
+def export_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, *, init: str | None = None,
+                      trust_remote_code: bool = False) -> None:
     """Save a trainer checkpoint's policy as a standalone model folder with its tokenizer; a LoRA
-    checkpoint's adapter is merged into the run's ``init`` model."""
+    checkpoint's adapter is merged into the run's ``init`` model (``trust_remote_code``: the init
+    model's config setting, which its checkpoints share)."""
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    from mialab.models.loading import load_causal_lm
+    from mialab.models.loading import check_remote_code, load_causal_lm
 
+    check_remote_code(str(checkpoint), trust_remote_code)  # before anything is loaded (its tokenizer too)
     if (Path(checkpoint) / "adapter_config.json").exists():
         if init is None:
             raise ValueError(f"{checkpoint} holds a LoRA adapter: exporting it needs the run's init model")
-        model = PeftModel.from_pretrained(load_causal_lm(init, device="cpu"), str(checkpoint)).merge_and_unload()
+        model = PeftModel.from_pretrained(load_causal_lm(init, device="cpu", trust_remote_code=trust_remote_code),
+                                          str(checkpoint)).merge_and_unload()
     else:
-        model = load_causal_lm(str(checkpoint), device="cpu")
+        model = load_causal_lm(str(checkpoint), device="cpu", trust_remote_code=trust_remote_code)
     model.config.use_cache = True
     model.save_pretrained(str(out_dir), safe_serialization=True)
-    AutoTokenizer.from_pretrained(str(checkpoint)).save_pretrained(str(out_dir))
+    AutoTokenizer.from_pretrained(str(checkpoint), trust_remote_code=trust_remote_code).save_pretrained(str(out_dir))

@@ -10,18 +10,20 @@ from mialab.scoring.loglik import token_stats
 
 
 def score_split(model_path: str, split: pd.DataFrame, spec: dict, *,
-                reference_scores: pd.DataFrame | None = None) -> pd.DataFrame:
+                reference_scores: pd.DataFrame | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
     """A table ``id, label, n_tokens, <method columns>`` (higher = more likely a member).
 
     ``r_loss`` is added when a reference model's score table for the same split is given; the
-    two tables are matched by ``id``, and a missing id is an error.
+    two tables are matched by ``id``, and a missing id is an error. ``trust_remote_code``: the
+    model's ``models.<name>.trust_remote_code``.
     """
     refs = None if reference_scores is None else [reference_scores]
-    return score_splits(model_path, [split], spec, reference_scores=refs)[0]
+    return score_splits(model_path, [split], spec, reference_scores=refs, trust_remote_code=trust_remote_code)[0]
 
 
 def score_splits(model_path: str, splits: list[pd.DataFrame], spec: dict, *,
-                 reference_scores: list[pd.DataFrame] | None = None) -> list[pd.DataFrame]:
+                 reference_scores: list[pd.DataFrame] | None = None,
+                 trust_remote_code: bool = False) -> list[pd.DataFrame]:
     """:func:`score_split` of several splits of one pool, each distinct text scored once.
 
     Splits of one pool share ids; an id whose text differs between splits is an error (the
@@ -31,8 +33,8 @@ def score_splits(model_path: str, splits: list[pd.DataFrame], spec: dict, *,
     clash = texts["id"][texts["id"].duplicated()]
     if len(clash):
         raise ValueError(f"{len(clash)} id(s) have different texts in different splits, e.g. {sorted(clash)[:3]}")
-    tok = load_tokenizer(model_path, padding_side="right")
-    model = load_causal_lm(model_path, dtype=spec["dtype"], device=spec["device"])
+    tok = load_tokenizer(model_path, padding_side="right", trust_remote_code=trust_remote_code)
+    model = load_causal_lm(model_path, dtype=spec["dtype"], device=spec["device"], trust_remote_code=trust_remote_code)
     distinct = texts["text"].tolist()
     stats = token_stats(model, tok, distinct, batch_size=spec["batch_size"], max_length=spec["max_length"])
     scored = pd.DataFrame({"id": texts["id"].to_numpy(), "n_tokens": [len(s.logp) + 1 for s in stats]})

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from mialab.data.prefix import split_words, truncate_words
+from mialab.data.sources import describe
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def drop_duplicate_texts(pool: pd.DataFrame, *, family: str) -> pd.DataFrame:
     return pool.loc[~dup].reset_index(drop=True)
 
 
-def pretraining_pool(texts: pd.Series, *, family: str, source: str | pd.Series, ratio: float,
+def pretraining_pool(texts: pd.Series, *, family: str, source: str | dict | pd.Series, ratio: float,
                      max_words: int | None = None, labels=None, extra: dict | None = None) -> pd.DataFrame:
     """Pool rows under the pretraining prefix rule (first ``ratio`` of the words).
 
@@ -92,7 +93,7 @@ def pretraining_pool(texts: pd.Series, *, family: str, source: str | pd.Series, 
     return _finish(pool, family=family, source=source, labels=labels, extra=extra)
 
 
-def request_response_pool(requests: pd.Series, responses: pd.Series, *, family: str, source: str | pd.Series,
+def request_response_pool(requests: pd.Series, responses: pd.Series, *, family: str, source: str | dict | pd.Series,
                           ratio: float, max_words: int | None = None, labels=None,
                           extra: dict | None = None) -> pd.DataFrame:
     """Pool rows under the request + response rule: full request plus the first ``ratio`` of the
@@ -109,7 +110,7 @@ def request_response_pool(requests: pd.Series, responses: pd.Series, *, family: 
 
 def _finish(pool: pd.DataFrame, *, family: str, source, labels, extra: dict | None) -> pd.DataFrame:
     """Attach source, labels and extra columns, then content ids."""
-    pool["source"] = source if isinstance(source, str) else np.asarray(source)
+    pool["source"] = np.asarray(source) if isinstance(source, pd.Series) else describe(source)
     if labels is not None:
         pool["label"] = np.asarray(labels).astype("int8")
     for col, values in (extra or {}).items():

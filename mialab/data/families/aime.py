@@ -21,7 +21,7 @@ import pandas as pd
 from mialab.data.membership import random_partition
 from mialab.data.prefix import split_words, truncate_words
 from mialab.data.registry import register_family
-from mialab.data.sources import read_table, require_columns
+from mialab.data.sources import describe, read_table, require_columns
 
 _COLUMNS = ["problem", "solution", "year", "aime_number", "problem_number"]
 
@@ -36,14 +36,27 @@ def _read_sources(sources: str | dict | list) -> pd.DataFrame:
         if isinstance(entry, dict) and "year" in entry:
             df["year"] = int(entry["year"])
         require_columns(df, ["problem", "year"], source=src)
+        df["year"] = integer_years(df["year"], source=src)
         if "solution" not in df.columns:
             df["solution"] = None
         for col in ("aime_number", "problem_number"):
             if col not in df.columns:
                 df[col] = range(len(df)) if col == "problem_number" else 0
-        df["_source"] = src
+        df["_source"] = describe(src)
         frames.append(df[_COLUMNS + ["_source"]])
     return pd.concat(frames, ignore_index=True)
+
+
+def integer_years(years: pd.Series, *, source) -> pd.Series:
+    """The ``year`` column as integers; a value that is not a whole number is an error naming the
+    file, the row and the value."""
+    numbers = pd.to_numeric(years, errors="coerce")
+    bad = (numbers.isna() | (numbers != numbers.round())).to_numpy()
+    if bad.any():
+        row = int(bad.argmax())
+        raise ValueError(f"{describe(source)}: column 'year', row {row}: {years.iloc[row]!r} is not a year "
+                         f"(an integer; {int(bad.sum())} such row(s))")
+    return numbers.astype(int)
 
 
 def _year_range(years) -> list[int]:
@@ -58,9 +71,8 @@ def _year_range(years) -> list[int]:
 def load_pool(spec: dict) -> pd.DataFrame:
     """AIME candidates labelled by the configured membership rule."""
     raw = _read_sources(spec["source"])
-    raw["year"] = raw["year"].astype(int)
-    rule = spec.get("membership", {"rule": "years", "member_years": [2021, 2024], "nonmember_years": [2025, 2025]})
-    kind = rule.get("rule", "years")
+    rule = spec["membership"]
+    kind = rule["rule"]
     if kind == "years":
         members, non = set(_year_range(rule["member_years"])), set(_year_range(rule["nonmember_years"]))
         raw = raw[raw["year"].isin(members | non)].copy()
@@ -73,7 +85,7 @@ def load_pool(spec: dict) -> pd.DataFrame:
     no_solution = raw["solution"].isna() | (raw["solution"].astype(str).str.strip() == "")
     if no_solution.any():
         years = sorted(raw.loc[no_solution, "year"].unique().tolist())
-        if spec.get("missing_solution", "error") != "drop":
+        if spec["missing_solution"] != "drop":
             raise ValueError(
                 f"aime: {int(no_solution.sum())} problem(s) from year(s) {years} have no solution, so no suffix "
                 "to reconstruct; use sources with solutions, other non-member years, or set missing_solution: drop"
@@ -81,7 +93,7 @@ def load_pool(spec: dict) -> pd.DataFrame:
         raw = raw[~no_solution]
     raw = raw.drop_duplicates("problem").reset_index(drop=True)
 
-    ratio = float(spec.get("solution_prefix_ratio", 0.25))
+    ratio = float(spec["solution_prefix_ratio"])
     solution = raw["solution"].map(lambda s: truncate_words(" ".join(str(s).split()), spec.get("max_words")))
     cut = solution.map(lambda s: split_words(s, ratio))
     pool = pd.DataFrame({
@@ -95,7 +107,7 @@ def load_pool(spec: dict) -> pd.DataFrame:
     if kind == "years":
         pool["label"] = raw["label"].to_numpy()
     else:
-        pool["label"] = random_partition(pool["id"], float(rule.get("fraction", 0.5)), int(rule.get("seed", 0)))
+        pool["label"] = random_partition(pool["id"], float(rule["fraction"]), int(rule["seed"]))
     if pool["id"].duplicated().any():
         raise ValueError(f"aime: duplicate problem ids {pool.loc[pool['id'].duplicated(), 'id'].head(3).tolist()}")
     return pool

@@ -21,11 +21,11 @@ from mialab.data.sources import read_table, require_columns
 def load_pool(spec: dict) -> pd.DataFrame:
     """Every BookMIA snippet as a candidate, grouped by book."""
     src = spec["source"]
-    raw = read_table(src, split=spec.get("hub_split", "train"))
+    raw = read_table(src)
     require_columns(raw, ["snippet", "label", "book"], source=src)
     raw = drop_blank(raw, ["snippet"], family="bookmia")
     pool = pretraining_pool(raw["snippet"], family="bookmia", source=src,
-                            ratio=float(spec.get("prefix_ratio", 0.5)), max_words=spec.get("max_words"),
+                            ratio=float(spec["prefix_ratio"]), max_words=spec.get("max_words"),
                             labels=raw["label"], extra={"group": raw["book"].astype(str)})
     pool = drop_duplicate_texts(pool, family="bookmia")
-    return apply_membership(pool, spec.get("membership", {"rule": "label"}), source_label=pool["label"])
+    return apply_membership(pool, spec["membership"], source_label=pool["label"])

@@ -21,14 +21,14 @@ from mialab.data.sources import read_table, require_columns
 def decop_pool(spec: dict, *, family: str) -> pd.DataFrame:
     """Candidates from a DE-COP benchmark table (original passages only)."""
     src = spec["source"]
-    raw = read_table(src, split=spec.get("hub_split", "train"))
+    raw = read_table(src)
     require_columns(raw, ["Example_A", "Label", "ID"], source=src)
     raw = drop_blank(raw, ["Example_A"], family=family)
     pool = pretraining_pool(raw["Example_A"].astype(str), family=family, source=src,
-                            ratio=float(spec.get("prefix_ratio", 0.5)), max_words=spec.get("max_words"),
+                            ratio=float(spec["prefix_ratio"]), max_words=spec.get("max_words"),
                             labels=raw["Label"], extra={"group": raw["ID"].astype(str)})
     pool = drop_duplicate_texts(pool, family=family)
-    return apply_membership(pool, spec.get("membership", {"rule": "label"}), source_label=pool["label"])
+    return apply_membership(pool, spec["membership"], source_label=pool["label"])
 
 
 @register_family("arxivtection")

@@ -14,22 +14,20 @@ import pandas as pd
 
 from mialab.data.families._common import drop_blank, drop_duplicate_texts, pretraining_pool
 from mialab.data.registry import register_family
-from mialab.data.sources import read_table, require_columns
+from mialab.data.sources import describe, read_table, require_columns
 
 
 @register_family("dolma3_arxiv")
 def load_pool(spec: dict) -> pd.DataFrame:
     """Members from ``source``, non-members from ``nonmember_source``."""
-    if "nonmember_source" not in spec:
-        raise KeyError("dolma3_arxiv: the pool spec needs 'nonmember_source' (arXiv papers after the cutoff)")
-    col = spec.get("text_column", "text")
+    col = spec["text_column"]
     frames = []
     for label, key in ((1, "source"), (0, "nonmember_source")):
-        part = read_table(spec[key], split=spec.get("hub_split", "train"))
+        part = read_table(spec[key])
         require_columns(part, [col], source=spec[key])
-        frames.append(pd.DataFrame({"text": part[col], "label": label, "source": spec[key]}))
+        frames.append(pd.DataFrame({"text": part[col], "label": label, "source": describe(spec[key])}))
     raw = drop_blank(pd.concat(frames, ignore_index=True), ["text"], family="dolma3_arxiv")
     pool = pretraining_pool(raw["text"].astype(str), family="dolma3_arxiv", source=raw["source"],
-                            ratio=float(spec.get("prefix_ratio", 0.5)), max_words=spec.get("max_words", 512),
+                            ratio=float(spec["prefix_ratio"]), max_words=spec["max_words"],
                             labels=raw["label"])
     return drop_duplicate_texts(pool, family="dolma3_arxiv")

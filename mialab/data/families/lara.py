@@ -25,12 +25,12 @@ import pandas as pd
 
 from mialab.data.families._common import content_id, drop_blank, drop_duplicate_texts, pretraining_pool
 from mialab.data.registry import register_family
-from mialab.data.sources import read_table, require_columns
+from mialab.data.sources import describe, read_table, require_columns
 
 
-def read_problems(source: str, *, problem_column: str, answer_column: str, hub_split: str = "train") -> pd.DataFrame:
+def read_problems(source: str | dict, *, problem_column: str, answer_column: str) -> pd.DataFrame:
     """Columns ``problem`` (whitespace-normalised) and ``answer`` of a math-problem file."""
-    raw = read_table(source, split=hub_split)
+    raw = read_table(source)
     require_columns(raw, [problem_column, answer_column], source=source)
     raw = drop_blank(raw, [problem_column, answer_column], family="lara_rl")
     return pd.DataFrame({"problem": raw[problem_column].map(lambda p: " ".join(str(p).split())),
@@ -40,16 +40,13 @@ def read_problems(source: str, *, problem_column: str, answer_column: str, hub_s
 @register_family("lara_rl")
 def load_pool(spec: dict) -> pd.DataFrame:
     """Members from the model's RL training set, non-members from held-out problems."""
-    if "nonmember_source" not in spec:
-        raise KeyError("lara_rl: the pool spec needs 'nonmember_source' (held-out problems, e.g. a later AIME)")
-    cols = dict(problem_column=spec.get("problem_column", "problem"),
-                answer_column=spec.get("answer_column", "answer"), hub_split=spec.get("hub_split", "train"))
+    cols = dict(problem_column=spec["problem_column"], answer_column=spec["answer_column"])
     parts = []
-    for label, key, group in ((1, "source", spec.get("model", "rl_train")), (0, "nonmember_source", "heldout")):
-        parts.append(read_problems(spec[key], **cols).assign(label=label, source=spec[key], group=group))
+    for label, key, group in ((1, "source", spec["model"]), (0, "nonmember_source", "heldout")):
+        parts.append(read_problems(spec[key], **cols).assign(label=label, source=describe(spec[key]), group=group))
     raw = pd.concat(parts, ignore_index=True)
     pool = pretraining_pool(raw["problem"], family="lara_rl", source=raw["source"],
-                            ratio=float(spec.get("prefix_ratio", 0.5)), labels=raw["label"],
+                            ratio=float(spec["prefix_ratio"]), labels=raw["label"],
                             extra={"group": raw["group"], "answer": raw["answer"]})
     return drop_duplicate_texts(pool, family="lara_rl")
 

@@ -3,8 +3,8 @@
 ``source`` is either
 - a local folder laid out as ``members/<domain>.jsonl`` and ``non-members/<domain>.jsonl``, each
   line one JSON string (the PETAL copy of the 7-gram 0.2 split in ``shared/data/mimir_ngram7``), or
-- the hub id ``iamgroot42/mimir``, read with ``domain`` as subset and ``hub_split`` (default
-  ``ngram_7_0.2``) as split, columns ``member`` and ``nonmember``.
+- the hub dataset ``{hub: iamgroot42/mimir, split: ngram_7_0.2}`` (``split`` names the n-gram
+  split), read with ``domain`` as subset, columns ``member`` and ``nonmember``.
 
 ``domain`` (required): e.g. ``arxiv``, ``dm_mathematics`` (``dm`` locally), ``github``,
 ``pile_cc``, ``wikipedia``. Classes are unbalanced in several domains; sampling balances them.
@@ -20,15 +20,15 @@ import pandas as pd
 
 from mialab.data.families._common import drop_blank, drop_duplicate_texts, pretraining_pool
 from mialab.data.registry import register_family
-from mialab.data.sources import read_table, require_columns
+from mialab.data.sources import describe, is_hub, read_table, require_columns
 
 _FOLDERS = {1: "members", 0: "non-members"}
 
 
-def read_mimir(source: str, domain: str, *, hub_split: str = "ngram_7_0.2") -> pd.DataFrame:
+def read_mimir(source: str | dict, domain: str) -> pd.DataFrame:
     """Columns ``text`` and ``label`` for one domain, from the local layout or the hub."""
-    root = Path(source)
-    if root.is_dir():
+    if not is_hub(source) and Path(source).is_dir():
+        root = Path(source)
         frames = []
         for label, folder in _FOLDERS.items():
             path = root / folder / f"{domain}.jsonl"
@@ -39,7 +39,7 @@ def read_mimir(source: str, domain: str, *, hub_split: str = "ngram_7_0.2") -> p
             require_columns(part, ["text"], source=str(path))
             frames.append(part[["text"]].assign(label=label))
         return pd.concat(frames, ignore_index=True)
-    raw = read_table(source, split=hub_split, subset=domain)
+    raw = read_table(source, subset=domain)
     require_columns(raw, ["member", "nonmember"], source=source)
     return pd.concat([pd.DataFrame({"text": raw["member"], "label": 1}),
                       pd.DataFrame({"text": raw["nonmember"], "label": 0})], ignore_index=True)
@@ -48,12 +48,9 @@ def read_mimir(source: str, domain: str, *, hub_split: str = "ngram_7_0.2") -> p
 @register_family("mimir")
 def load_pool(spec: dict) -> pd.DataFrame:
     """Every member and non-member document of ``spec['domain']`` as a candidate."""
-    if "domain" not in spec:
-        raise KeyError("mimir: the pool spec needs a 'domain' (e.g. arxiv, github, pile_cc, wikipedia)")
     src, domain = spec["source"], spec["domain"]
-    raw = drop_blank(read_mimir(src, domain, hub_split=spec.get("hub_split", "ngram_7_0.2")), ["text"],
-                     family="mimir")
-    pool = pretraining_pool(raw["text"].astype(str), family=f"mimir_{domain}", source=f"{src}:{domain}",
-                            ratio=float(spec.get("prefix_ratio", 0.5)), max_words=spec.get("max_words"),
+    raw = drop_blank(read_mimir(src, domain), ["text"], family="mimir")
+    pool = pretraining_pool(raw["text"].astype(str), family=f"mimir_{domain}", source=f"{describe(src)}:{domain}",
+                            ratio=float(spec["prefix_ratio"]), max_words=spec.get("max_words"),
                             labels=raw["label"], extra={"group": domain})
     return drop_duplicate_texts(pool, family="mimir")

@@ -24,13 +24,13 @@ from mialab.data.sources import read_table, require_columns
 def load_pool(spec: dict) -> pd.DataFrame:
     """Every problem with a solution as a candidate, labelled by a seeded random partition."""
     src = spec["source"]
-    pcol, scol = spec.get("problem_column", "problem"), spec.get("solution_column", "solution")
-    raw = read_table(src, split=spec.get("hub_split", "train"))
+    pcol, scol = spec["problem_column"], spec["solution_column"]
+    raw = read_table(src)
     require_columns(raw, [pcol, scol], source=src)
-    raw = drop_blank(raw, [pcol, scol], family="olympiad_math", on_blank=spec.get("missing_solution", "error"),
+    raw = drop_blank(raw, [pcol, scol], family="olympiad_math", on_blank=spec["missing_solution"],
                      hint="; no suffix to reconstruct: set missing_solution: drop to skip them")
     pool = request_response_pool(raw[pcol].astype(str), raw[scol].astype(str), family="olympiad_math", source=src,
-                                  ratio=float(spec.get("solution_prefix_ratio", 0.25)),
+                                  ratio=float(spec["solution_prefix_ratio"]),
                                   max_words=spec.get("max_words"))
     pool = drop_duplicate_texts(pool, family="olympiad_math")
-    return apply_membership(pool, spec.get("membership", {"rule": "random", "fraction": 0.5, "seed": 0}))
+    return apply_membership(pool, spec["membership"])

@@ -24,15 +24,9 @@ import pandas as pd
 from mialab.data.families._common import as_text, content_id, drop_blank, drop_duplicate_texts
 from mialab.data.prefix import truncate_words
 from mialab.data.registry import register_family
-from mialab.data.sources import read_table, require_columns
+from mialab.data.sources import describe, read_table, require_columns
 
 log = logging.getLogger(__name__)
-
-TEACHERS = {
-    "gemini": ["gemini_thinking_trajectory", "gemini_attempt"],
-    "deepseek": ["deepseek_thinking_trajectory", "deepseek_attempt"],
-}
-
 
 def teacher_rows(raw: pd.DataFrame, *, family: str, teacher: str, columns: list[str], qcol: str, label: int,
                  include_attempt: bool, max_words: int | None, source: str) -> pd.DataFrame:
@@ -48,11 +42,10 @@ def teacher_rows(raw: pd.DataFrame, *, family: str, teacher: str, columns: list[
     return rows
 
 
-def s1_pool(spec: dict, *, family: str, member_teacher: str) -> pd.DataFrame:
+def s1_pool(spec: dict, *, family: str) -> pd.DataFrame:
     """Paired candidates: ``member_teacher``'s trace (label 1) and the other teacher's (label 0)."""
     src = spec["source"]
-    teachers = spec.get("teachers", TEACHERS)
-    member = spec.get("member_teacher", member_teacher)
+    teachers, member = spec["teachers"], spec["member_teacher"]
     others = [t for t in teachers if t != member]
     nonmember = spec.get("nonmember_teacher", others[0] if len(others) == 1 else None)
     for name in (member, nonmember):
@@ -60,10 +53,9 @@ def s1_pool(spec: dict, *, family: str, member_teacher: str) -> pd.DataFrame:
             raise KeyError(f"{family}: unknown or unset teacher {name!r}; known teachers: {sorted(teachers)}")
     if member == nonmember:
         raise ValueError(f"{family}: member and non-member teacher are both {member!r}")
-    qcol = spec.get("question_column", "question")
-    include_attempt = bool(spec.get("include_attempt", True))
+    qcol, include_attempt = spec["question_column"], bool(spec["include_attempt"])
     needed = [qcol] + [c for t in (member, nonmember) for c in (teachers[t] if include_attempt else teachers[t][:1])]
-    raw = read_table(src, split=spec.get("hub_split", "train"))
+    raw = read_table(src)
     require_columns(raw, needed, source=src)
     raw = drop_blank(raw, needed, family=family)
     repeated = raw[qcol].duplicated()
@@ -71,7 +63,7 @@ def s1_pool(spec: dict, *, family: str, member_teacher: str) -> pd.DataFrame:
         log.warning("%s: dropped %d repeated problem(s) (a pair needs one row per problem)", family, int(repeated.sum()))
     raw = raw[~repeated].reset_index(drop=True)
     common = dict(family=family, qcol=qcol, include_attempt=include_attempt, max_words=spec.get("max_words"),
-                  source=src)
+                  source=describe(src))
     pool = pd.concat([teacher_rows(raw, teacher=member, columns=teachers[member], label=1, **common),
                       teacher_rows(raw, teacher=nonmember, columns=teachers[nonmember], label=0, **common)],
                      ignore_index=True)
@@ -81,10 +73,10 @@ def s1_pool(spec: dict, *, family: str, member_teacher: str) -> pd.DataFrame:
 @register_family("s1")
 def load_s1(spec: dict) -> pd.DataFrame:
     """S1: Gemini-2.0-Flash traces are the members by default."""
-    return s1_pool(spec, family="s1", member_teacher="gemini")
+    return s1_pool(spec, family="s1")
 
 
 @register_family("s1_1")
 def load_s1_1(spec: dict) -> pd.DataFrame:
     """S1.1: DeepSeek-R1 traces are the members by default."""
-    return s1_pool(spec, family="s1_1", member_teacher="deepseek")
+    return s1_pool(spec, family="s1_1")

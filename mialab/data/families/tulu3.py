@@ -26,7 +26,7 @@ import pandas as pd
 
 from mialab.data.families._common import drop_blank, drop_duplicate_texts, request_response_pool
 from mialab.data.registry import register_family
-from mialab.data.sources import read_table, require_columns
+from mialab.data.sources import describe, read_table, require_columns
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def conversations(df: pd.DataFrame, *, source: str, columns: dict | None) -> pd.
     turns = df["messages"].map(single_turn)
     multi = turns.isna()
     if multi.any():
-        log.warning("tulu3: %s: dropped %d conversation(s) that are not single-turn", source, int(multi.sum()))
+        log.warning("tulu3: %s: dropped %d conversation(s) that are not single-turn", describe(source), int(multi.sum()))
     turns = turns[~multi]
     return pd.DataFrame({"user": turns.str[0], "assistant": turns.str[1]}).reset_index(drop=True)
 
@@ -74,26 +74,24 @@ def load_pool(spec: dict) -> pd.DataFrame:
     subset = spec.get("subset")
     if "member_sources" not in spec and subset not in MEMBER_SOURCES:
         raise KeyError(f"tulu3: set 'subset' (known: {sorted(MEMBER_SOURCES)}) or 'member_sources'")
-    if "nonmember_source" not in spec:
-        raise KeyError("tulu3: the pool spec needs 'nonmember_source' (the subset's rows left out of the mix)")
     wanted = spec.get("member_sources", MEMBER_SOURCES.get(subset))
-    mix = read_table(spec["source"], split=spec.get("hub_split", "train"))
+    mix = read_table(spec["source"])
     require_columns(mix, ["messages", "source"], source=spec["source"])
     mix = mix[mix["source"].isin(wanted)]
     if mix.empty:
-        raise ValueError(f"tulu3: no row of {spec['source']} has source in {wanted}")
+        raise ValueError(f"tulu3: no row of {describe(spec['source'])} has source in {wanted}")
     members = conversations(mix, source=spec["source"], columns=None)
-    nonmembers = conversations(read_table(spec["nonmember_source"], split=spec.get("hub_split", "train")),
+    nonmembers = conversations(read_table(spec["nonmember_source"]),
                                source=spec["nonmember_source"], columns=spec.get("nonmember_columns"))
-    raw = pd.concat([members.assign(label=1, source=spec["source"]),
-                     nonmembers.assign(label=0, source=spec["nonmember_source"])], ignore_index=True)
+    raw = pd.concat([members.assign(label=1, source=describe(spec["source"])),
+                     nonmembers.assign(label=0, source=describe(spec["nonmember_source"]))], ignore_index=True)
     raw = drop_blank(raw, ["user", "assistant"], family="tulu3")
-    count, cap = length_counter(spec.get("tokenizer")), int(spec.get("max_turn_tokens", 1024))
+    count, cap = length_counter(spec.get("tokenizer")), int(spec["max_turn_tokens"])
     fits = raw["user"].map(count).le(cap) & raw["assistant"].map(count).le(cap)
     if not fits.all():
         log.warning("tulu3: dropped %d conversation(s) with a turn over %d tokens", int((~fits).sum()), cap)
     raw = raw[fits].reset_index(drop=True)
     pool = request_response_pool(raw["user"].astype(str), raw["assistant"].astype(str), family="tulu3",
-                                  source=raw["source"], ratio=float(spec.get("response_prefix_ratio", 0.25)),
+                                  source=raw["source"], ratio=float(spec["response_prefix_ratio"]),
                                   labels=raw["label"], extra={"group": subset or "tulu3"})
     return drop_duplicate_texts(pool, family="tulu3")

@@ -37,12 +37,12 @@ def complete_pairs(pool: pd.DataFrame, *, family: str) -> pd.DataFrame:
 def load_pool(spec: dict) -> pd.DataFrame:
     """Every article version as a candidate, paired by article."""
     src = spec["source"]
-    key = spec.get("pair_column", "title")
-    raw = read_table(src, split=spec.get("hub_split", "train"))
+    key = spec["pair_column"]
+    raw = read_table(src)
     require_columns(raw, ["input", "label", key], source=src)
     raw = drop_blank(raw, ["input", key], family="wikimia_24_hard")
     pool = pretraining_pool(raw["input"].astype(str), family="wikimia_24_hard", source=src,
-                            ratio=float(spec.get("prefix_ratio", 0.5)), max_words=spec.get("max_words"),
+                            ratio=float(spec["prefix_ratio"]), max_words=spec.get("max_words"),
                             labels=raw["label"],
                             extra={"pair_id": raw[key].map(lambda k: content_id("wikimia_24_hard-pair", str(k)))})
     return complete_pairs(drop_duplicate_texts(pool, family="wikimia_24_hard"), family="wikimia_24_hard")

@@ -1,0 +1,282 @@
+"""CPU rehearsal of the paper configs (mialab.rehearsal, `--config rehearsal=true`): tiny stand-in models
+of the same families and chat templates, local data samples with the same columns, CPU sizes; every
+other setting the paper config's."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mialab.config import data_paths
+from mialab.data.registry import get_family
+from mialab.rehearsal import (DATA_KEYS, DEVICES, MODEL_KEYS, SHRINK, RehearsalError, RehearsalPlan, build_stand_in,
+                              changes, matches, rehearse, stand_in_paths, stand_in_spec, table, with_samples)
+from mialab.workflow import Plan
+from test_n_sampling_workflow import validated
+from workflow_helpers import REPO, job_stats, make_workdir, planned_wildcards, snakemake
+
+CONFIGS = sorted((REPO / "configs" / "paper").glob("*.yaml"))
+IDS = [p.stem for p in CONFIGS]
+
+# hub model -> (transformers class, a piece of its published chat template's rendering; None: no template)
+FAMILIES = {
+    "meta-llama/Llama-2-7b-hf": ("LlamaForCausalLM", None),
+    "allenai/tulu-2-7b": ("LlamaForCausalLM", "<|user|>\nHi\n<|assistant|>\n"),
+    "meta-llama/Llama-3.1-8B": ("LlamaForCausalLM", None),
+    "meta-llama/Llama-3.1-8B-Instruct": ("LlamaForCausalLM", "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"),
+    "allenai/Llama-3.1-Tulu-3-8B": ("LlamaForCausalLM", "<|user|>\nHi\n<|assistant|>\n"),
+    "Qwen/Qwen2-7B": ("Qwen2ForCausalLM", "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi"),
+    "Qwen/Qwen2.5-7B-Instruct": ("Qwen2ForCausalLM", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."),
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": ("Qwen2ForCausalLM", "<｜User｜>Hi<｜Assistant｜><think>\n"),
+    "PRIME-RL/Eurus-2-7B-PRIME": ("Qwen2ForCausalLM", "Please reason step by step"),
+    "GAIR/LIMR": ("Qwen2ForCausalLM", "Please reason step by step"),
+    "allenai/Olmo-3-1025-7B": ("Olmo3ForCausalLM", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+    "allenai/Olmo-3.1-7B-RL-Zero-Math": ("Olmo3ForCausalLM", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+    "openai-community/gpt2": ("GPT2LMHeadModel", None),
+    "Qwen/Qwen3-Embedding-8B": ("Qwen3Model", None),
+}
+
+
+def paper(path: Path) -> dict:
+    return validated(yaml.safe_load(path.read_text()))
+
+
+def hub_models(cfg: dict) -> dict[str, str]:
+    """config key -> hub model id, of a paper config."""
+    out = {f"models.{n}.path": s["path"] for n, s in cfg["models"].items() if s["kind"] == "hf"}
+    for pattern in MODEL_KEYS:
+        out.update({k: p[last] for k, p, last in matches(cfg, pattern) if p[last] in FAMILIES})
+    return out
+
+
+def has_hub(source) -> bool:
+    """Whether a source (a table, ``{source, ...}``, a list) names a hub dataset."""
+    if isinstance(source, list):
+        return any(map(has_hub, source))
+    if isinstance(source, dict):
+        return "hub" in source or has_hub(source.get("source"))
+    return False
+
+
+def at(cfg: dict, key: str):
+    (hit,) = [p[last] for k, p, last in matches(cfg, key)]
+    return hit
+
+
+def key_pattern(pattern: str) -> re.Pattern:
+    return re.compile(re.escape(pattern).replace(r"\*", r"[^.]+") + r"(\..*)?$")
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=IDS)
+def test_every_hub_model_becomes_a_stand_in_of_its_family(path: Path):
+    cfg = paper(path)
+    out = rehearse(cfg, vllm_available=False)
+    named = hub_models(cfg)
+    assert named, "the paper config names no hub model"
+    for key, hub in named.items():
+        folder = at(out, key)
+        assert folder.startswith("results/rehearsal/models/") and folder.endswith("/model"), (key, folder)
+        spec = stand_in_spec(hub, key)
+        cls, rendered = FAMILIES[hub]
+        assert spec["class"] == cls, (hub, spec["class"])
+        assert (spec["chat_template"] is None) == (rendered is None), hub
+    assert stand_in_paths(out) == {at(out, k) for k in named}
+    plan = RehearsalPlan(out)  # every folder is the current stand-in of its hub model
+    assert {s.manifest["spec"]["hub"] for s in plan.stand_ins.values()} == set(named.values())
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=IDS)
+def test_every_dataset_source_becomes_an_existing_local_sample(path: Path):
+    cfg = paper(path)
+    out = rehearse(cfg, vllm_available=False)
+    assert has_hub([p[last] for pattern in DATA_KEYS for _, p, last in matches(cfg, pattern)]) == \
+        (path.stem not in ("adra_aime", "lara_rl_models"))  # the paper configs' hub data, then none
+    assert not has_hub([p[last] for pattern in DATA_KEYS for _, p, last in matches(out, pattern)])
+    named = data_paths(out)
+    assert named and all((REPO / p).is_file() for _, p in named), [p for _, p in named if not (REPO / p).is_file()]
+    n_per_class = {n: ds["split"]["n_per_class"] for n, ds in out["datasets"].items()}
+    for name, ds in out["datasets"].items():  # each sample builds its family's pool, with a split's worth per class
+        spec = {k: (str(REPO / v) if isinstance(v, str) and (REPO / v).is_file() else v) for k, v in ds["pool"].items()}
+        if isinstance(spec["source"], list):
+            spec["source"] = [{**s, "source": str(REPO / s["source"])} if isinstance(s, dict)
+                              else str(REPO / s) for s in spec["source"]]
+        pool = get_family(spec["family"])(spec)
+        counts = pool["label"].value_counts()
+        assert counts.get(0, 0) >= n_per_class[name] and counts.get(1, 0) >= n_per_class[name], (name, counts.to_dict())
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=IDS)
+def test_counts_shrink_and_jobs_run_on_the_cpu(path: Path):
+    cfg = paper(path)
+    out = rehearse(cfg, vllm_available=False)
+    for pattern, cap in SHRINK.items():
+        for key, parent, last in matches(out, pattern):
+            assert parent[last] <= cap, (key, parent[last])
+    assert all(ds["split"]["n_per_class"] == 8 for ds in out["datasets"].values())
+    for pattern in DEVICES:
+        assert all(p[last] == "cpu" for _, p, last in matches(out, pattern))
+    for section in ("n_sampling", "calibdcd.generation"):
+        for _, parent, last in matches(out, f"{section}.backend"):
+            assert parent[last] == "hf" and parent["backend_options"]["device"] == "cpu"
+            assert "tensor_parallel_size" not in parent["backend_options"]
+    assert out["launch"]["nproc"] == 1 and out["rehearsal"] is True
+    if "adra" in cfg:
+        steps, new = out["adra"]["eval"]["steps"], out["adra"]["train"]["max_steps"]
+        assert steps and all(0 <= s < new for s in steps), steps
+        lora_in, lora_out = cfg["adra"]["train"]["lora"], out["adra"]["train"]["lora"]
+        assert lora_out["lora_alpha"] / lora_out["r"] == lora_in["lora_alpha"] / lora_in["r"]
+    with_vllm = rehearse(cfg, vllm_available=True)  # vLLM importable: the paper's backend stays
+    for section in ("n_sampling", "calibdcd.generation"):
+        for (_, a, la), (_, b, lb) in zip(matches(cfg, f"{section}.backend"), matches(with_vllm, f"{section}.backend")):
+            assert a[la] == b[lb]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=IDS)
+def test_nothing_but_sizes_models_data_and_devices_changes(path: Path):
+    cfg = paper(path)
+    out = rehearse(cfg, vllm_available=False)
+    allowed = [*SHRINK, *DEVICES, *MODEL_KEYS, *DATA_KEYS, "models.*.path", "rehearsal", "adra.eval.steps",
+               "adra.train.lora.lora_alpha", "n_sampling.backend", "n_sampling.backend_options",
+               "calibdcd.generation.backend", "calibdcd.generation.backend_options"]
+    patterns = [key_pattern(a) for a in allowed]
+    changed = [line.split(": ", 1)[0] for line in changes(cfg, out)]
+    assert changed
+    stray = [k for k in changed if not any(p.match(k) for p in patterns)]
+    assert not stray, stray
+    # and the paper's own settings survive: rules' options, prompts, rewards, metrics
+    for key in ("seeds", "evaluation", "scoring.methods", "scoring.k", "scoring.dtype"):
+        assert at(out, key) == at(cfg, key), key
+    for section in ("adra", "lara", "calibdcd", "n_sampling"):
+        if section in cfg:
+            kept = {k: v for k, v in cfg[section].items() if not isinstance(v, dict)}
+            assert {k: out[section][k] for k in kept if k not in ("n", "backend")} == \
+                   {k: v for k, v in kept.items() if k not in ("n", "backend")}, section
+
+
+def test_rehearse_is_pure_and_idempotent_on_data():
+    cfg = paper(REPO / "configs" / "paper" / "adra_pretraining.yaml")
+    before = copy.deepcopy(cfg)
+    out = rehearse(cfg, vllm_available=False)
+    assert cfg == before
+    assert with_samples(out)["datasets"] == out["datasets"]
+
+
+def test_unknown_hub_model_or_dataset_fails_naming_its_key():
+    cfg = paper(REPO / "configs" / "paper" / "adra_pretraining.yaml")
+    bad = copy.deepcopy(cfg)
+    bad["models"]["llama2_7b"]["path"] = "someorg/unheard-of-7b"
+    with pytest.raises(RehearsalError, match=r"models\.llama2_7b\.path: hub model 'someorg/unheard-of-7b'"):
+        rehearse(bad, vllm_available=False)
+    bad = copy.deepcopy(cfg)
+    bad["datasets"]["bookmia"]["pool"]["source"] = {"hub": "someorg/unheard-of", "split": "train"}
+    with pytest.raises(RehearsalError, match=r"datasets\.bookmia\.pool\.source: hub dataset 'someorg/unheard-of'"):
+        rehearse(bad, vllm_available=False)
+    bad = copy.deepcopy(cfg)
+    bad["datasets"]["dolma3_arxiv"]["pool"]["nonmember_source"] = "data/adra/nowhere.jsonl"
+    with pytest.raises(RehearsalError, match=r"nonmember_source: missing local file 'data/adra/nowhere.jsonl'"):
+        rehearse(bad, vllm_available=False)
+
+
+def test_stand_in_keys_do_not_depend_on_whether_the_folder_exists(tmp_path, monkeypatch):
+    """A stage reading a stand-in is built after it (the folder is the stage's input) and keeps its key
+    once the folder exists: the next run recomputes nothing."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "resources").symlink_to(REPO / "resources")
+    out = rehearse(paper(REPO / "configs" / "paper" / "adra_pretraining.yaml"), vllm_available=False)
+    plan = RehearsalPlan(out)
+    folder = plan.model_path("llama2_7b")
+    assert plan.is_built("llama2_7b") and folder in stand_in_paths(out)
+    key = plan.score_run("llama2_7b", "bookmia").key
+    Path(folder).mkdir(parents=True)
+    (Path(folder) / "config.json").write_text("{}")
+    assert RehearsalPlan(out).score_run("llama2_7b", "bookmia").key == key
+    assert Plan(out).score_run("llama2_7b", "bookmia").key != key  # what the plain plan would do
+
+
+@pytest.mark.parametrize("hub", sorted(FAMILIES))
+def test_stand_in_is_a_tiny_hf_folder_of_its_family(hub, tmp_path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    spec = stand_in_spec(hub, "test")
+    texts = [(REPO / "resources/data/tinyshakespeare/input.txt").read_text()[:200_000]]
+    n_params = build_stand_in(spec, tmp_path, texts)
+    assert n_params < 2_000_000
+    assert list(tmp_path.glob("*.safetensors")) and not list(tmp_path.glob("*.bin"))
+    cls, rendered = FAMILIES[hub]
+    assert AutoConfig.from_pretrained(tmp_path).architectures == [cls]
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    if rendered is None:
+        assert not tok.chat_template
+    else:
+        text = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+        assert rendered in text, text
+        special = [t for t in spec["tokens"].get("extra", []) if t in text]
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert all(tok.convert_tokens_to_ids(t) in ids for t in special), special  # one token each, never split
+    if spec.get("encoder"):
+        from mialab.embeddings import encode
+
+        assert encode(["a text", "another text"], model=str(tmp_path)).shape == (2, spec["size"]["hidden_size"])
+
+
+def test_tables_name_existing_samples_and_known_templates():
+    samples = table("datasets")
+    assert all((REPO / f).is_file() for part in samples.values() for f in part.values())
+    models = table("models")
+    assert all(models["families"][f].get("template", "chatml") in models["templates"] for f in models["models"].values())
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=IDS)
+def test_rehearsal_dry_run_plans_only_local_jobs_of_its_experiment(path: Path, tmp_path):
+    cfg = yaml.safe_load(path.read_text())
+    workdir = make_workdir(tmp_path / "w", cfg)
+    proc = snakemake(workdir, "-n", "--profile", str(REPO / "profiles" / "local"), "--config", "rehearsal=true")
+    out = proc.stdout + proc.stderr
+    jobs = job_stats(out)
+    assert jobs.get("rehearsal_model") == len(set(hub_models(paper(path)).values())), jobs
+    assert not {"train_tokenizer", "pretrain_model"} & set(jobs), jobs
+    for name, configured in (("model", cfg["models"]), ("dataset", cfg["datasets"])):
+        assert planned_wildcards(out, name) <= set(configured), name
+    assert "mialab: rehearsal: models." in out  # the log says what was swapped
+    assert not list((workdir / "results").glob("**/*.parquet"))
+    assert not re.search(r"hub (model|dataset) '", out), "a hub id is left in the rehearsal"
+
+
+def test_cluster_checks_see_the_paper_config(tmp_path):
+    """A paper config whose arithmetic cannot work on its GPUs fails even in rehearsal (the shrunk
+    numbers would pass): the checks run before the rehearsal shrinks them."""
+    cfg = yaml.safe_load((REPO / "configs" / "paper" / "adra_aime.yaml").read_text())
+    cfg["models"]["tulu2_aime"]["train"]["effective_batch_size"] = 63   # not a multiple of micro_batch_size 2
+    workdir = make_workdir(tmp_path / "w", cfg)
+    proc = snakemake(workdir, "-n", "--config", "rehearsal=true", check=False)
+    assert proc.returncode != 0
+    assert "models.tulu2_aime.train.effective_batch_size: 63" in proc.stdout + proc.stderr
+
+
+def test_the_tiny_world_is_no_rehearsal():
+    cfg = validated(yaml.safe_load((REPO / "config.yaml").read_text()))
+    assert cfg["rehearsal"] is False
+
+
+@pytest.mark.slow
+def test_calibdcd_paper_config_rehearses_end_to_end(tmp_path):
+    """calibdcd_instruct_models at CPU sizes, every rule of the paper's DAG, the reports of its tables."""
+    cfg = yaml.safe_load((REPO / "configs" / "paper" / "calibdcd_instruct_models.yaml").read_text())
+    workdir = make_workdir(tmp_path / "w", cfg)
+    start = time.monotonic()
+    snakemake(workdir, "--profile", str(REPO / "profiles" / "local"), "--config", "rehearsal=true", timeout=1800)
+    print(f"calibdcd_instruct_models rehearsal: {time.monotonic() - start:.0f} s")
+    results = workdir / "results"
+    summary = (results / "evaluation" / "summary.md").read_text()
+    assert all(ds in summary for ds in cfg["datasets"])
+    report = (results / "calibdcd" / "report.md").read_text()  # the paper's Tables 2-4
+    assert all(t in report for t in ("paper Table 2", "paper Table 3", "paper Table 4")), report[:2000]
+    manifests = [json.loads(p.read_text()) for p in results.glob("rehearsal/models/*/*/manifest.json")]
+    assert {m["spec"]["hub"] for m in manifests} == {s["path"] for s in cfg["models"].values()}
+    assert "Nothing to be done" in snakemake(workdir, "-n", "--config", "rehearsal=true").stdout
