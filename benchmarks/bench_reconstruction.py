@@ -9,9 +9,18 @@ Measures pairs/second for the full lexical metric suite and for the ``trio`` rew
 ratios and the projected time of one paper-scale GRPO step (16,384 pairs of 512 words), then
 times such a step directly on 2 workers twice: with every text distinct (worst case) and laid
 out as ADRA+ does (64 prompts x 32 rollouts, each against its true suffix and 7 distractor
-suffixes, so texts repeat and the kernel tokenises each distinct text once per chunk).
+suffixes, so texts repeat and the kernel tokenises each distinct text once per chunk). Rewards
+are timed under ADRA's config defaults, the released code's settings (n-gram range [3, longest
+greedy match <= 30], whitespace word counts).
+
+Against the released code: when ``--code`` or ``MIA_RL_CODE`` names a local copy of the MIA-RL
+repository (never vendored; :mod:`mialab.reconstruction.released`), its own reward functions
+(``lexical._compute_score_single`` with its trio / n-gram profiles, dynamic mode as its training
+runs set it) are timed in this process on one core against the kernel on one core, and the values
+are compared (max |difference|, required <= 1e-9). Without a copy that part says so and is skipped.
 
 Usage: python benchmarks/bench_reconstruction.py [--pairs 2048] [--ref-pairs 4] [--step-pairs 16384]
+       [--code-pairs 200] [--code PATH]
 """
 
 from __future__ import annotations
@@ -28,11 +37,13 @@ import numpy as np
 from mialab.reconstruction.kernel import lexical_metrics, worker_pool
 from mialab.reconstruction.metrics import COUNT_NAMES, metrics_from_counts
 from mialab.reconstruction.reference import reference_counts
+from mialab.reconstruction.released import ENV, code_rewards, released_code
 from mialab.reconstruction.rewards import compute_rewards, get_reward, sample_distractors
 
 DATA = Path(__file__).resolve().parents[1] / "shared" / "data" / "mimir_ngram7" / "members"
 FALLBACK_DATA = Path("/work/shared/data/mimir_ngram7/members")
 WORDS = 512
+CODE_SETTINGS = {"n_max": 30, "ngram_range": "dynamic", "length_words": "whitespace"}  # adra.reward's defaults
 
 
 def corpus_words(folder: Path) -> np.ndarray:
@@ -109,8 +120,32 @@ def reference_all(cands: list[str], refs: list[str], workers: int) -> None:
 
 
 def time_kernel(fn, cands: list[str], refs: list[str], workers: int, repeats: int = 2) -> tuple[float, float]:
-    """Best-of-``repeats`` (wall, CPU) seconds of ``fn(cands, refs, workers=...)``."""
-    return min(timed(fn, cands, refs, workers=workers) for _ in range(repeats))
+    """Best-of-``repeats`` (wall, CPU) seconds of ``fn(cands, refs, workers=...)`` (each the minimum over repeats)."""
+    runs = [timed(fn, cands, refs, workers=workers) for _ in range(repeats)]
+    return min(w for w, _ in runs), min(c for _, c in runs)
+
+
+def against_code(code_path: str | None, cands: list[str], refs: list[str], kernel_pairs: int) -> None:
+    """Time the released code's reward functions against the kernel, one core each, and compare values."""
+    code = released_code(code_path)
+    if code is None:
+        print(f"\nreleased code: skipped (set --code or {ENV} to a local copy of github.com/oseyosey/MIA-RL)")
+        return
+    print(f"\nreleased code ({code_path or os.environ[ENV]}), in-process CPU seconds (one core each); values under "
+          "its settings")
+    print(f"{'reward':<10}{'code pairs/s':>14}{'kernel pairs/s':>16}{'x code':>9}{'max |diff|':>12}")
+    for metric in ("trio", "ngram"):
+        start = time.process_time()
+        theirs = np.array(code_rewards(code, metric, cands, refs, tau=1.5, dynamic=True))
+        code_rate = len(cands) / (time.process_time() - start)
+        ours = compute_rewards(metric, cands, refs, tau=1.5, **CODE_SETTINGS)
+        _, cpu = time_kernel(lambda c, r, workers: compute_rewards(metric, c, r, workers=workers, **CODE_SETTINGS),
+                             (cands * (kernel_pairs // len(cands) + 1))[:kernel_pairs],
+                             (refs * (kernel_pairs // len(refs) + 1))[:kernel_pairs], 1, repeats=3)
+        rate = kernel_pairs / cpu
+        diff = float(np.abs(ours - theirs).max())
+        print(f"{metric:<10}{code_rate:>14.1f}{rate:>16.0f}{rate / code_rate:>9.0f}{diff:>12.1e}"
+              f"{'' if diff <= 1e-9 else '  DIFFERS'}")
 
 
 def main() -> None:
@@ -118,6 +153,8 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=2048, help="pairs for the kernel timings")
     ap.add_argument("--ref-pairs", type=int, default=4, help="pairs for the reference timings")
     ap.add_argument("--step-pairs", type=int, default=16384, help="pairs of the directly timed GRPO step")
+    ap.add_argument("--code-pairs", type=int, default=200, help="pairs for the released code's timings")
+    ap.add_argument("--code", help=f"a local copy of the released ADRA code (default: ${ENV})")
     ap.add_argument("--data", type=Path, default=DATA if DATA.exists() else FALLBACK_DATA)
     args = ap.parse_args()
 
@@ -126,11 +163,11 @@ def main() -> None:
     sample = lexical_metrics(cands[:256], refs[:256])
     print(f"corpus {len(words):,} words; 512-word pairs: mean LCS ratio {sample['lcs_ratio_ref'].mean():.2f}, "
           f"n-gram coverage {sample['ngram_coverage_ref'].mean():.2f}, trio "
-          f"{compute_rewards('trio', cands[:256], refs[:256]).mean():.2f}")
+          f"{compute_rewards('trio', cands[:256], refs[:256], **CODE_SETTINGS).mean():.2f}")
     print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} at start")
 
     suite = lambda c, r, workers: lexical_metrics(c, r, workers=workers)
-    trio = lambda c, r, workers: compute_rewards("trio", c, r, workers=workers)
+    trio = lambda c, r, workers: compute_rewards("trio", c, r, workers=workers, **CODE_SETTINGS)
     start = time.perf_counter()
     worker_pool(2).submit(int).result()
     list(worker_pool(2).map(int, range(4)))
@@ -160,6 +197,7 @@ def main() -> None:
         _, cpu = time_kernel(trio, c[: len(kc)], r[: len(kc)], 1)
         wall, _ = time_kernel(trio, c[: args.step_pairs], r[: args.step_pairs], 2, repeats=1)
         print(f"  {name}: measured {wall:.2f} s, projected {cpu / len(kc) * args.step_pairs / 2:.2f} s")
+    against_code(args.code, cands[: args.code_pairs], refs[: args.code_pairs], args.pairs)
     print(f"load average now {os.getloadavg()[0]:.1f}")
 
 

@@ -87,9 +87,14 @@ def calibdcd_features(world: str, scope: str):
     ids = None if scope == "original" else pd.read_parquet(
         one(f"{world}/results/calibdcd/partitions/wikimia/seed-0/*/calibration.parquet"))["id"].tolist()
     cfg = default_config()["calibdcd"]
-    generate = rollout_generator(model("base"), **cfg["generation"])
-    detectors = {"dpdllm": {**cfg["detectors"]["dpdllm"], "reference_model": model("control")},
-                 "veilprobe": {**cfg["detectors"]["veilprobe"], "key_token_model": model("control")}}
+    gen = cfg["generation"]
+    generate = rollout_generator(model("base"), backend=gen["backend"], backend_options=gen["backend_options"])
+    dpdllm = {k: v for k, v in cfg["detectors"]["dpdllm"].items() if k != "finetune"}
+    detectors = {"dpdllm": {**dpdllm, "reference_model": one(f"{world}/results/calibdcd/references/wikimia/*/model")},
+                 "veilprobe": {**cfg["detectors"]["veilprobe"], "key_token_model": model("control"),
+                               "max_new_tokens": gen["max_new_tokens"]}}
+    if scope != "original":
+        del detectors["veilprobe"]      # the views job asks the target for DPDLLM's prompts only
     return extract_features(scope_texts(pool, ids), ["original"] if scope == "original" else VIEWS,
                             generate=generate, detectors=detectors, lm_options=cfg["lm"])
 

@@ -20,7 +20,8 @@ from sklearn.metrics import roc_auc_score
 
 PACKAGES = ("torch", "transformers", "tokenizers", "deepspeed", "trl", "peft", "accelerate", "datasets",
             "pyarrow", "rapidfuzz", "vllm", "flash-attn")
-SPEC = {"methods": ["loss", "zlib", "min_k", "min_k_plus_plus"], "k": [0.2], "batch_size": 16, "max_length": 256}
+SPEC = {"methods": ["loss", "zlib", "min_k", "min_k_plus_plus"], "k": [0.2], "batch_size": 16, "max_length": 256,
+        "truncation": "truncate", "truncation_warn": 0.05}
 
 
 def env() -> None:

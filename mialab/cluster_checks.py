@@ -17,7 +17,8 @@ message naming the config key and the numbers:
   (``max_position_embeddings``).
 
 World size of a training job: ``launch.nproc``, else (``auto``) the GPUs of the job: the profile's
-``set-resources`` ``gpu`` of its rule, else the GPUs visible here (a local run), else one process.
+``set-resources`` ``gpu`` of its rule, else what :mod:`mialab.sizing` gives the job (``job_gpus``), else
+the GPUs visible here (a local run), else one process.
 A model's architecture: a local folder's ``config.json``, a ``pretrain`` model's ``architecture``,
 an ``sft`` / ``rl`` model's ``init``, else ``resources/model_heads.tsv`` for a hub id; a hub model
 missing there is a warning and its checks are skipped. Reads the config as a dict validated
@@ -32,7 +33,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +54,7 @@ class Architecture:
     kv_heads: int | None
     context: int | None
     source: str
+    params_b: float | None = None  # billions of parameters (mialab.sizing), where the table gives them
 
 
 def visible_gpus(environ: Mapping[str, str] = os.environ, dev: str = "/dev") -> int:
@@ -86,13 +88,14 @@ def profile_gpus(set_resources: Mapping, rule: str) -> int | None:
 @functools.lru_cache(maxsize=None)
 def model_table(path: str | os.PathLike = MODEL_TABLE) -> dict[str, Architecture]:
     """Hub id -> architecture, from the table of the paper models (``#`` lines are comments)."""
-    def number(cell: str) -> int | None:
-        return int(cell) if cell.strip() else None  # blank: not known
+    def number(cell: str | None, kind=int):
+        return kind(cell) if cell and cell.strip() else None  # blank: not known
 
     with open(path, newline="") as f:
         rows = csv.DictReader((line for line in f if not line.startswith("#")), delimiter="\t")
         return {r["model"]: Architecture(number(r["num_attention_heads"]), number(r["num_key_value_heads"]),
-                                         number(r["max_position_embeddings"]), f"{Path(path).name}: {r['model']}")
+                                         number(r["max_position_embeddings"]), f"{Path(path).name}: {r['model']}",
+                                         number(r.get("params_b"), float))
                 for r in rows}
 
 
@@ -125,22 +128,26 @@ class Checks:
     set_resources: Mapping = field(default_factory=dict)
     local_gpus: int = 0
     table: Mapping[str, Architecture] = field(default_factory=dict)
+    job_gpus: Callable[[str, str | None], int | None] | None = None  # mialab.sizing: (rule, model) -> GPUs
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     _archs: dict = field(default_factory=dict)
 
     # -- GPUs and processes of a job ----------------------------------------------------------
-    def gpus(self, rule: str) -> int | None:
-        """GPUs a job of ``rule`` gets: the profile's, else those visible here; None when unknown."""
+    def gpus(self, rule: str, model: str | None = None) -> int | None:
+        """GPUs a job of ``rule`` (on ``model``) gets: the profile's, else the sizing's (``job_gpus``),
+        else those visible here; None when unknown."""
         n = profile_gpus(self.set_resources, rule)
+        if n is None and self.job_gpus is not None:
+            n = self.job_gpus(rule, model)
         return n if n is not None else (self.local_gpus or None)
 
-    def world(self, rule: str) -> tuple[int, str]:
+    def world(self, rule: str, model: str | None = None) -> tuple[int, str]:
         """Processes of a training job of ``rule`` (``mialab.launch``) and how to say where they come from."""
         nproc = self.config["launch"]["nproc"]
         if nproc != "auto":
             return int(nproc), f"{nproc} process{'es' if int(nproc) > 1 else ''} (launch.nproc)"
-        gpus = self.gpus(rule)
+        gpus = self.gpus(rule, model)
         if gpus:
             return gpus, f"{gpus} GPUs (rule {rule})"
         return 1, "1 process (no GPU)"
@@ -176,10 +183,11 @@ class Checks:
         return None
 
     # -- the checks ---------------------------------------------------------------------------
-    def grpo_step(self, key: str, train: dict, num_generations: int, rule: str, rows: int, what: str) -> None:
+    def grpo_step(self, key: str, train: dict, num_generations: int, rule: str, rows: int, what: str,
+                  model: str | None = None) -> None:
         """Prompts per GRPO step (TRL) against the ``rows`` prompts of the training set."""
         bs, ga = train["batch_size"], train["grad_accum"]
-        world, ranks = self.world(rule)
+        world, ranks = self.world(rule, model)
         completions = bs * ga * world
         head = f"{key}.batch_size: {bs} × grad_accum {ga} × {ranks}"
         if completions % num_generations:
@@ -198,7 +206,7 @@ class Checks:
 
     def sft_batch(self, name: str, train: dict) -> None:
         eff, micro = train["effective_batch_size"], train["micro_batch_size"]
-        world, ranks = self.world("sft_contaminate")
+        world, ranks = self.world("sft_contaminate", name)
         if eff % (micro * world):
             self.errors.append(f"models.{name}.train.effective_batch_size: {eff} is not a multiple of "
                                f"micro_batch_size {micro} × {ranks} = {micro * world} (the gradient accumulation "
@@ -251,7 +259,7 @@ class Checks:
                 self.length(f"{where}.train.max_length", train["max_length"], name)
             elif spec["kind"] == "rl":
                 self.grpo_step(f"{where}.train", train, train["num_generations"], "rl_contaminate",
-                               spec["corpus"]["size"], f"its corpus (models.{name}.corpus.size)")
+                               spec["corpus"]["size"], f"its corpus (models.{name}.corpus.size)", name)
                 prompt = train.get("max_prompt_length")
                 self.length(f"{where}.train.max_completion_length", (prompt or 0) + train["max_completion_length"],
                             name, f" (max_prompt_length {prompt} + completion)" if prompt else "")
@@ -290,20 +298,21 @@ class Checks:
         adra, ns = self.config["adra"], self.config["n_sampling"]
         targets = [(t["model"], t["dataset"]) for t in adra["targets"]]
         variants = [v for v in adra["variants"] if v in GRPO_VARIANTS]
-        for d in dict.fromkeys(d for _, d in targets):
+        for m, d in dict.fromkeys(targets):
             ds = self.config["datasets"][d]
             n = ds["split"]["n_per_class"]
             paired = ds["pool"]["family"] in SHARED_PREFIX_FAMILIES and "adra" in variants
             if variants:
                 rows, what = (n, f"a seed of dataset {d} (prompts: one per shared-prefix pair)") if paired else \
                     (2 * n, f"a seed of dataset {d} (candidates: 2 × split.n_per_class)")
-                self.grpo_step("adra.train", adra["train"], ns["n"], "adra_train", rows, what)
+                self.grpo_step("adra.train", adra["train"], ns["n"], "adra_train", rows, what, m)
         vllm = adra["train"].get("vllm")
         if vllm and variants:
-            world, _ = self.world("adra_train")
-            colocated = vllm.get("mode", "colocate") == "colocate" and self.gpus("adra_train")
-            self.tensor_parallel("adra.train.vllm.tensor_parallel_size", vllm.get("tensor_parallel_size", 1),
-                                 [m for m, _ in targets], "adra_train", world=world if colocated else None)
+            for m in dict.fromkeys(m for m, _ in targets):
+                world, _ = self.world("adra_train", m)
+                colocated = vllm.get("mode", "colocate") == "colocate" and self.gpus("adra_train", m)
+                self.tensor_parallel("adra.train.vllm.tensor_parallel_size", vllm.get("tensor_parallel_size", 1),
+                                     [m], "adra_train", world=world if colocated else None)
 
     def calibdcd(self) -> None:
         gen = self.config["calibdcd"]["generation"]
@@ -338,19 +347,57 @@ class Checks:
 
 
 def check_cluster_arithmetic(config: dict, *, set_resources: Mapping | None = None, local_gpus: int | None = None,
-                             table: Mapping[str, Architecture] | None = None) -> list[str]:
+                             table: Mapping[str, Architecture] | None = None,
+                             job_gpus: Callable[[str, str | None], int | None] | None = None) -> list[str]:
     """Run every check (module doc) on a validated ``config``; raise one :class:`ConfigError` listing
     every problem, else return the warnings (also written to stderr).
 
     ``set_resources``: the profile's per-rule resources (``workflow.resource_settings.overwrite_resources``);
     ``local_gpus``: GPUs of a local run (default: :func:`visible_gpus`); ``table``: hub id -> architecture
-    (default: ``resources/model_heads.tsv``).
+    (default: ``resources/model_heads.tsv``); ``job_gpus``: (rule, model) -> GPUs of such a job where the
+    profile sets none (:meth:`mialab.sizing.Sizing.gpus`).
     """
     checks = Checks(config, set_resources or {}, visible_gpus() if local_gpus is None else local_gpus,
-                    model_table() if table is None else table)
+                    model_table() if table is None else table, job_gpus)
     checks.run()
     if checks.errors:
-        raise ConfigError("settings that cannot work on the cluster:\n  " + "\n  ".join(checks.errors))
+        errors = list(dict.fromkeys(checks.errors))  # a dataset's check repeats for each of its models
+        raise ConfigError("settings that cannot work on the cluster:\n  " + "\n  ".join(errors))
     for w in checks.warnings:
         print(f"mialab: warning: {w}", file=sys.stderr)
     return checks.warnings
+
+
+def vllm_problems(config: dict, *, has_vllm: bool, worker_python: Path) -> list[str]:
+    """Settings that ask for vLLM where it is not installed (no silent fallback to transformers):
+    ``adra.train.vllm`` needs ``vllm`` importable beside TRL (``has_vllm``); a ``vllm`` generation
+    backend needs the worker environment's interpreter (``worker_python``, environment-vllm.yml)."""
+    problems = []
+    adra = config.get("adra") or {}
+    if adra.get("train", {}).get("vllm") and set(adra.get("variants", GRPO_VARIANTS)) & set(GRPO_VARIANTS) \
+            and not has_vllm:
+        problems.append(f"adra.train.vllm: GRPO rollouts with vLLM need the vllm package beside TRL in "
+                        f"{sys.executable}'s environment, which has none (environment.yml's header names the "
+                        "versions); install it, or remove adra.train.vllm to generate with transformers")
+    backends = [("n_sampling.backend", (config.get("n_sampling") or {}).get("backend")),
+                ("calibdcd.generation.backend", (config.get("calibdcd") or {}).get("generation", {}).get("backend"))]
+    backends += [(f"datasets.{d}.paraphrase.backend", (ds.get("paraphrase") or {}).get("backend"))
+                 for d, ds in config["datasets"].items()]
+    for key, backend in backends:
+        if backend == "vllm" and not Path(worker_python).exists():
+            problems.append(f"{key}: vllm needs the vLLM environment's interpreter {worker_python} "
+                            "(conda env create -f environment-vllm.yml -p .venv-vllm, or MIALAB_VLLM_VENV)")
+    return problems
+
+
+def check_vllm_installed(config: dict) -> None:
+    """:func:`vllm_problems` of this environment, raised as one :class:`ConfigError` (rules/common.smk
+    calls it when a run starts on a cluster or a GPU machine: a dry run plans without vLLM)."""
+    import importlib.util
+
+    from mialab.generation.vllm_backend import default_venv
+
+    problems = vllm_problems(config, has_vllm=importlib.util.find_spec("vllm") is not None,
+                             worker_python=default_venv() / "bin" / "python")
+    if problems:
+        raise ConfigError("vLLM is configured but not installed:\n  " + "\n  ".join(problems))

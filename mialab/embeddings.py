@@ -29,12 +29,14 @@ def resolve_model_path(name: str = DEFAULT_MODEL) -> str:
 
 @functools.lru_cache(maxsize=4)
 def load_encoder(name: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32"):
-    """Load (once per process) a sentence-transformers encoder computing in ``dtype``."""
+    """Load (once per process) a sentence-transformers encoder computing in ``dtype`` on ``device``
+    (``auto``: CUDA when the job has a GPU, else CPU)."""
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from mialab.models.loading import DTYPES, check_bf16_speed
+    from mialab.models.loading import DTYPES, check_bf16_speed, resolve_device
 
+    device = resolve_device(device)
     if dtype not in DTYPES:
         raise ValueError(f"unknown embedding dtype {dtype!r}; known: {', '.join(DTYPES)}")
     check_bf16_speed(dtype, device)

@@ -8,8 +8,8 @@
   ``rehearsal_model`` builds under ``results/rehearsal/models/<name>/<key>/model``;
 - every hub dataset and every missing local data file becomes a local sample with the same columns
   (``resources/rehearsal/datasets.yaml``);
-- counts shrink to what 2 CPU cores run in minutes (:data:`SHRINK`), devices become the CPU, and
-  vLLM backends become the hf backend where vLLM is not importable.
+- counts shrink to what 2 CPU cores run in minutes (:data:`SHRINK`; one seed, the first), devices
+  become the CPU, and vLLM backends become the hf backend where vLLM is not importable.
 
 Rules, settings, prompts, rewards, metrics and reports stay the paper config's. The plan-time
 cluster checks run on the paper config before this (rules/common.smk).
@@ -30,7 +30,7 @@ import yaml
 from mialab.workflow import Plan, Stage, source_fingerprint, stable_hash
 
 TABLES = Path(__file__).resolve().parents[1] / "resources" / "rehearsal"
-VERSION = 1  # rule rehearsal_model's code version (bump when a stand-in's content changes)
+VERSION = 2  # rule rehearsal_model's code version (bump when a stand-in's content changes)
 STAND_INS = "rehearsal/models"  # under the results folder: <name>/<key>/model
 # what every stand-in's tokenizer is trained on (the repository's own text)
 TOKENIZER_CORPUS = ["resources/data/tinyshakespeare/input.txt", "resources/data/aime/aime_1983_2023.json",
@@ -41,6 +41,7 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
 # config keys (``*``: any name) capped at a CPU size: a value above the cap becomes the cap
 SHRINK: dict[str, int] = {
     "datasets.*.split.n_per_class": 8,
+    "datasets.*.pool.min_tokens": 16,
     "models.*.train.effective_batch_size": 4,
     "models.*.train.micro_batch_size": 2,
     "models.*.train.max_length": 256,
@@ -54,7 +55,7 @@ SHRINK: dict[str, int] = {
     "scoring.max_length": 256,
     "n_sampling.n": 2,
     "n_sampling.tasks.*.max_new_tokens": 8,
-    "n_sampling.tasks.*.max_prompt_tokens": 64,
+    "n_sampling.tasks.*.max_prompt_tokens": 1000,  # the stand-ins' 1024 positions, less the new tokens
     "n_sampling.backend_options.tensor_parallel_size": 1,
     "n_sampling.backend_options.max_model_len": 1024,
     "n_sampling.metrics.workers": 1,
@@ -83,10 +84,15 @@ DEVICES = ["scoring.device", "lara.features.device", "lara.baselines.device", "c
 # generation sections with a backend: vllm -> hf where vLLM is not importable (hf keeps these options)
 BACKENDS = {"n_sampling": "n_sampling.backend_options", "calibdcd.generation": "calibdcd.generation.backend_options"}
 HF_BACKEND_OPTIONS = ("batch_size", "dtype", "cache_implementation")
-# keys naming a model by hub id outside the models section (an encoder, a scorer, a paraphraser)
+# keys naming a model by hub id outside the models section (an encoder, a scorer, a pool's token counter):
+# their stand-ins are inputs of every models-section stand-in, so each stage reading one that also reads a
+# model runs after it; rule build_pool lists its pool's stand-ins (rules/rehearsal.smk: stand_ins_of)
 MODEL_KEYS = ["n_sampling.metrics.embedding_model", "calibdcd.detectors.veilprobe.embedding_model",
               "calibdcd.detectors.dpdllm.reference_model", "calibdcd.detectors.veilprobe.key_token_model",
-              "leakage.embedding_model", "datasets.*.paraphrase.options.model", "datasets.*.pool.tokenizer"]
+              "leakage.embedding_model", "datasets.*.pool.tokenizer"]
+# keys read by a stage that reads no model and lists no stand-in (paraphrases): a hub model there cannot
+# wait for its stand-in
+NO_STAND_IN_KEYS = ["datasets.*.paraphrase.options.model"]
 DATA_KEYS = ["datasets.*.pool.source", "datasets.*.pool.nonmember_source", "models.*.filler"]
 
 
@@ -171,6 +177,11 @@ def swap_models(config: dict, plan: Plan) -> None:
         for key, parent, last in list(matches(config, pattern)):
             if is_hub_model(parent[last], config):
                 parent[last] = stand_in_stage(plan, parent[last], key).path("model")
+    for pattern in NO_STAND_IN_KEYS:
+        for key, parent, last in matches(config, pattern):
+            if is_hub_model(parent[last], config):
+                raise RehearsalError(f"{key}: hub model {parent[last]!r} has no rehearsal stand-in here (the stage "
+                                     "reading it reads no model to wait behind); name a local folder")
 
 
 def stand_in_paths(config: Any) -> set[str]:
@@ -220,8 +231,9 @@ def with_samples(config: dict) -> dict:
 
 # -- sizes, devices, backends ---------------------------------------------------------------------
 def shrink(config: dict) -> None:
-    """Cap every :data:`SHRINK` key (in place); LoRA keeps its alpha / r ratio, ADRA its evaluated
-    steps at the same fractions of training."""
+    """Cap every :data:`SHRINK` key and keep the first seed (in place); LoRA keeps its alpha / r ratio,
+    ADRA its evaluated steps at the same fractions of training."""
+    config["seeds"] = config["seeds"][:1]
     lora = config.get("adra", {}).get("train", {}).get("lora", {})
     r_before = lora.get("r")
     steps_before = config.get("adra", {}).get("train", {}).get("max_steps")
@@ -315,9 +327,10 @@ class RehearsalPlan(Plan):
         """The base warnings, less those of stand-ins (their key is their content)."""
         return [w for w in super().unpinned() if f"/{STAND_INS}/" not in w]
 
-    def encoders(self) -> list[str]:
-        """The stand-in sentence encoders' folders (built before every causal LM, see rules/rehearsal.smk)."""
-        return [s.path("model") for s in self.stand_ins.values() if "encoder" in s.manifest["spec"]]
+    def detached(self) -> list[str]:
+        """The stand-ins named outside the models section (built before those of the models section)."""
+        models = {spec.get("path") for spec in self.config["models"].values()}
+        return sorted(s.path("model") for s in self.stand_ins.values() if s.path("model") not in models)
 
 
 # -- building a stand-in (rule rehearsal_model) ---------------------------------------------------
@@ -335,13 +348,15 @@ def train_tokenizer(spec: dict, texts):
     tok.train_from_iterator(texts, trainer=trainers.BpeTrainer(
         vocab_size=spec["size"]["vocab_size"], min_frequency=2, special_tokens=special,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    if spec["add_bos"]:
-        bos = tokens["bos_token"]
+    around = [tokens[f"{end}_token"] for end in ("bos", "eos") if spec.get(f"add_{end}")]
+    if around:  # bos before each sequence, eos after it, as the family's tokenizer adds them
+        head = f"{tokens['bos_token']} " if spec.get("add_bos") else ""
+        tail = f" {tokens['eos_token']}" if spec.get("add_eos") else ""
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, additional_special_tokens=extra, **tokens)
-    if spec.get("encoder") == "lasttoken":
-        fast.padding_side = "left"
+            single=f"{head}$A{tail}", pair=f"{head}$A{tail} {head}$B{tail}",
+            special_tokens=[(t, tok.token_to_id(t)) for t in dict.fromkeys(around)])
+    side = "left" if spec.get("encoder") == "lasttoken" else "right"
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, additional_special_tokens=extra, padding_side=side, **tokens)
     if spec["chat_template"]:
         fast.chat_template = spec["chat_template"]
     return fast
@@ -373,16 +388,20 @@ def build_stand_in(spec: dict, out: str | os.PathLike, texts) -> int:
     tok = train_tokenizer(spec, texts)
     torch.manual_seed(spec["size"]["seed"])
     model = getattr(transformers, spec["class"])(model_config(spec, tok))
+    if tok.pad_token_id is not None:  # the pad row starts at zero; a released model's pad (often eos) is trained
+        embeddings = model.get_input_embeddings().weight
+        with torch.no_grad():
+            embeddings[tok.pad_token_id].normal_(std=float(embeddings.std()))
     if spec.get("encoder"):
         import tempfile
 
-        from sentence_transformers import SentenceTransformer, models
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
         with tempfile.TemporaryDirectory() as hf_dir:  # the bare transformer, read back as the first module
             model.save_pretrained(hf_dir, safe_serialization=True)
             tok.save_pretrained(hf_dir)
-            modules = [models.Transformer(hf_dir),
-                       models.Pooling(spec["size"]["hidden_size"], pooling_mode=spec["encoder"]), models.Normalize()]
+            modules = [Transformer(hf_dir), Pooling(spec["size"]["hidden_size"], pooling_mode=spec["encoder"]), Normalize()]
             SentenceTransformer(modules=modules, device="cpu").save(str(out), safe_serialization=True)
     else:
         model.save_pretrained(out, safe_serialization=True)

@@ -31,7 +31,7 @@ STAGE_VERSIONS: dict[str, int] = {
     "pretrain": 1,
     "sft": 2,
     "rl": 1,
-    "scores": 2,
+    "scores": 3,  # 3: the `truncated` column, scoring.truncation
     "paraphrase": 1,
     "leakage": 2,
 }
@@ -318,9 +318,12 @@ class Plan:
         spec = self.model_spec(name)
         members = {m["dataset"]: self.member_pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
         run = {k: v for k, v in spec.items() if k not in ("epoch", *NOT_DETERMINING)}
+        upstream = {"init": self.model(spec["init"]).key, "member_pools": members}
+        if "split_seed" in spec["members"]:  # only that split's members (absent: the key is what it always was)
+            upstream["member_split"] = self.split(spec["members"]["dataset"], spec["members"]["split_seed"]).key
         return self._stage("rl", "rl", [], {
             "config": run, "filler": source_fingerprint(spec["filler"]["source"], self.hash_cache),
-            "upstream": {"init": self.model(spec["init"]).key, "member_pools": members},
+            "upstream": upstream,
         })
 
     def model_path(self, name: str) -> str:

@@ -1,19 +1,16 @@
-# Job accounting: GPU-/CPU-hours of every SLURM job this workflow submitted, per job, stage
-# (rule) and dataset, from sacct and the SLURM plugin's job logs (mialab.accounting).
+# Job accounting: GPU-/CPU-hours, efficiencies and queue waits of every SLURM job this workflow
+# submitted, per job, stage (rule), dataset and model, and a figure of GPU-hours per stage, from sacct
+# and the SLURM plugin's job logs (mialab.accounting).
 #
 # Config (all optional):
 #   accounting:
 #     since: now-30days        # sacct -S: the oldest submissions counted
 #     after: [<final targets>] # run the accounting once these exist (e.g. the inputs of `all`)
-# Every successful run through the SLURM executor writes it at its end (the onsuccess hook below);
-# to refresh it by hand:
+# Every run through the SLURM executor writes it at its end, failed runs too (the onsuccess and onerror
+# hooks below, mialab.accounting.report_after_run); to refresh it by hand:
 #   snakemake --profile profiles/slurm --forcerun accounting -- accounting
 
-
-import os
-import subprocess
-import sys
-from pathlib import Path
+from mialab.accounting import report_after_run
 
 
 rule accounting:
@@ -23,9 +20,9 @@ rule accounting:
         jobs="results/accounting/jobs.parquet",
         stages="results/accounting/stages.parquet",
         datasets="results/accounting/datasets.parquet",
+        models="results/accounting/models.parquet",
         markdown="results/accounting/jobs.md",
-    conda:
-        "../environment.yml"
+        figure="results/accounting/gpu_hours.png",
     log:
         "results/logs/accounting.log",
     params:
@@ -38,16 +35,11 @@ rule accounting:
 
 
 onsuccess:
-    # After every successful SLURM run: GPU-/CPU-hours of this workflow's jobs in results/accounting/.
-    # A failure here is reported, not raised: the run's own results are complete.
     if workflow.executor_plugin is not None and workflow.executor_plugin.cli_prefix == "slurm":
-        since = config.get("accounting", {}).get("since", "now-30days")
-        Path("results/logs").mkdir(parents=True, exist_ok=True)
-        try:  # an argument list: no shell, so no value of the config reaches one
-            with open("results/logs/accounting.log", "w") as log:
-                subprocess.run([sys.executable, entry_point("accounting.py"), "report", "--out-dir",
-                                "results/accounting", "--since", since, "--workdir", ".",
-                                "--log-dir", ".snakemake/slurm_logs"],
-                               stdout=log, stderr=subprocess.STDOUT, check=True)
-        except Exception as err:
-            print(f"job accounting failed ({err}); see results/logs/accounting.log", file=sys.stderr)
+        report_after_run("succeeded", config.get("accounting", {}).get("since", "now-30days"))
+
+
+onerror:
+    # the GPU-hours of a failed run are spent too: account them (and where they went) as well
+    if workflow.executor_plugin is not None and workflow.executor_plugin.cli_prefix == "slurm":
+        report_after_run("failed", config.get("accounting", {}).get("since", "now-30days"))

@@ -53,8 +53,8 @@ rule adra_train:
         work="results/adra/train/{model}/{dataset}/{variant}/seed-{seed}/{key}/work",
         nproc=config["launch"]["nproc"],
     threads: 2
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("adra_train"),
     log:
         "results/logs/adra_train/{model}/{dataset}/{variant}/seed-{seed}/{key}.log",
     benchmark:
@@ -80,8 +80,8 @@ rule adra_eval:
         samplings=lambda wc: [ADRA_PLAN.sampling(int(wc.seed))],
         manifest=lambda wc: _checked(ADRA_PLAN.rollouts(wc.model, wc.dataset, int(wc.seed), wc.policy), wc).manifest,
     threads: 1
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("adra_eval"),
     log:
         "results/logs/adra_eval/{model}/{dataset}/seed-{seed}/{policy}/{key}.log",
     benchmark:
@@ -102,8 +102,8 @@ rule adra_scores:
         method=lambda wc: ADRA_PLAN.method(wc.policy),
         manifest=lambda wc: _checked(ADRA_PLAN.scores(wc.model, wc.dataset, int(wc.seed), wc.policy), wc).manifest,
     threads: 1
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("adra_scores"),
     log:
         "results/logs/adra_scores/{model}/{dataset}/seed-{seed}/{policy}/{key}.log",
     benchmark:
@@ -125,8 +125,6 @@ rule adra_report:
         trains=lambda wc: [run for run, _ in ADRA_PLAN.report_logs(wc.dataset, SEEDS)],
         primary=config.get("n_sampling", {}).get("primary_metric"),
         fpr_targets=config["evaluation"]["fpr_targets"],
-    conda:
-        "../environment.yml"
     log:
         "results/logs/adra_report/{dataset}.log",
     script:

@@ -9,13 +9,14 @@ min_version("9.0")
 
 sys.path.insert(0, workflow.basedir)
 
-from mialab.cluster_checks import check_cluster_arithmetic
+from mialab.cluster_checks import check_cluster_arithmetic, check_vllm_installed, visible_gpus
 from mialab.config import check_config, check_config_files, check_yaml_files
 from mialab.data.sources import local_paths
 from mialab.integrity import check_stages
 from mialab.jobs import entry_point, export_entry_points, tune_malloc
 from mialab.models.loading import trusts_remote_code
-from mialab.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, with_samples
+from mialab.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
+from mialab.sizing import Sizing
 from mialab.workflow import Plan
 
 
@@ -30,7 +31,8 @@ check_config(config)
 # batches, tensor parallelism and lengths vs the models and the GPUs each job gets (the profile's
 # set-resources); at plan time only: a job's own process sees its node's GPUs, not every rule's
 if workflow.is_main_process:
-    check_cluster_arithmetic(config, set_resources=workflow.resource_settings.overwrite_resources)
+    check_cluster_arithmetic(config, set_resources=workflow.resource_settings.overwrite_resources,
+                             job_gpus=Sizing(config).gpus)
 if rehearsing(config):  # ... then at CPU sizes with tiny stand-in models, validated again
     _rehearsed = rehearse(config)
     if workflow.is_main_process:
@@ -54,6 +56,24 @@ MODELS = list(config["models"])
 
 # shell rules run "$MIALAB_PYTHON" and "$MIALAB_SCRIPTS/<script>": this process's, not params
 export_entry_points(workflow.basedir)
+
+# GPUs, CPUs, memory and runtime of each GPU-capable job from the plan (mialab.sizing); a profile's
+# set-resources still overrides them per rule
+SIZING = Sizing(config, benchmarks="results/benchmarks")
+
+
+onstart:
+    # a run (not a dry run) on a cluster or a GPU machine that asks for vLLM fails before any job when
+    # vLLM is missing, instead of generating with transformers (a CPU run and its rehearsal may)
+    _executor = workflow.executor_plugin.cli_prefix if workflow.executor_plugin else "local"
+    if workflow.is_main_process and not rehearsing(config) and (_executor != "local" or visible_gpus()):
+        check_vllm_installed(config)
+
+
+def sized(rule, **getters):
+    """``resources:`` of ``rule`` (``resources: **sized("rule")``); ``model=`` / ``dataset=`` map a
+    job's wildcards to its model / dataset where the wildcards of those names do not name them."""
+    return SIZING.rule_resources(rule, **getters)
 
 
 def trust_flag(model):
@@ -134,6 +154,7 @@ def evaluation_outputs(dataset):
     return {
         "per_seed": f"results/evaluation/{dataset}/per_seed.parquet",
         "summary": f"results/evaluation/{dataset}/summary.parquet",
+        "headline": f"results/evaluation/{dataset}/headline.parquet",
         "roc": f"results/evaluation/{dataset}/roc.png",
     }
 
@@ -177,3 +198,18 @@ def evaluation_runs(dataset):
                 if path:
                     runs.append((m, s, path))
     return runs
+
+
+# -- the CPU rehearsal (rules/rehearsal.smk) -----------------------------------------------------
+def stand_in(wc):
+    """The stand-in stage of rule rehearsal_model's wildcards (only a rehearsal plans any)."""
+    stands = getattr(PLAN, "stand_ins", {})
+    if (wc.name, wc.key) not in stands:
+        raise WorkflowError(f"results/rehearsal/models/{wc.name}/{wc.key}: not a stand-in of this config "
+                            f"(rehearsal: {config['rehearsal']}); stand-ins: {sorted(s.dir for s in stands.values())}")
+    return stands[(wc.name, wc.key)]
+
+
+def stand_ins_of(value):
+    """The stand-in folders a config value names (an input of the rules reading them that read no model)."""
+    return sorted(stand_in_paths(value))

@@ -4,6 +4,7 @@
 rule build_pool:
     input:
         sources=lambda wc: local_files(config["datasets"][wc.dataset]["pool"]["source"]),
+        stand_ins=lambda wc: stand_ins_of(config["datasets"][wc.dataset]["pool"]),  # a rehearsal's tokenizer
     output:
         pool="results/pools/{dataset}/{key}/pool.parquet",
         manifest="results/pools/{dataset}/{key}/manifest.json",
@@ -11,8 +12,6 @@ rule build_pool:
         spec=lambda wc: config["datasets"][wc.dataset]["pool"],
         manifest=lambda wc: _checked(PLAN.pool(wc.dataset), wc).manifest,
     priority: 10  # pretraining mixes pool members in: start it on the critical path, not after cheap jobs
-    conda:
-        "../environment.yml"
     log:
         "results/logs/build_pool/{dataset}/{key}.log",
     script:
@@ -28,8 +27,6 @@ rule build_split:
     params:
         spec=lambda wc: config["datasets"][wc.dataset]["split"],
         manifest=lambda wc: _checked(PLAN.split(wc.dataset, int(wc.seed)), wc).manifest,
-    conda:
-        "../environment.yml"
     log:
         "results/logs/build_split/{dataset}/seed-{seed}/{key}.log",
     script:

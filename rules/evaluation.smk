@@ -1,4 +1,5 @@
-# Per-dataset metrics and ROC plots, then one results table for all datasets.
+# Per-dataset metrics, headline rows (bootstrap CIs, paired tests) and low-FPR ROC plots, then one
+# results table for all datasets: the headline first, every method and ablation as the appendix.
 
 
 rule evaluate_dataset:
@@ -7,6 +8,7 @@ rule evaluate_dataset:
     output:
         per_seed="results/evaluation/{dataset}/per_seed.parquet",
         summary="results/evaluation/{dataset}/summary.parquet",
+        headline="results/evaluation/{dataset}/headline.parquet",
         roc=report(
             "results/evaluation/{dataset}/roc.png",
             category="ROC curves",
@@ -16,8 +18,9 @@ rule evaluate_dataset:
     params:
         runs=lambda wc: [(m, s) for m, s, _ in evaluation_runs(wc.dataset)],
         fpr_targets=config["evaluation"]["fpr_targets"],
-    conda:
-        "../environment.yml"
+        headline=config["evaluation"]["headline"],
+        baseline=config["evaluation"]["baseline"],
+        bootstrap=config["evaluation"]["bootstrap"],
     log:
         "results/logs/evaluate_dataset/{dataset}.log",
     script:
@@ -28,6 +31,7 @@ rule summarize:
     input:
         summaries=[f"results/evaluation/{d}/summary.parquet" for d in DATASETS],
         per_seed=[f"results/evaluation/{d}/per_seed.parquet" for d in DATASETS],
+        headlines=[f"results/evaluation/{d}/headline.parquet" for d in DATASETS],
         leakage=lambda wc: LEAKAGE_TABLES,  # rules/leakage.smk: the split checks beside the results
     output:
         summary="results/evaluation/summary.parquet",
@@ -36,12 +40,27 @@ rule summarize:
         csv=report(
             "results/evaluation/summary.csv",
             category="Results table",
+            subcategory="appendix: every method and ablation",
             caption="../report/summary.rst",
+        ),
+        headline="results/evaluation/headline.parquet",
+        headline_csv=report(
+            "results/evaluation/headline.csv",
+            category="Results table",
+            subcategory="headline",
+            caption="../report/headline.rst",
+        ),
+        forest=report(
+            "results/evaluation/forest.png",
+            category="Results table",
+            subcategory="headline",
+            caption="../report/forest.rst",
         ),
     params:
         fpr_targets=config["evaluation"]["fpr_targets"],
-    conda:
-        "../environment.yml"
+        headline=config["evaluation"]["headline"],
+        bootstrap=config["evaluation"]["bootstrap"],
+        truncation_warn=config["scoring"]["truncation_warn"],
     log:
         "results/logs/summarize.log",
     script:

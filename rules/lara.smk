@@ -3,17 +3,20 @@
 # and the `lara:` section (absent = no LaRA stage); schemas/config.schema.yaml. Stage keys:
 # mialab/rl/plan.py, mialab/lara/plan.py; the LaRA protocol: mialab/lara/stages.py.
 #
-# - rl_contaminate (run key, epoch): one epoch of a GRPO run. Epoch 1 starts from the run's `init`
+# - rl_contaminate (run key, epoch): one epoch of a GRPO run on the member pool's members (or, with
+#   members.split_seed, that split's members only) plus fillers. Epoch 1 starts from the run's `init`
 #   model, epoch e resumes the trainer checkpoint of epoch e - 1 and keeps the full run's schedule,
 #   so every epoch's weights equal those of one uninterrupted run. Its model/ is the `kind: rl`
 #   model whose entry names that epoch. Periodic checkpoints go to work/, which a failed job leaves
 #   behind: the retry resumes from the last one.
 # - lara_perturbations (dataset): each seed's split questions, known non-members (neighbour pool,
-#   clean reference set), BlankImportant and paraphrases, a table per seed; model-free.
+#   clean reference set), BlankImportant and paraphrases, a table per seed; model-free unless a
+#   backend is llm (then lara.llm's instruction model, a local folder or a hub id in the cache).
 # - lara_features (model, dataset): mean-pooled hidden states of every distinct text of all seeds'
 #   perturbation tables (safetensors shards + index.parquet; a rerun keeps the shards already written).
-# - lara_baselines (model, dataset): ReCaLL, CDD and Self-Critique on the questions, a table per seed
-#   (each distinct question answered once).
+# - lara_baselines (model, dataset): ReCaLL and the LaRA code's output-level baselines (CDD, Self-Critique,
+#   recall_lara_code, response PPL / Min-K% / Min-K%++, DIME) on the questions, a table per seed (each
+#   distinct question answered once).
 # - lara_scores (model, dataset): RSM / DC / RSI, the detection score and its ablations, LaRA +
 #   Self-Critique per beta, a table per seed; joins the results table through SCORE_PROVIDERS.
 #   One job per (model, dataset) loads the model once for every seed.
@@ -36,6 +39,7 @@ rule rl_contaminate:
     input:
         init=lambda wc: model_dir(RL_PLAN.spec(wc.key)["init"]),
         member_pool=lambda wc: member_pool_file(RL_PLAN.spec(wc.key)["members"]["dataset"]),
+        member_split=lambda wc: RL_PLAN.member_split(wc.key),
         filler=lambda wc: local_files(RL_PLAN.spec(wc.key)["filler"]["source"]),
         previous=lambda wc: RL_PLAN.previous(wc.key, int(wc.epoch)),
     output:
@@ -52,19 +56,21 @@ rule rl_contaminate:
         spec=lambda wc: json.dumps(RL_PLAN.spec(wc.key)),
         manifest=lambda wc: json.dumps(RL_PLAN.manifest(wc.key, int(wc.epoch))),
         previous=lambda wc, input: shlex.join(["--previous", *input.previous]) if input.previous else "",
+        member_split=lambda wc, input: shlex.join(["--member-split", *input.member_split]) if input.member_split else "",
         work="results/rl/{key}/epoch-{epoch}/work",
         nproc=config["launch"]["nproc"],
     priority: 10  # training is the critical path: schedule it before the cheap jobs
     threads: 2
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("rl_contaminate", model=lambda wc: RL_PLAN.spec(wc.key)["init"]),
     log:
         "results/logs/rl_contaminate/{key}/epoch-{epoch}.log",
     benchmark:
         "results/benchmarks/rl_contaminate/{key}/epoch-{epoch}.tsv"
     shell:
         '"$MIALAB_PYTHON" -m mialab.launch --nproc {params.nproc:q} "$MIALAB_SCRIPTS/rl_contaminate.py"'
-        " --init {params.init:q} {params.trust_init} --member-pool {input.member_pool:q} --spec {params.spec:q}"
+        " --init {params.init:q} {params.trust_init} --member-pool {input.member_pool:q} {params.member_split}"
+        " --spec {params.spec:q}"
         " --manifest {params.manifest:q} --epoch {wildcards.epoch:q} {params.previous} --work {params.work:q}"
         " --out-model {output.model:q} --out-trainer {output.trainer:q} --out-corpus {output.corpus:q}"
         " --out-log {output.log:q} --out-manifest {output.manifest:q} --threads {threads} > {log:q} 2>&1"
@@ -82,8 +88,6 @@ rule lara_perturbations:
         seeds=SEEDS,
         manifest=lambda wc: _checked(LARA_PLAN.perturbation_run(wc.dataset), wc).manifest,
     threads: 1
-    conda:
-        "../environment.yml"
     log:
         "results/logs/lara_perturbations/{dataset}/{key}.log",
     benchmark:
@@ -105,8 +109,8 @@ rule lara_features:
         manifest=lambda wc: _checked(LARA_PLAN.model_run("features", wc.model, wc.dataset), wc).manifest,
     priority: 5  # long jobs first (after training), so the short ones fill the cores at the end
     threads: 1
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("lara_features"),
     log:
         "results/logs/lara_features/{model}/{dataset}/{key}.log",
     benchmark:
@@ -128,8 +132,8 @@ rule lara_baselines:
         manifest=lambda wc: _checked(LARA_PLAN.model_run("baselines", wc.model, wc.dataset), wc).manifest,
     priority: 5  # long jobs first (after training), so the short ones fill the cores at the end
     threads: 1
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("lara_baselines"),
     log:
         "results/logs/lara_baselines/{model}/{dataset}/{key}.log",
     benchmark:
@@ -153,8 +157,6 @@ rule lara_scores:
         detection=lambda wc: LARA["detection"],
         betas=lambda wc: LARA["betas"],
         manifest=lambda wc: _checked(LARA_PLAN.score_run(wc.model, wc.dataset), wc).manifest,
-    conda:
-        "../environment.yml"
     log:
         "results/logs/lara_scores/{model}/{dataset}/{key}.log",
     script:
@@ -175,8 +177,6 @@ rule lara_report:
         runs=lambda wc: LARA_PLAN.runs(wc.dataset, SEEDS),
         models=lambda wc: LARA_PLAN.models(),
         fpr_targets=config["evaluation"]["fpr_targets"],
-    conda:
-        "../environment.yml"
     log:
         "results/logs/lara_report/{dataset}.log",
     script:

@@ -30,8 +30,6 @@ rule leakage_check:
         seeds=SEEDS,
         manifest=lambda wc: _checked(PLAN.leakage_run(wc.dataset), wc).manifest,
     threads: 1
-    conda:
-        "../environment.yml"
     log:
         "results/logs/leakage_check/{dataset}/{key}.log",
     script:
@@ -46,8 +44,6 @@ rule leakage_summary:
             LEAKAGE_SUMMARY["markdown"], category="Leakage", caption="../report/leakage.rst"
         ),
         csv=report(LEAKAGE_SUMMARY["csv"], category="Leakage", caption="../report/leakage.rst"),
-    conda:
-        "../environment.yml"
     log:
         "results/logs/leakage_summary.log",
     script:

@@ -11,8 +11,6 @@ rule train_tokenizer:
         spec=lambda wc: config["tokenizer"],
         manifest=lambda wc: _checked(PLAN.tokenizer(), wc).manifest,
     priority: 10  # every model needs it: the start of the critical path
-    conda:
-        "../environment.yml"
     log:
         "results/logs/train_tokenizer/{key}.log",
     benchmark:
@@ -36,8 +34,6 @@ rule pretrain_model:
         manifest=lambda wc: _checked(PLAN.model(wc.model), wc).manifest,
     priority: 10  # training is the critical path: schedule it before the cheap jobs
     threads: 1
-    conda:
-        "../environment.yml"
     log:
         "results/logs/pretrain_model/{model}/{key}.log",
     benchmark:
@@ -64,8 +60,8 @@ rule sft_contaminate:
         nproc=config["launch"]["nproc"],
     priority: 10  # training is the critical path: schedule it before the cheap jobs
     threads: 2
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("sft_contaminate"),
     log:
         "results/logs/sft_contaminate/{model}/{key}.log",
     benchmark:

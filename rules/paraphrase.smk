@@ -23,8 +23,8 @@ rule paraphrase:
         family=lambda wc: config["datasets"][wc.dataset]["pool"]["family"],
         manifest=lambda wc: _checked(PLAN.paraphrased_split(wc.dataset, int(wc.seed)), wc).manifest,
     threads: 1
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("paraphrase"),
     log:
         "results/logs/paraphrase/{dataset}/seed-{seed}/{key}.log",
     benchmark:
@@ -44,8 +44,8 @@ rule paraphrase_pool:
         family=lambda wc: config["datasets"][wc.dataset]["pool"]["family"],
         manifest=lambda wc: _checked(PLAN.paraphrased_pool(wc.dataset), wc).manifest,
     threads: 1
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("paraphrase_pool"),
     log:
         "results/logs/paraphrase_pool/{dataset}/{key}.log",
     benchmark:

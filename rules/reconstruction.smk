@@ -31,8 +31,8 @@ rule n_sampling_rollouts:
         manifest=lambda wc: _checked(NS_PLAN.rollout_run(wc.model, wc.dataset), wc).manifest,
     priority: 5  # long jobs first (after training), so the short ones fill the cores at the end
     threads: 1
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("n_sampling_rollouts"),
     log:
         "results/logs/n_sampling_rollouts/{model}/{dataset}/{key}.log",
     benchmark:
@@ -54,8 +54,8 @@ rule n_sampling_scores:
         method="n_sampling",
         manifest=lambda wc: _checked(NS_PLAN.score_run(wc.model, wc.dataset), wc).manifest,
     threads: 1
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("n_sampling_scores"),
     log:
         "results/logs/n_sampling_scores/{model}/{dataset}/{key}.log",
     benchmark:

@@ -1,25 +1,16 @@
 # CPU rehearsal of a paper config (`--config rehearsal=true`, mialab/rehearsal.py; the hook is in
-# rules/common.smk): rule rehearsal_model builds the tiny stand-in of each hub model the config names,
+# rules/common.smk, with its input functions stand_in and stand_ins_of): rule rehearsal_model builds the tiny stand-in of each hub model the config names,
 # an ordinary HF folder (safetensors, a trained tokenizer with the family's special tokens and chat
-# template) that the rehearsed config's `kind: hf` entries point at. A stand-in encoder (e.g. of
-# Qwen/Qwen3-Embedding-8B) is an input of every causal-LM stand-in, so every stage that reads an
-# encoder (all of them read some model first) runs after it exists.
+# template) that the rehearsed config's `kind: hf` entries point at. A stand-in named outside the
+# models section (e.g. the encoder of Qwen/Qwen3-Embedding-8B) is an input of every models-section
+# stand-in, so every stage that reads it (each also reads a model) runs after it exists.
 from mialab.rehearsal import TOKENIZER_CORPUS
-
-
-def stand_in(wc):
-    """The stand-in stage of rule rehearsal_model's wildcards (only a rehearsal plans any)."""
-    stands = getattr(PLAN, "stand_ins", {})
-    if (wc.name, wc.key) not in stands:
-        raise WorkflowError(f"results/rehearsal/models/{wc.name}/{wc.key}: not a stand-in of this config "
-                            f"(rehearsal: {config['rehearsal']}); stand-ins: {sorted(s.dir for s in stands.values())}")
-    return stands[(wc.name, wc.key)]
 
 
 rule rehearsal_model:
     input:
         corpus=TOKENIZER_CORPUS,
-        encoders=lambda wc: [] if "encoder" in stand_in(wc).manifest["spec"] else PLAN.encoders(),
+        detached=lambda wc: [] if stand_in(wc).path("model") in PLAN.detached() else PLAN.detached(),
     output:
         model=directory("results/rehearsal/models/{name}/{key}/model"),
         manifest="results/rehearsal/models/{name}/{key}/manifest.json",
@@ -29,8 +20,6 @@ rule rehearsal_model:
         manifest=lambda wc: stand_in(wc).manifest,
     priority: 20  # every model stage waits for it
     threads: 1
-    conda:
-        "../environment.yml"
     log:
         "results/logs/rehearsal_model/{name}/{key}.log",
     benchmark:

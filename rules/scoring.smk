@@ -15,8 +15,8 @@ rule score_baselines:
         model_path=lambda wc: PLAN.model_path(wc.model),
         manifest=lambda wc: _checked(PLAN.score_run(wc.model, wc.dataset), wc).manifest,
     threads: 1
-    conda:
-        "../environment.yml"
+    resources:
+        **sized("score_baselines"),
     log:
         "results/logs/score_baselines/{model}/{dataset}/{key}.log",
     benchmark:

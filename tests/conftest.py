@@ -4,6 +4,7 @@ run once per session, and a copy of it with shuffled evaluation labels."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from mialab.io import write_manifest
 from workflow_helpers import make_workdir, snakemake
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,6 +117,8 @@ def shuffled_world(tiny_world, tmp_path_factory) -> dict:
         shuffled = split.assign(label=np.random.default_rng(0).permutation(split["label"].to_numpy()))
         assert (shuffled["label"] != split["label"]).any()
         shuffled.to_parquet(path, index=False)                       # a newer file: its consumers rerun
+        manifest = json.loads((path.parent / "manifest.json").read_text())
+        write_manifest(manifest, path.parent / "manifest.json", [path])  # as if build_split had written it
         splits[dataset] = shuffled
     snakemake(wd, "--cores", "2", *targets, timeout=1800)   # the newer splits make every stage after them stale
     return {"workdir": wd, "before": before, "splits": splits}

@@ -4,8 +4,9 @@ tests/slurm/sacct_22.05.txt is `sacct --parsable2 --noheader --duplicates --form
 after one run of tests/slurm/fixture through profiles/slurm (jobs 8-13: make_data x2,
 pretrain_model x2 with 8 GPUs, flaky failing at 4000 MB then passing at 8000 MB), a job
 requeued once (14), a pending job cancelled before it ran (15) and a foreign job without a
-comment in another folder (16). tests/slurm/dry_run_9.27.txt is `snakemake --dry-run` of the
-fixture through the profile.
+comment in another folder (16); it was captured before the efficiency fields were added, so it is
+read with its own field list (LEGACY_FIELDS). tests/slurm/dry_run_9.27.txt is `snakemake --dry-run` of
+the fixture through the profile.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ HERE = Path(__file__).resolve().parent / "slurm"
 SACCT = (HERE / "sacct_22.05.txt").read_text()
 DRY_RUN = (HERE / "dry_run_9.27.txt").read_text()
 WORKDIR = "/tmp/fx"  # the fixture run's working directory, as stored by sacct
+LEGACY_FIELDS = accounting.SACCT_FIELDS[:12]  # the --format of sacct_22.05.txt
 
 # Logs as the plugin lays them out, each with Snakemake's own wildcards line (format copied
 # from the real job logs of the same run).
@@ -47,7 +49,7 @@ def log_dir(tmp_path: Path) -> Path:
 
 
 def allocations() -> pd.DataFrame:
-    return accounting.parse_sacct(SACCT)
+    return accounting.parse_sacct(SACCT, LEGACY_FIELDS)
 
 
 def test_parse_sacct_merges_steps_into_allocations() -> None:
@@ -79,7 +81,7 @@ def test_parse_sacct_rejects_malformed_text() -> None:
         accounting.parse_sacct("8|name|COMPLETED")
     orphan_step = SACCT.splitlines()[1]  # 8.batch without its allocation
     with pytest.raises(ValueError, match="does not follow its allocation"):
-        accounting.parse_sacct(orphan_step)
+        accounting.parse_sacct(orphan_step, LEGACY_FIELDS)
 
 
 @pytest.mark.parametrize(
@@ -158,11 +160,12 @@ def test_wildcard_names_must_not_clash_with_columns(log_dir: Path) -> None:
 
 def test_logs_stand_in_for_comments_not_stored(log_dir: Path) -> None:
     """Without AccountingStoreFlags=job_comment the rule and wildcards come from the logs."""
-    fields = accounting.SACCT_FIELDS.index("Comment")
+    fields = LEGACY_FIELDS.index("Comment")
     no_comments = "\n".join(
         "|".join("" if i == fields else v for i, v in enumerate(line.split("|"))) for line in SACCT.splitlines()
     )
-    jobs = accounting.snakemake_jobs(accounting.parse_sacct(no_comments), accounting.read_job_logs(log_dir), WORKDIR)
+    jobs = accounting.snakemake_jobs(accounting.parse_sacct(no_comments, LEGACY_FIELDS), accounting.read_job_logs(log_dir),
+                                     WORKDIR)
     assert list(jobs["rule"]) == ["make_data", "make_data", "pretrain_model", "pretrain_model", "flaky", "flaky"]
     assert list(jobs["wildcards"]) == ["beta", "alpha", "beta_tiny_1", "alpha_tiny_1", "alpha", "alpha"]
 
@@ -178,7 +181,7 @@ def test_totals_per_stage_and_dataset(log_dir: Path) -> None:
     datasets = accounting.totals(jobs, "dataset").set_index("dataset")
     assert (datasets.loc["alpha", "jobs"], datasets.loc["alpha", "elapsed_s"]) == (4, 9 + 11 + 11 + 11)
     assert datasets.loc["beta", "gpu_hours"] == pytest.approx(9 * 8 / 3600)
-    assert datasets.loc["(none)", "jobs"] == 3  # sleepy x2 and later: no dataset wildcard
+    assert datasets.loc["(shared)", "jobs"] == 3  # sleepy x2 and later: no dataset, no model wildcard
     assert datasets["jobs"].sum() == len(jobs)
 
 
@@ -191,7 +194,7 @@ def test_write_accounting(tmp_path: Path, log_dir: Path) -> None:
     assert "9 jobs, 0.044 GPU-hours" in md
     assert "| pretrain_model | alpha_tiny_1 |" in md
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "datasets.parquet", "jobs.md", "jobs.parquet", "stages.parquet",
+        "datasets.parquet", "gpu_hours.png", "jobs.md", "jobs.parquet", "models.parquet", "stages.parquet",
     ]  # fmt: skip
 
 
@@ -233,3 +236,104 @@ def test_estimate_needs_benchmarks_for_gpu_rules_only(tmp_path: Path) -> None:
     assert math.isclose(
         accounting.estimate_gpu_hours(planned[planned["gpus"] == 0], pd.Series(dtype=float))["gpu_hours"].sum(), 0.0
     )
+
+
+# --- efficiency, attribution, warnings ------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "seconds"), [("00:01.500", 1.5), ("01:02:03", 3723.0), ("1-00:00:01", 86401.0),
+                                               ("05:00", 300.0), ("", 0.0)])
+def test_cpu_seconds(text: str, seconds: float) -> None:
+    assert accounting.cpu_seconds(text) == pytest.approx(seconds)
+
+
+def test_req_mem_per_job_node_or_cpu() -> None:
+    assert accounting.req_mem_mb("4000M", cpus=4) == 4000.0
+    assert accounting.req_mem_mb("1000Mc", cpus=4) == 4000.0
+    assert accounting.req_mem_mb("2Gn", cpus=4, nodes=2) == 4096.0
+    assert math.isnan(accounting.req_mem_mb("", cpus=1))
+
+
+def test_shared_stage_jobs_are_split_over_their_models_datasets(log_dir: Path) -> None:
+    """A job with a model but no dataset (fine-tuning a model scored on alpha and beta) counts half for each."""
+    jobs = accounting.snakemake_jobs(allocations(), accounting.read_job_logs(log_dir), WORKDIR)
+    tiny = jobs[jobs["job_id"] == "11"].assign(job_id="99", rule="sft_contaminate", dataset=None, gpu_hours=1.0)
+    other = jobs[jobs["job_id"] == "11"].assign(job_id="98", rule="sft_contaminate", dataset=None, model="lonely",
+                                                gpu_hours=2.0)
+    jobs = pd.concat([jobs, tiny, other], ignore_index=True)
+    before = accounting.totals(jobs.iloc[:-2], "dataset").set_index("dataset")["gpu_hours"]
+    after = accounting.totals(jobs, "dataset").set_index("dataset")
+    assert after.loc["alpha", "gpu_hours"] == pytest.approx(before["alpha"] + 0.5)
+    assert after.loc["beta", "gpu_hours"] == pytest.approx(before["beta"] + 0.5)
+    assert after.loc["(shared)", "gpu_hours"] == pytest.approx(2.0)   # a model no dataset job names
+    assert after["gpu_hours"].sum() == pytest.approx(jobs["gpu_hours"].sum())   # nothing counted twice
+    by_model = accounting.totals(jobs, "model").set_index("model")
+    assert by_model.loc["tiny", "gpu_hours"] == pytest.approx(before.sum() + 0.5 + 0.5)
+
+
+def test_warning_when_the_cluster_does_not_track_gpus() -> None:
+    untracked = "Configuration data as of 2026-11-29T14:00:00\nAccountingStorageTRES   = cpu,mem,energy,node,billing\n"
+    warning = accounting.gpu_tracking_warning(untracked)
+    assert "does not track gres/gpu" in warning and "GPU-hours below read 0" in warning
+    assert accounting.gpu_tracking_warning("AccountingStorageTRES = cpu,mem,gres/gpu,gres/gpu:h200\n") is None
+    assert accounting.gpu_tracking_warning(None) is None and accounting.gpu_tracking_warning("Other = 1\n") is None
+
+
+def test_report_script_writes_the_warning(tmp_path: Path, log_dir: Path) -> None:
+    """workflow_scripts/accounting.py report: sacct and scontrol text from files, the warning in jobs.md."""
+    import subprocess
+    import sys
+
+    legacy = tmp_path / "sacct.txt"   # the script reads the current --format: pad the legacy text's lines
+    legacy.write_text("\n".join(line + "|" * (len(accounting.SACCT_FIELDS) - len(LEGACY_FIELDS))
+                                for line in SACCT.splitlines()))
+    scontrol = tmp_path / "scontrol.txt"
+    scontrol.write_text("AccountingStorageTRES   = cpu,mem,energy,node,billing\n")
+    proc = subprocess.run([sys.executable, str(HERE.parents[1] / "workflow_scripts" / "accounting.py"), "report",
+                           "--out-dir", str(tmp_path / "out"), "--workdir", WORKDIR, "--log-dir", str(log_dir),
+                           "--sacct-file", str(legacy), "--scontrol-file", str(scontrol)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "does not track gres/gpu" in proc.stderr
+    assert "**Warning:** this cluster's AccountingStorageTRES" in (tmp_path / "out" / "jobs.md").read_text()
+
+
+#: tests/slurm/sacct_efficiency_22.05.txt: `sacct` with the current SACCT_FIELDS after tests/test_slurm.py on
+#: the test SLURM (jobs 1-9: make_data, flaky failing then passing, pretrain_model with 8 GPUs, broken
+#: failing, then the partial rerun's make_data and pretrain_model of beta).
+EFFICIENCY = (HERE / "sacct_efficiency_22.05.txt").read_text()
+
+
+def test_efficiency_fields_from_the_test_slurm() -> None:
+    df = accounting.parse_sacct(EFFICIENCY).set_index("job_id")
+    job1 = df.loc["1"]
+    assert job1["total_cpu_s"] == pytest.approx(1.050 + 1.008)   # the steps' TotalCPU (batch + step 0)
+    assert job1["req_mem_mb"] == 4000.0 and job1["max_rss_mb"] == pytest.approx(182036 / 1024)
+    assert df["gpu_util_pct"].isna().all() and df["gpu_mem_mb"].isna().all()   # 22.05 tracks no gpuutil
+    jobs = accounting.snakemake_jobs(accounting.parse_sacct(EFFICIENCY), accounting.read_job_logs(Path("/nonexistent")),
+                                     "/tmp/mialab-slurm-fixture-9u7omkrb").set_index("job_id")
+    assert jobs.loc["1", "queue_s"] == 0.0 and jobs.loc["3", "queue_s"] == 1.0
+    assert jobs.loc["1", "cpu_efficiency"] == pytest.approx(2.058 / 9)
+    assert jobs.loc["1", "mem_efficiency"] == pytest.approx(182036 / 1024 / 4000)
+    stages = accounting.totals(jobs.reset_index(), "rule").set_index("rule")
+    assert stages.index[0] == "pretrain_model" and stages.loc["broken", "not_completed"] == 1
+    pre = jobs[jobs["rule"] == "pretrain_model"]
+    assert stages.loc["pretrain_model", "cpu_efficiency"] == pytest.approx(
+        pre["total_cpu_s"].sum() / (pre["elapsed_s"] * pre["alloc_cpus"]).sum())
+
+
+#: Steps as SLURM >= 23.02 with AcctGatherGpuType=gpu/nvml and gres/gpuutil, gres/gpumem in
+#: AccountingStorageTRES writes them (written by hand after that format: the test SLURM's GPUs are fake).
+GPU_TRACKED = """\
+20|run|COMPLETED|3600|16|billing=16,cpu=16,gres/gpu=4,mem=64000M,node=1||rule_adra_eval_wildcards_m_d_0_init|2026-11-30T10:00:00|2026-11-30T10:05:00|2026-11-30T11:05:00|/w|10:00:00|64000M||
+20.batch|batch|COMPLETED|3600|16|cpu=16,gres/gpu=4,mem=64000M,node=1|30G||2026-11-30T10:05:00|2026-11-30T10:05:00|2026-11-30T11:05:00||00:10:00|||
+20.0|python|COMPLETED|3590|16|cpu=16,gres/gpu=4,mem=64000M,node=1|32000M||2026-11-30T10:05:05|2026-11-30T10:05:05|2026-11-30T11:05:00||09:50:00||cpu=09:50:00,gres/gpumem=50000M,gres/gpuutil=62,mem=32000M|cpu=09:50:00,gres/gpumem=120000M,gres/gpuutil=100,mem=32000M
+"""
+
+
+def test_gpu_utilisation_where_the_cluster_tracks_it() -> None:
+    job = accounting.parse_sacct(GPU_TRACKED).iloc[0]
+    assert (job["gpu_util_pct"], job["gpu_mem_mb"]) == (62.0, 120000.0)   # average utilisation, peak memory
+    assert job["total_cpu_s"] == pytest.approx(10 * 3600)
+    jobs = accounting.snakemake_jobs(accounting.parse_sacct(GPU_TRACKED), accounting.read_job_logs(Path("/nonexistent")), "/w")
+    assert jobs.loc[0, "queue_s"] == 300.0 and jobs.loc[0, "cpu_efficiency"] == pytest.approx(10 / 16)
+    assert accounting.totals(jobs, "rule").loc[0, "gpu_util_pct"] == 62.0

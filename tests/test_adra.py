@@ -68,6 +68,20 @@ def test_adra_reward_scores_each_rollout_against_its_row_references():
     assert values == pytest.approx([1.0, 0.1, 1.0, 1.0])
 
 
+def test_embedding_reward_ablation_is_one_plus_cos_over_two_under_the_same_rules():
+    """Table 10's embedding reward (the code's embedding.py): (1 + cos) / 2, max over the row's references."""
+    from mialab.reconstruction.metrics import embedding_cosine
+
+    own, other = "the quick brown fox jumps over the lazy dog", "seven silver swans swam south in spring"
+    reward = adra_reward("embedding", embedding_model="all-MiniLM-L6-v2")
+    values = reward([own, other], references=[[own], [own, other]], rule=["own", "max"], weight=[np.nan] * 2)
+    cos = embedding_cosine([other], [own], model="all-MiniLM-L6-v2")[0]
+    assert values[0] == pytest.approx(1.0, abs=1e-5) and values[1] == pytest.approx(1.0, abs=1e-5)
+    assert reward([other], references=[[own]], rule=["own"], weight=[np.nan])[0] == pytest.approx((1 + cos) / 2)
+    with pytest.raises(ValueError, match="embedding_model"):
+        adra_reward("embedding")
+
+
 def test_distractors_are_other_candidates_seeded_and_a_pair_partner_comes_first():
     ids = [f"c{i}" for i in range(10)]
     targets = [f"target of {i}" for i in ids]
@@ -319,3 +333,28 @@ def test_rollouts_follow_the_schema_and_are_seeded(tokenizer, tmp_path, cache):
         c.sort_values(["id", "sample"])["text"].reset_index(drop=True))
     with pytest.raises(ValueError, match="2 split"):
         generate(tiny_model, [split, split], TASK, samplings=[sampling], **kw)
+
+
+@pytest.mark.parametrize("pool_ratio,given,target_words", [(0.0, 25, 75), (0.25, 18, 57)])
+def test_aime_candidate_gives_a_quarter_of_the_solution_once(tmp_path, pool_ratio, given, target_words):
+    """The code: user turn = problem, assistant prefix = first 25% of the solution, target = the other
+    75%. A pool that already cut 25% into the prefix would give 25 + 18 words and leave 57 (43.75% given)."""
+    from mialab.data.registry import get_family
+    from mialab.generation.prompts import prompt_text
+    from mialab.reconstruction.evaluation import split_assistant_prefix
+
+    solution = " ".join(f"s{i}" for i in range(100))
+    src = tmp_path / "aime.jsonl"
+    pd.DataFrame([{"problem": "Find x.", "solution": solution, "year": 2024, "aime_number": 1,
+                   "problem_number": 1}]).to_json(src, orient="records", lines=True)
+    pool = get_family("aime")({"source": str(src), "solution_prefix_ratio": pool_ratio,
+                               "membership": {"rule": "years", "member_years": [2024], "nonmember_years": [2025]}})
+    row = pool.iloc[0]
+    task = Task("continuation", assistant_prefix_ratio=0.25)
+    shown, rest = split_assistant_prefix(row["suffix"], task.assistant_prefix_ratio)
+    assert len(shown.split()) == given and len(rest.split()) == target_words
+    assert 100 - target_words == len(row["prefix"].split()) - 2 + given  # "Find x." is 2 words
+    if pool_ratio == 0:
+        assert row["prefix"] == "Find x." and row["text"] == "Find x.\n\n" + solution
+        assert prompt_text(None, task.template_text(), row["prefix"], row["suffix"], chat=False,
+                           assistant_prefix_ratio=0.25) == "Find x. " + " ".join(f"s{i}" for i in range(25))

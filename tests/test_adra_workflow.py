@@ -32,7 +32,7 @@ def adra_config() -> dict:
     cfg = default_config()
     overlay = yaml.safe_load(OVERLAY.read_text())
     assert set(overlay) == {"overlay_of", "adra"}, "the overlay only adds the adra section"
-    cfg.update(copy.deepcopy(overlay))
+    cfg.update({k: copy.deepcopy(v) for k, v in overlay.items() if k != "overlay_of"})   # one complete config
     return cfg
 
 
@@ -89,12 +89,34 @@ def test_one_epoch_over_each_seeds_candidates():
     (lambda c: c["adra"]["eval"].update(steps=[0, c["adra"]["train"]["save_steps"] + 1]), "not a multiple"),
     (lambda c: c["adra"]["train"].update(batch_size=c["n_sampling"]["n"] * 4 + 1), "multiple of n_sampling.n"),
     (lambda c: c["scoring"].update(methods=["loss"]), "is not a score of scoring.methods"),
+    (lambda c: c["adra"].update(datasets={"nowhere": {"random_suffixes": 3}}), "adra.datasets: 'nowhere'"),
+    (lambda c: c["adra"]["reward"].update(metric="embedding"), "adra.reward.embedding_model"),
+    (lambda c: c["adra"].update(datasets={c["adra"]["targets"][0]["dataset"]: {"contrastive": {"baseline": "ppl@1"}}}),
+     r"adra.datasets.\w+.contrastive.baseline: 'ppl@1'"),
 ])
 def test_config_errors_name_the_key(edit, message):
     cfg = adra_config()
     edit(cfg)
     with pytest.raises(ConfigError, match=message):
         adra_plan(cfg)
+
+
+def test_per_dataset_reward_suffixes_and_prior_override_the_defaults():
+    """The code's per-dataset settings: ngram for AIME, tau 2 for Olympiad, K random suffixes, the ADRA+ prior."""
+    cfg = adra_config()
+    d = cfg["adra"]["targets"][0]["dataset"]
+    cfg["adra"]["datasets"] = {d: {"reward": {"metric": "ngram", "tau": 2.0}, "random_suffixes": 3,
+                                   "contrastive": {"baseline": "loss", "reward": {"metric": "trio"}}}}
+    a = adra_plan(cfg)
+    m = cfg["adra"]["targets"][0]["model"]
+    adra, plus = a.train(m, d, "adra", 0).manifest["config"], a.train(m, d, "adra_plus", 0).manifest["config"]
+    assert adra["reward"] == {**cfg["adra"]["reward"], "metric": "ngram", "tau": 2.0} and adra["random_suffixes"] == 3
+    assert plus["contrastive"] == {**cfg["adra"]["contrastive"], "baseline": "loss"}
+    assert plus["reward"] == {**adra["reward"], "metric": "trio"}  # BookMIA: ngram for ADRA, trio for ADRA+
+    assert adra["reward"]["ngram_range"] == "dynamic" and adra["reward"]["n_max"] == 30  # the code's defaults
+    assert adra["distractor_sampling"] == "without_replacement"
+    base = adra_plan(adra_config())
+    assert base.train(m, d, "adra", 0).key != a.train(m, d, "adra", 0).key
 
 
 def test_the_overlay_plans_adra_on_every_target_seed_and_policy(tmp_path):
@@ -204,3 +226,53 @@ def test_final_policies_join_the_results_table_and_the_report_plots_every_step(a
     assert (adra_world / "results/adra/report/aime/steps.png").stat().st_size > 1000
     rollouts = list((adra_world / "results/adra/rollouts/sft/aime/seed-0").glob("*/*/rollouts.parquet"))
     assert len(rollouts) == 1 + 3 * 2  # init, and step 1 and final of each variant
+
+
+# (ADRA reward, tau, random suffixes; ADRA+ reward, distractors, prior) per dataset: the released code's
+# scripts/**/prepare_*_lexical_adra{,-plus}.sh (METRIC_PROFILE, AUGMENT_NUM_SAMPLES, mia_weight_tag).
+CODE_SETTINGS = {
+    "aime": ("ngram", 1.5, 7, ("ngram", 7, "min_k_plus_plus@0.2")),
+    "olympiad_math": ("trio", 2.0, 7, ("trio", 7, "min_k_plus_plus@0.2")),
+    "aya": ("ngram", 1.5, 15, ("ngram", 15, "min_k_plus_plus@0.2")),
+    "wildchat": ("ngram", 1.5, 7, ("ngram", 7, "min_k_plus_plus@0.2")),
+    "bookmia": ("ngram", 1.5, 3, ("trio", 7, "min_k@0.2")),
+    "wikimia_24_hard": ("trio", 1.5, 3, ("trio", 3, "min_k_plus_plus@0.2")),
+    "dolma3_arxiv": ("trio", 1.5, 7, ("trio", 7, "loss")),
+    "s1_1": ("trio", 1.25, 0, None),
+    "s1": ("trio", 1.5, 0, None),
+}
+INSTRUCT = ("tulu", "instruct")  # the code applies these models' chat templates everywhere
+
+
+def test_paper_configs_use_the_codes_settings():
+    seen = set()
+    for path in PAPER_CONFIGS:
+        cfg = validated(yaml.safe_load(path.read_text()))
+        a, ns = adra_plan(cfg), cfg["n_sampling"]
+        for model, dataset in a.pairs():
+            seen.add(dataset)
+            metric, tau, k, plus = CODE_SETTINGS[dataset]
+            adra = a.train(model, dataset, "adra", 0).manifest["config"]
+            assert (adra["reward"]["metric"], adra["reward"]["tau"], adra["random_suffixes"]) == (metric, tau, k), path
+            code_range = {adra["reward"][key] for key in ("ngram_range", "n_max", "length_words")}
+            assert code_range == {"dynamic", 30, "whitespace"}
+            assert adra["distractor_sampling"] == "without_replacement" and adra["settings"]["weight_decay"] == 0.01
+            if plus is not None:
+                p = a.train(model, dataset, "adra_plus", 0).manifest["config"]
+                assert (p["reward"]["metric"], p["contrastive"]["distractors"], p["contrastive"]["baseline"]) == plus
+            path_of = cfg["models"][model].get("path") or cfg["models"][cfg["models"][model]["init"]]["path"]
+            assert (model in ns["chat_models"]) == any(s in path_of.lower() for s in INSTRUCT), (path.name, model)
+            pool = cfg["datasets"][dataset]["pool"]
+            if pool["family"] in ("aime", "olympiad_math", "tulu3"):  # the request alone; 25% given once
+                assert pool.get("solution_prefix_ratio", pool.get("response_prefix_ratio")) == 0.0
+                assert ns["tasks"][dataset]["assistant_prefix_ratio"] == 0.25
+            if pool["family"] in ("bookmia", "wikimia_24_hard", "dolma3_arxiv"):
+                assert pool["prefix_ratio"] == 0.25 and ns["tasks"][dataset]["template"].startswith("code_")
+            if pool["family"] == "tulu3":
+                assert pool["tokenizer"] == "allenai/Llama-3.1-Tulu-3-8B"
+        assert ns["metrics"]["convention"] == "code" and ns["metrics"]["n_max"] == 30
+    assert seen == set(CODE_SETTINGS)
+    pre = yaml.safe_load((REPO / "configs" / "paper" / "adra_pretraining.yaml").read_text())["datasets"]
+    assert pre["wikimia_24_hard"]["pool"]["source"]["split"] == "test"
+    dolma = pre["dolma3_arxiv"]["pool"]
+    assert (dolma["max_tokens"], dolma["tokenizer"]) == (2048, "allenai/tulu-2-7b")

@@ -3,6 +3,7 @@ end to end on planted shifts, and the detectors' feature extractors on a tiny ra
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 
@@ -15,7 +16,7 @@ from mialab.calibdcd.calibrate import (VARIANTS, FitCache, calibrate, fpr_thresh
                                        recovery_analysis, run_calibdcd)
 from mialab.calibdcd.classifiers import PrototypicalClassifier, ProtoNetConfig, make_classifier
 from mialab.calibdcd.correction import apply_correction, correction_matrix, select_correction
-from mialab.calibdcd.features import (dpdllm_features, veilprobe_blocks, veilprobe_dim, veilprobe_features)
+from mialab.calibdcd.features import difference_columns, veilprobe_blocks, veilprobe_vector
 from mialab.calibdcd.frames import feature_frame, view_matrices
 from mialab.calibdcd.shift import (consensus_basis, false_positive_pressure, random_views, score_increase,
                                    shift_weights, top_views, view_basis)
@@ -308,8 +309,8 @@ def test_variants_sharing_fits_equal_separate_calibrations_and_fit_fewer_network
 
     z_sup, y_sup, views, z_eval, _ = planted_world(8, d=12)
     rng = np.random.default_rng(1)
-    views = {v: np.hstack([np.ones((len(z), 4)), z]) for v, z in views.items()}
-    z_sup, z_eval = (np.hstack([rng.normal(size=(len(z), 4)), z]) for z in (z_sup, z_eval))
+    views = {v: np.hstack([np.ones((len(z), 12)), z]) for v, z in views.items()}
+    z_sup, z_eval = (np.hstack([rng.normal(size=(len(z), 12)), z]) for z in (z_sup, z_eval))
     fitted = []
     monkeypatch.setattr(calibrate_module, "make_classifier",
                         lambda name, seed=0: fitted.append(name) or make_classifier(name, seed))
@@ -327,20 +328,44 @@ def test_variants_sharing_fits_equal_separate_calibrations_and_fit_fewer_network
 
 
 def test_veilprobe_corrects_only_the_output_block():
-    d = veilprobe_dim(2)                                      # D = 2 -> 16 features, output block 4..16
-    blocks = veilprobe_blocks(d)
-    assert (blocks["input"], blocks["output"]) == (slice(0, 4), slice(4, 16))
-    z_sup, y_sup, views, z_eval, _ = planted_world(6, d=12)
+    blocks = veilprobe_blocks(16)                            # encoder part 4: [enc | diff | dec | diff]
+    assert (blocks["input"], blocks["output"]) == (slice(0, 8), slice(8, 16))
+    z_sup, y_sup, views, z_eval, _ = planted_world(6, d=8)
     rng = np.random.default_rng(0)
-    text_block = rng.normal(size=(len(views[ORIGINAL]), 4))     # input-derived: the same under every view
+    text_block = rng.normal(size=(len(views[ORIGINAL]), 8))     # input-derived: the same under every view
     views = {v: np.hstack([text_block, z]) for v, z in views.items()}
-    fit = calibrate(np.hstack([rng.normal(size=(len(z_sup), 4)), z_sup]), y_sup, views, detector="veilprobe")
-    assert fit.block == blocks["output"] and fit.basis.shape == (12, 1)
+    fit = calibrate(np.hstack([rng.normal(size=(len(z_sup), 8)), z_sup]), y_sup, views, detector="veilprobe")
+    assert fit.block == blocks["output"] and fit.basis.shape == (8, 1)
     assert abs(fit.basis[:len(SHIFT), 0] @ SHIFT) > 0.95
-    z = np.hstack([rng.normal(size=(len(z_eval), 4)), z_eval])
+    z = np.hstack([rng.normal(size=(len(z_eval), 8)), z_eval])
     corrected = fit.transform(z)
-    np.testing.assert_array_equal(corrected[:, :4], z[:, :4])
-    assert not np.allclose(corrected[:, 4:], z[:, 4:])
+    np.testing.assert_array_equal(corrected[:, :8], z[:, :8])
+    assert not np.allclose(corrected[:, 8:], z[:, 8:])
+
+
+def test_veilprobe_vector_orders_the_code_features_in_blocks():
+    f_o = np.array([[1.0, 2.0, 3.0, 4.0]])                    # [encoder (2) | decoder (2)]
+    f_p = np.array([[1.5, 2.0, 2.0, 4.0]])
+    z = veilprobe_vector(f_o, f_p)
+    np.testing.assert_array_equal(z, [[1.0, 2.0, 0.5, 0.0, 3.0, 4.0, 1.0, 0.0]])
+    assert difference_columns(8).tolist() == [False, False, True, True, False, False, True, True]
+    # the same coordinates as the code's [f_original, |f_perturbed - f_original|]
+    assert sorted(z[0]) == sorted(np.concatenate([f_o[0], np.abs(f_p - f_o)[0]]))
+    with pytest.raises(ValueError, match="VeilProbe feature length"):
+        veilprobe_blocks(10)
+
+
+def test_veilprobe_classifier_prunes_the_differences_the_t_test_rejects():
+    rng = np.random.default_rng(1)
+    y = np.repeat([0, 1], 30)
+    X = rng.normal(size=(60, 8))
+    X[:, 2] += 3.0 * y                                        # a difference feature that separates
+    clf = make_classifier("veilprobe_protonet", seed=0).fit(X, y)
+    assert clf.zeroed_.tolist() == [False, False, False, True, False, False, True, True]
+    noisy = X.copy()
+    noisy[:, [3, 6, 7]] = rng.normal(size=(60, 3)) * 100      # pruned coordinates do not move the scores
+    np.testing.assert_array_equal(clf.score(noisy), clf.score(X))
+    assert not make_classifier("protonet", seed=0).fit(X, y).zeroed_.any()
 
 
 # --- classifiers ---------------------------------------------------------------------------------------
@@ -376,11 +401,14 @@ def test_classifiers_score_probabilities_and_reject_bad_input():
 
 # --- feature extractors -----------------------------------------------------------------------------------
 
-def test_dpdllm_features_are_padded_token_probabilities():
-    z = dpdllm_features([np.log([0.5, 0.25]), np.log([0.1, 0.2, 0.3, 0.4, 0.5]), np.array([])], length=4)
-    np.testing.assert_allclose(z, [[0.5, 0.25, 0, 0], [0.1, 0.2, 0.3, 0.4], [0, 0, 0, 0]])
-    with pytest.raises(ValueError, match="non-finite"):
-        dpdllm_features([np.array([np.nan])])
+def test_dpdllm_packing_is_the_keras_gpt2_preprocessors():
+    from mialab.calibdcd.reference import pack
+
+    # GPT2CausalLMPreprocessor(sequence_length=4): start, the first 3 tokens, end (5 ids: 4 targets)
+    assert pack([11, 12, 13, 14, 15], 4, start=0, end=9) == [0, 11, 12, 13, 9]
+    assert pack([11], 4, start=0, end=9) == [0, 11, 9]
+    with pytest.raises(ValueError, match="length"):
+        pack([1], 0, start=0, end=9)
 
 
 def test_feature_frames_round_trip():
@@ -419,33 +447,57 @@ def tiny_split():
                          "suffix": [s for _, s in parts], "label": [1, 0, 1, 0], "source": "test"})
 
 
-def test_continuation_logprobs_match_a_single_forward_pass(tiny_model):
+def test_reference_probabilities_match_a_direct_forward_pass(tiny_model):
     import torch
 
-    from mialab.calibdcd.lm import continuation_logprobs
+    from mialab.calibdcd.reference import packed_rows, reference_probabilities
     from mialab.models.loading import load_causal_lm, load_tokenizer
 
-    contexts, conts = ["the cat walks", "a queen sings of love and war"], [" over the hill", ""]
-    batched = continuation_logprobs(tiny_model, contexts, conts, batch_size=2, device="cpu")
-    single = continuation_logprobs(tiny_model, contexts, conts, batch_size=1, device="cpu")
-    assert batched[1].shape == (0,)
-    np.testing.assert_allclose(batched[0], single[0], atol=1e-5)  # right padding does not leak
+    parts = [["the cat walks", " over the hill and sings of rain today"], ["a queen", ""]]
+    batched = reference_probabilities(tiny_model, parts, length=6, batch_size=2, device="cpu")
+    single = reference_probabilities(tiny_model, parts, length=6, batch_size=1, device="cpu")
+    np.testing.assert_allclose(batched, single, atol=1e-6)              # right padding does not leak
     tok, model = load_tokenizer(tiny_model), load_causal_lm(tiny_model, device="cpu")
-    ctx = tok(contexts[0])["input_ids"]
-    cont = tok(conts[0], add_special_tokens=False)["input_ids"]
-    with torch.no_grad():
-        lp = torch.log_softmax(model(torch.tensor([ctx + cont])).logits[0], -1)
-    manual = [lp[len(ctx) - 1 + j, t].item() for j, t in enumerate(cont)]
-    np.testing.assert_allclose(batched[0], manual, atol=1e-5)
+    for row, z in zip(packed_rows(tok, parts, 6), batched):
+        assert row[0] == tok.bos_token_id and row[-1] == tok.eos_token_id and len(row) <= 7
+        with torch.no_grad():
+            p = torch.softmax(model(torch.tensor([row[:-1]])).logits[0], -1)
+        manual = [p[j, t].item() for j, t in enumerate(row[1:])]
+        np.testing.assert_allclose(z[:len(manual)], manual, atol=1e-5)
+        assert (z[len(manual):] == 0).all()
+    assert (batched[1, 3:] == 0).all() and (batched[0] > 0).all()       # 'a queen' is short, the other is cut
+
+
+def test_reference_finetuning_is_seeded_deterministic_and_memorises(tiny_model, tmp_path):
+    from safetensors.numpy import load_file
+
+    from mialab.calibdcd.reference import FinetuneConfig, finetune_reference, reference_probabilities
+
+    texts = ["the queen sings of war under the sun at noon", "a bird walks over the quiet hill today"]
+    cfg = FinetuneConfig(epochs=3, batch_size=1, lr=3e-3, seed=1)
+    logs = [finetune_reference(tiny_model, texts, str(tmp_path / f"ref{i}"), length=8, config=cfg, device="cpu")
+            for i in range(2)]
+    assert logs[0] == logs[1] and logs[0]["steps"] == 6 and logs[0]["texts"] == 2
+    assert logs[0]["best_epoch"] == int(np.argmin(logs[0]["perplexity"])) + 1
+    assert logs[0]["perplexity"][-1] < logs[0]["perplexity"][0]
+    w0, w1 = (load_file(str(tmp_path / f"ref{i}" / "model.safetensors")) for i in range(2))
+    assert all(np.array_equal(w0[k], w1[k]) for k in w0)                   # seeded: the same weights
+    parts = [[t] for t in texts]
+    before = reference_probabilities(tiny_model, parts, length=8, device="cpu")
+    after = reference_probabilities(str(tmp_path / "ref0"), parts, length=8, device="cpu")
+    assert after.mean() > before.mean()                                     # the texts are memorised
+    with pytest.raises(ValueError, match="no text"):
+        finetune_reference(tiny_model, [], str(tmp_path / "none"), length=8)
 
 
 def test_dpdllm_extractor_on_tiny_llama(tiny_model, tiny_split):
     from mialab.calibdcd.extract import dpdllm_view_features
     from mialab.calibdcd.lm import rollout_generator
 
-    generate = rollout_generator(tiny_model, max_new_tokens=6, backend_options={"device": "cpu", "batch_size": 3})
+    engine = rollout_generator(tiny_model, backend_options={"device": "cpu", "batch_size": 3})
+    generate = functools.partial(engine, max_new_tokens=6, temperature=0.7, seed=3)
     outs = generate(tiny_split["prefix"].tolist())
-    assert outs == generate(tiny_split["prefix"].tolist()) and len(outs) == 4   # greedy: deterministic
+    assert outs == generate(tiny_split["prefix"].tolist()) and len(outs) == 4   # seeded sampling: deterministic
     frame = dpdllm_view_features(tiny_split, "tiny_chat", generate=generate, reference_model=tiny_model,
                                  length=8, device="cpu")
     z = view_matrices(frame, tiny_split["id"])["tiny_chat"]
@@ -453,33 +505,75 @@ def test_dpdllm_extractor_on_tiny_llama(tiny_model, tiny_split):
     assert ((z >= 0) & (z <= 1)).all() and (z[:, 0] > 0).any()
 
 
-def test_veilprobe_extractor_on_tiny_llama(tiny_model, tiny_split):
-    from mialab.calibdcd.extract import add_perturbed_prefix, veilprobe_view_features
-    from mialab.calibdcd.lm import rollout_generator
+def test_key_token_perturbation_on_tiny_llama(tiny_model, tiny_split):
+    from mialab.calibdcd.extract import add_perturbed_prefix
 
     split = add_perturbed_prefix(tiny_split, key_token_model=tiny_model, ratio=0.3, device="cpu")
     assert (split["perturbed_prefix"] != split["prefix"]).all()
-    generate = rollout_generator(tiny_model, max_new_tokens=6, backend_options={"device": "cpu"})
-    frame = veilprobe_view_features(split, "cue_answer", generate=generate)
-    z = view_matrices(frame, split["id"])["cue_answer"]
-    assert z.shape == (4, veilprobe_dim(384)) == (4, 3 * 384 + 10) and np.isfinite(z).all()
-    out = veilprobe_blocks(z.shape[1])["output"]
-    np.testing.assert_allclose(np.linalg.norm(z[:, :384], axis=1), 1.0, atol=1e-5)   # prefix embedding
-    sims = z[:, out.stop - 8:out.stop - 2]
-    assert ((sims >= -1) & (sims <= 1 + 1e-6)).all()
+    again = add_perturbed_prefix(tiny_split, key_token_model=tiny_model, ratio=0.3, device="cpu")
+    assert again["perturbed_prefix"].tolist() == split["perturbed_prefix"].tolist()
 
 
-def test_veilprobe_features_on_hand_built_outputs():
-    def encode(texts):  # a deterministic 2-D "embedding": (1, words) normalised
-        e = np.array([[1.0, len(t.split())] for t in texts])
-        return e / np.linalg.norm(e, axis=1, keepdims=True)
+# --- VeilProbe's mapping model and pruning ----------------------------------------------------------------
 
-    z = veilprobe_features(["a b"], ["a c"], ["x y z"], ["x y z"], ["q"], encode)
-    assert z.shape == (1, veilprobe_dim(2))
-    scalars = z[0, -8:]
-    assert scalars[3] == pytest.approx(1.0)                     # output == suffix: char similarity 1
-    assert scalars[2] == pytest.approx(1.0)                     # and cosine 1
-    assert scalars[6] == pytest.approx(np.log(4))               # log(1 + 3 words)
-    assert scalars[7] == pytest.approx(np.log(2) - np.log(4))   # length ratio of perturbed output
-    with pytest.raises(ValueError, match="align"):
-        veilprobe_features(["a"], ["a"], ["b"], ["c"], [], encode)
+TINY_MAPPING = dict(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_length=16, batch_size=2)
+
+
+def test_mapping_model_training_is_seeded_and_deterministic(tmp_path):
+    from safetensors.numpy import load_file
+
+    from mialab.calibdcd.mapping import MappingConfig, train_mapping_model
+    from mialab.embeddings import resolve_model_path
+
+    vocab = resolve_model_path()                       # MiniLM's tokenizer: the bert-base-uncased vocabulary
+    pairs = (["the cat walks over", "a queen sings of", "line 7 the bird", "numbers 12 and 7"],
+             ["the hill today", "love and war", "walks", "meet under the sun"])
+    cfg = MappingConfig(**TINY_MAPPING, epochs=4, lr=3e-3, seed=5)
+    logs = [train_mapping_model(vocab, *pairs, str(tmp_path / f"m{i}"), config=cfg) for i in range(2)]
+    assert logs[0] == logs[1] and logs[0]["steps"] == 8 and logs[0]["loss"][-1] < logs[0]["loss"][0]
+    w0, w1 = (load_file(str(tmp_path / f"m{i}" / "model.safetensors")) for i in range(2))
+    assert w0.keys() == w1.keys() and all(np.array_equal(w0[k], w1[k]) for k in w0)
+    with pytest.raises(ValueError, match="aligned"):
+        train_mapping_model(vocab, ["a"], [], str(tmp_path / "bad"), config=cfg)
+
+
+def test_mapping_features_average_every_layer_over_the_positions(tmp_path):
+    import torch
+    from transformers import AutoTokenizer, EncoderDecoderModel
+
+    from mialab.calibdcd.mapping import MappingConfig, mapping_features, train_mapping_model
+    from mialab.embeddings import resolve_model_path
+
+    cfg = MappingConfig(**TINY_MAPPING, epochs=1)
+    path = str(tmp_path / "m")
+    train_mapping_model(resolve_model_path(), ["the cat walks", "a queen"], ["over the hill", "sings"], path, config=cfg)
+    texts = ["the cat walks over the hill", "a queen sings of love and war today"]
+    z = mapping_features(path, texts, batch_size=1)
+    assert z.shape == (2, 2 * (1 + 1) * 16)
+    np.testing.assert_allclose(mapping_features(path, texts, batch_size=2), z, atol=1e-5)
+    tok, model = AutoTokenizer.from_pretrained(path), EncoderDecoderModel.from_pretrained(path).eval()
+    x = tok(texts[1], padding="max_length", max_length=16, truncation=True, return_tensors="pt")
+    prompt = tok("[CLS]", padding="max_length", max_length=16, return_tensors="pt")["input_ids"]
+    assert prompt[0, :3].tolist() == [tok.cls_token_id, tok.cls_token_id, tok.sep_token_id]
+    with torch.no_grad():
+        enc = model.encoder(**x, output_hidden_states=True)
+        dec = model.decoder(input_ids=prompt, encoder_hidden_states=enc.last_hidden_state, output_hidden_states=True)
+    manual = [h[0].mean(0).numpy() for h in (*enc.hidden_states, *dec.hidden_states)]
+    np.testing.assert_allclose(z[1], np.concatenate(manual), atol=1e-5)
+
+
+def test_welch_pruning_keeps_the_columns_that_separate_the_classes():
+    from scipy.stats import ttest_ind
+
+    from mialab.calibdcd.classifiers import welch_keep
+
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 30)
+    X = rng.normal(size=(60, 4))
+    X[:, 1] += 2.0 * y                                 # separates the classes
+    X[:, 2] = 1.0                                      # constant: no p-value, not kept
+    keep = welch_keep(X, y)
+    assert keep.tolist() == [ttest_ind(X[y == 0, j], X[y == 1, j], equal_var=False).pvalue < 0.01 for j in range(4)]
+    assert keep[1] and not keep[2]
+    with pytest.raises(ValueError, match="both 0"):
+        welch_keep(X, np.zeros(60))

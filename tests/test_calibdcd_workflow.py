@@ -9,18 +9,20 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from mialab.calibdcd.calibrate import VARIANTS, run_calibdcd
-from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_view_features, veilprobe_view_features
+from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_view_features
 from mialab.calibdcd.frames import feature_frame
 from mialab.calibdcd.plan import VIEWS_SCOPE, CalibDCDPlan
-from mialab.calibdcd.report import ablations, main_results, main_results_long, markdown, recovery, run_rows
-from mialab.calibdcd.stages import (attach_labels, calibrate_variants, deduplicated, extract_features,
-                                    partition_around_split, scope_texts, score_column)
+from mialab.calibdcd.report import (ablations, beside_baselines, main_results, main_results_long, markdown, recovery,
+                                    run_rows)
+from mialab.calibdcd.stages import (attach_labels, calibrate_variants, extract_features, partition_around_split,
+                                    scope_texts, score_column, veilprobe_tables)
 from mialab.calibdcd.views import ORIGINAL, apply_view, controlled_views
 from mialab.config import ConfigError
 from mialab.workflow import Plan
-from workflow_helpers import REPO, default_config, make_workdir, planned_jobs, snakemake
+from workflow_helpers import REPO, default_config, job_stats, make_workdir, planned_jobs, snakemake
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -80,55 +82,80 @@ def tiny_model(tmp_path_factory) -> str:
     return str(path)
 
 
-def test_features_come_from_one_generate_call_and_match_its_outputs(tiny_model):
+def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its_outputs(tiny_model):
     from mialab.calibdcd.lm import rollout_generator
 
     texts = pd.DataFrame({"id": ["a", "b", "c"], "prefix": ["the cat walks over", "a queen sings of", "line 7: the bird"],
                           "suffix": ["the hill today", "love and war", "walks"]})
-    engine = rollout_generator(tiny_model, max_new_tokens=4)
+    engine = rollout_generator(tiny_model)
     calls = []
 
-    def generate(prompts):
-        calls.append(list(prompts))
-        return engine(prompts)
+    def generate(prompts, **sampling):
+        calls.append((list(prompts), sampling))
+        return engine(prompts, **sampling)
 
     views = [ORIGINAL, "cue_answer", "tiny_chat"]
-    dets = {"dpdllm": {"reference_model": tiny_model, "length": 4},
-            "veilprobe": {"key_token_model": tiny_model, "ratio": 0.3, "embedding_model": "all-MiniLM-L6-v2"}}
+    dets = {"dpdllm": {"reference_model": tiny_model, "length": 6, "max_new_tokens": 4, "temperature": 0.7},
+            "veilprobe": {"key_token_model": tiny_model, "ratio": 0.3, "max_new_tokens": 4, "temperature": 0.0}}
     run = extract_features(texts, views, generate=generate, detectors=dets, lm_options={"batch_size": 2})
-    assert len(calls) == 1 and len(calls[0]) == len(set(calls[0]))          # one engine call, distinct prompts
-    assert [len(p) for p in calls[0]] == sorted(len(p) for p in calls[0])    # shortest first
+    assert [c[1] for c in calls] == [{"max_new_tokens": 4, "temperature": 0.7}, {"max_new_tokens": 4, "temperature": 0.0}]
+    for prompts, _ in calls:                                                  # distinct prompts, shortest first
+        assert len(prompts) == len(set(prompts)) and [len(p) for p in prompts] == sorted(map(len, prompts))
     gens = run.generations
-    assert len(gens) == 3 * 2 * 3                                             # views x (prefix, perturbed) x texts
-    plain = gens[(gens["view"] == "cue_answer") & (gens["input"] == "prefix")]
-    assert plain["prompt"].tolist() == apply_view("cue_answer", texts["prefix"].tolist())
-    assert plain["output"].tolist() == engine(plain["prompt"].tolist())       # the cache returns the engine's outputs
-    dp, vp = run.features["dpdllm"], run.features["veilprobe"]
-    assert dp.shape == (9, 2 + 4) and vp.shape == (9, 2 + 3 * 384 + 10)
-    assert dp.groupby("view")["id"].apply(list).to_dict() == {v: ["a", "b", "c"] for v in views}
-    # the same features as the per-view stage entries of mialab.calibdcd.extract, fed the same outputs
-    lookup = dict(zip(gens["prompt"], gens["output"]))
+    assert len(gens) == 3 * 3 + 3 * 2 * 3                   # dpdllm: views x texts; veilprobe: x (prefix, perturbed)
     perturbed = add_perturbed_prefix(texts, key_token_model=tiny_model, ratio=0.3, batch_size=2)
+    vp = gens[gens["detector"] == "veilprobe"]
+    assert vp.loc[vp["input"] == "perturbed_prefix", "text"].tolist() == perturbed["perturbed_prefix"].tolist() * 3
+    for det, (prompts, sampling) in zip(dets, calls):
+        plain = gens[(gens["detector"] == det) & (gens["view"] == "cue_answer") & (gens["input"] == "prefix")]
+        assert plain["prompt"].tolist() == apply_view("cue_answer", texts["prefix"].tolist())
+        assert plain["text"].tolist() == texts["prefix"].tolist()
+        lookup = dict(zip(prompts, engine(prompts, **sampling)))            # the same engine call, the same outputs
+        assert plain["output"].tolist() == [lookup[p] for p in plain["prompt"]]
+    assert list(run.features) == ["dpdllm"]                                   # VeilProbe's: veilprobe_tables
+    dp = run.features["dpdllm"]
+    assert dp.shape == (9, 2 + 6) and dp.groupby("view")["id"].apply(list).to_dict() == {v: ["a", "b", "c"] for v in views}
+    # the same features as the per-view stage entry of mialab.calibdcd.extract, fed the same outputs
+    own = dict(zip(gens.loc[gens["detector"] == "dpdllm", "prompt"], gens.loc[gens["detector"] == "dpdllm", "output"]))
     for view in views:
-        expected = dpdllm_view_features(texts, view, generate=lambda ps: [lookup[p] for p in ps],
-                                        reference_model=tiny_model, length=4, batch_size=2)
+        expected = dpdllm_view_features(texts, view, generate=lambda ps: [own[p] for p in ps],
+                                        reference_model=tiny_model, length=6, batch_size=2)
         np.testing.assert_allclose(dp[dp["view"] == view].filter(like="z"), expected.filter(like="z"), atol=1e-6)
-        expected = veilprobe_view_features(perturbed, view, generate=lambda ps: [lookup[p] for p in ps])
-        np.testing.assert_allclose(vp[vp["view"] == view].filter(like="z"), expected.filter(like="z"), atol=1e-5)
+    calls.clear()
+    same = {det: {**spec, "temperature": 0.0} for det, spec in dets.items()}
+    extract_features(texts, views, generate=generate, detectors=same, lm_options={"batch_size": 2})
+    assert len(calls) == 1                                                    # equal settings share one call
     with pytest.raises(KeyError, match="unknown detector"):
         extract_features(texts, views, generate=generate, detectors={"zlib": {}}, lm_options={})
 
 
-def test_deduplicated_encoder_embeds_each_text_once():
-    seen = []
+def test_veilprobe_tables_train_on_the_original_query_and_read_every_scopes_queries(tmp_path):
+    from mialab.calibdcd.features import veilprobe_vector
+    from mialab.calibdcd.mapping import MappingConfig, mapping_features
+    from mialab.embeddings import resolve_model_path
 
-    def encode(texts):
-        seen.append(list(texts))
-        return np.array([[len(t), t.count("a")] for t in texts], dtype=float)
-
-    out = deduplicated(encode)(["aa", "b", "aa", "", "b"])
-    assert len(seen) == 1 and sorted(seen[0]) == ["", "aa", "b"]
-    np.testing.assert_array_equal(out, [[2, 2], [1, 0], [2, 2], [0, 0], [1, 0]])
+    ids, prefixes = ["a", "b", "c"], ["the cat walks over", "a queen sings of", "line 7: the bird"]
+    perturbed = ["the dog walks over", "a king sings of", "line 9: the bird"]
+    rows = [("veilprobe", ORIGINAL, i, col, t, t, f"out {t}") for col, texts in (("prefix", prefixes),
+            ("perturbed_prefix", perturbed)) for i, t in zip(ids, texts)]
+    rows.append(("dpdllm", ORIGINAL, "a", "prefix", prefixes[0], prefixes[0], "not a VeilProbe pair"))
+    gens = pd.DataFrame(rows, columns=["detector", "view", "id", "input", "text", "prompt", "output"])
+    cfg = MappingConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_length=16, epochs=1)
+    folders = {c: str(tmp_path / c) for c in ("prefix", "perturbed_prefix")}
+    views = ["cue_answer", "tiny_chat"]
+    run = veilprobe_tables(gens, ["c", "a"], views, tokenizer=resolve_model_path(), mapping=cfg, folders=folders)
+    assert {k: v["pairs"] for k, v in run.logs.items()} == {"prefix": 3, "perturbed_prefix": 3}
+    assert run.original["id"].tolist() == ids and set(run.original["view"]) == {ORIGINAL}
+    assert run.views[["view", "id"]].values.tolist() == [[v, i] for v in views for i in ("c", "a")]
+    z = mapping_features(folders["prefix"], apply_view("tiny_chat", [prefixes[2], prefixes[0]]))
+    zp = mapping_features(folders["perturbed_prefix"], apply_view("tiny_chat", [perturbed[2], perturbed[0]]))
+    got = run.views[run.views["view"] == "tiny_chat"].filter(like="z").to_numpy()
+    np.testing.assert_allclose(got, veilprobe_vector(z, zp), atol=1e-5)
+    again = veilprobe_tables(gens, ["c", "a"], views, tokenizer=resolve_model_path(), mapping=cfg,
+                             folders={c: str(tmp_path / f"again-{c}") for c in folders})
+    pd.testing.assert_frame_equal(again.original, run.original)             # seeded: the same features
+    with pytest.raises(ValueError, match="no original-query generation"):
+        veilprobe_tables(gens, ["zz"], views, tokenizer=resolve_model_path(), mapping=cfg, folders=folders)
 
 
 # --- calibration -------------------------------------------------------------------------------------
@@ -216,6 +243,18 @@ def test_main_results_table_on_hand_numbers():
     assert "| VeilProbe | 65.0 ± 7.1 |" in markdown(table, index=True)
 
 
+def test_detectors_beside_min_k_plus_plus_on_hand_numbers():
+    per_seed = pd.concat([per_seed_frame(), pd.DataFrame(
+        [{"dataset": "wiki", "model": "chat", "seed": s, "method": "min_k_plus_plus@0.2", "auroc": a, "tpr@5%fpr": 0.3}
+         for s, a in ((0, 0.80), (1, 0.84))])], ignore_index=True)
+    table = beside_baselines(per_seed, "auroc", ["min_k_plus_plus@0.2"])
+    assert table.columns.tolist() == ["VeilProbe", "min_k_plus_plus@0.2"] and table.index.tolist() == ["wiki / chat"]
+    assert table.loc["wiki / chat", "VeilProbe"] == "65.0 ± 7.1"            # the uncalibrated detector only
+    assert table.loc["wiki / chat", "min_k_plus_plus@0.2"] == "82.0 ± 2.8"
+    with pytest.raises(ValueError, match="no uncalibrated detector"):
+        beside_baselines(per_seed[per_seed["method"] == "loss"], "auroc", ["min_k_plus_plus@0.2"])
+
+
 def test_ablation_rows_compare_on_the_same_runs():
     table = ablations(per_seed_frame(), summaries_frame(), ["auroc", "tpr@5%fpr"]).set_index("configuration")
     assert table.loc["CalibDCD", "n"] == 2 and table.loc["CalibDCD", "auroc"] == pytest.approx(0.75)
@@ -276,6 +315,39 @@ def test_original_features_are_shared_by_seeds_and_survive_split_and_partition_c
     assert a.pairs() == [("base", "wikimia"), ("chat", "wikimia")]
 
 
+def test_dpdllm_reference_is_fine_tuned_once_per_pool_and_keys_the_features():
+    cfg = validated(default_config())
+    a = CalibDCDPlan(Plan(cfg), cfg)
+    ref = a.reference("wikimia")
+    assert ref.manifest["base"]["model"] == "control" and ref.manifest["finetune"]["epochs"] == 2
+    specs = a.detector_specs(a.lm_path, "wikimia")
+    assert specs["dpdllm"]["reference_model"] == ref.path("model") and "finetune" not in specs["dpdllm"]
+    assert specs["dpdllm"]["temperature"] == 0.7                               # DPDLLM's code samples at 0.7
+    assert specs["veilprobe"]["max_new_tokens"] == cfg["calibdcd"]["generation"]["max_new_tokens"]
+    more = default_config()
+    more["seeds"] = [0, 1, 2, 3]
+    more = validated(more)
+    assert CalibDCDPlan(Plan(more), more).reference("wikimia").key == ref.key   # seeds do not matter
+    longer = default_config()
+    longer["calibdcd"]["detectors"]["dpdllm"]["finetune"]["epochs"] = 3
+    longer = validated(longer)
+    b = CalibDCDPlan(Plan(longer), longer)
+    assert b.reference("wikimia").key != ref.key
+    assert b.features("base", "wikimia", "original").key != a.features("base", "wikimia", "original").key
+    assert b.partition("wikimia", 0).key == a.partition("wikimia", 0).key
+    wider = default_config()
+    wider["calibdcd"]["detectors"]["veilprobe"]["mapping"]["hidden_size"] = 16
+    wider = validated(wider)
+    c = CalibDCDPlan(Plan(wider), wider)
+    assert c.veilprobe("chat", "wikimia").key != a.veilprobe("chat", "wikimia").key   # the mapping models' own stage
+    assert c.features("chat", "wikimia", "original").key == a.features("chat", "wikimia", "original").key
+    assert c.score_run("chat", "wikimia").key != a.score_run("chat", "wikimia").key
+    assert "veilprobe" not in a.detector_specs(a.lm_path, "wikimia", VIEWS_SCOPE)      # reads the views' queries only
+    assert a.detector_specs(a.lm_path, "wikimia")["veilprobe"]["temperature"] == 0.2  # VeilProbe's code
+    paper = validated(yaml.safe_load((REPO / "configs/paper/calibdcd_instruct_models.yaml").read_text()))
+    assert paper["calibdcd"]["detectors"]["dpdllm"]["finetune"] == {"epochs": 15, "batch_size": 4, "lr": 5e-5, "seed": 0}
+
+
 def test_unknown_calibdcd_model_is_named():
     cfg = validated(default_config())
     cfg["calibdcd"]["models"]["nope"] = {"family": "tiny"}
@@ -316,12 +388,15 @@ def test_sft_schema_members_optional_but_then_need_a_rate():
 
 def test_default_dag_runs_calibdcd_for_both_models_detectors_and_seeds(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path))
-    # partitions: 3 seeds; features: 2 models x (original + every seed's views); calibration: one job per
-    # model for its 2 detectors x 3 seeds
+    # partitions: 3 seeds; DPDLLM's reference: one per pool; features: 2 models x (original + every seed's
+    # views); calibration: one job per model for its 2 detectors x 3 seeds
     assert (jobs["calibdcd_partition"], jobs["calibdcd_features"], jobs["calibdcd_calibrate"]) == (3, 4, 2)
+    assert jobs["calibdcd_reference"] == 1 and jobs["calibdcd_veilprobe"] == 2        # VeilProbe: one per model
     assert jobs["calibdcd_report"] == 1
     out = snakemake(tmp_path, "-n", "calibdcd").stdout
-    assert "results/scores/" not in out and "results/splits/aime" not in out   # the target needs no baseline
+    assert "results/splits/aime" not in out                  # CalibDCD's pairs only; their baselines for the report
+    assert job_stats(out)["score_baselines"] == 3          # base, chat, and control (base's R-Loss reference)
+    assert "results/scores/" in out.split("rule calibdcd_report:", 1)[1].split("output:", 1)[0]
 
 
 def test_no_calibdcd_section_means_no_calibdcd_job(tmp_path):
@@ -343,7 +418,7 @@ def test_tiny_world_outputs_schemas_and_results_table(tiny_world):
         assert scores.columns.tolist() == ["id", "label", f"calibdcd/{det}/original", *[f"calibdcd/{det}/{v}" for v in variants]]
         assert len(scores) == 128 and scores["label"].sum() == 64
         assert np.isfinite(scores.iloc[:, 2:].to_numpy()).all()
-    original = pd.read_parquet(next(r.glob("calibdcd/features/chat/wikimia/original/*/features-veilprobe.parquet")))
+    original = pd.read_parquet(next(r.glob("calibdcd/veilprobe/chat/wikimia/*/features-original.parquet")))
     pool = pd.read_parquet(REPO / "resources/data/wikimia/WikiMIA_length64.parquet")
     assert len(original) == len(pool) and set(original["view"]) == {ORIGINAL}    # every pool text, e0 only
     views = pd.read_parquet(next(r.glob("calibdcd/features/chat/wikimia/views/*/features-dpdllm.parquet")))
@@ -351,6 +426,8 @@ def test_tiny_world_outputs_schemas_and_results_table(tiny_world):
              for i in pd.read_parquet(p)["id"].astype(str)}                # every seed's D-cal, each text once
     assert len(d_cal) >= cfg["partition"]["n_calibration"]
     assert views.groupby("view").size().to_dict() == {v: len(d_cal) for v in controlled_views("tiny")}
+    vp_views = pd.read_parquet(next(r.glob("calibdcd/veilprobe/chat/wikimia/*/features-views.parquet")))
+    assert vp_views.groupby("view").size().to_dict() == {v: len(d_cal) for v in controlled_views("tiny")}
     summary = pd.read_parquet(r / "evaluation/summary.parquet")
     methods = set(summary.loc[summary["model"] == "chat", "method"])
     assert {f"calibdcd/{d}/{v}" for d in ("dpdllm", "veilprobe") for v in ["original", *variants]} <= methods

@@ -84,6 +84,8 @@ def check_command(command: str, expected: tuple[int, dict[str, int]] | None = No
     """Dry-run a documented snakemake command line as written; check it plans its own experiment only
     (and ``expected`` jobs, when given). Returns the planned jobs per rule."""
     config = command_config(checkout_copy(), command)
+    if "datasets" not in config:   # a sweep's config (workflow/sweep.smk): its runs are of its base experiment
+        config = {k: v for base in config["base"] for k, v in yaml.safe_load((REPO / base).read_text()).items()}
     stand_ins = add_stand_ins(checkout_copy(), config)
     proc = dry_run_as_documented(command)
     out = proc.stdout + proc.stderr

@@ -24,8 +24,11 @@ def test_tpr_at_fpr_is_largest_tpr_within_target():
     assert tpr_at_fpr(y, s, 0.17) == pytest.approx(1.0)  # one false positive (1/6) allowed
     rng = np.random.default_rng(3)
     y, s = rng.integers(0, 2, 500), rng.normal(size=500)
-    fpr, tpr, _ = roc_curve(y, s)
+    fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)
     assert tpr_at_fpr(y, s, 0.05) == pytest.approx(tpr[fpr <= 0.05].max())
+    # tied scores: the best point within the target lies on a collinear stretch sklearn drops by default
+    y, s = np.array([1, 1, 0, 1, 0, 0, 0, 0]), np.array([9, 7, 7, 5, 5, 3, 2, 1])
+    assert tpr_at_fpr(y, s, 0.2) == pytest.approx(2 / 3)  # (FPR 0.2, TPR 2/3); the default curve keeps only 1/3
 
 
 def test_non_finite_scores_and_single_class_are_errors():
@@ -57,3 +60,208 @@ def test_merge_tables_joins_methods_of_one_run_and_rejects_clashes():
         merge_tables([("m", "d", 0, a), ("m", "d", 0, a)])
     with pytest.raises(ValueError, match="disagree on labels"):
         merge_tables([("m", "d", 0, a), ("m", "d", 0, b.assign(label=[1, 0]))])
+
+
+# -- bootstrap intervals, paired tests, the headline table, figures -----------------------------------
+def _delong_p(y, a, b) -> float:
+    """DeLong's two-sided test of equal AUROC of paired scores a, b (direct, from the placements)."""
+    from scipy.stats import norm
+
+    y = np.asarray(y)
+    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
+    v10, v01 = [], []
+    for s in (np.asarray(a, float), np.asarray(b, float)):
+        psi = (s[pos][:, None] > s[neg][None, :]) + 0.5 * (s[pos][:, None] == s[neg][None, :])
+        v10.append(psi.mean(axis=1))
+        v01.append(psi.mean(axis=0))
+    auc = [v.mean() for v in v10]
+    s10, s01 = np.cov(np.array(v10)), np.cov(np.array(v01))
+    var = (s10[0, 0] + s10[1, 1] - 2 * s10[0, 1]) / len(pos) + (s01[0, 0] + s01[1, 1] - 2 * s01[0, 1]) / len(neg)
+    return float(2 * norm.sf(abs(auc[0] - auc[1]) / np.sqrt(var)))
+
+
+def test_vectorised_auroc_and_tpr_match_sklearn_with_ties():
+    from mialab.evaluation import bootstrap as bs
+
+    rng = np.random.default_rng(5)
+    for n0 in (48, 64, 200):
+        y = np.r_[np.ones(60, int), np.zeros(n0, int)]
+        s = np.round(rng.normal(size=len(y)) + 0.7 * y, 1)  # rounded: many ties
+        d = bs.identity([y])
+        assert bs.metric_draws([s], d, "auroc")[0] == pytest.approx(roc_auc_score(y, s))
+        for t in (0.0, 0.01, 0.05, 0.2):
+            assert bs.metric_draws([s], d, t)[0] == pytest.approx(tpr_at_fpr(y, s, t)), (n0, t)
+    assert bs.allowed_false_positives(0.01, 48) == 0 and bs.allowed_false_positives(0.05, 64) == 3
+
+
+def test_bootstrap_interval_of_a_perfect_and_a_random_scorer_and_width_shrinking_with_n():
+    from mialab.evaluation import bootstrap as bs
+
+    rng = np.random.default_rng(0)
+    y = np.r_[np.ones(50, int), np.zeros(50, int)]
+    d = bs.draw([np.arange(100), np.arange(100, 200)], [y, y], 1000, seed=1)
+    perfect = bs.metric_draws([y + 0.1 * rng.random(100), y.astype(float)], d, "auroc")
+    assert bs.interval(perfect) == (1.0, 1.0)
+    widths = []
+    for n in (40, 400, 4000):
+        yn = np.r_[np.ones(n // 2, int), np.zeros(n // 2, int)]
+        draws = bs.metric_draws([rng.normal(size=n)], bs.draw([np.arange(n)], [yn], 1000, seed=2), "auroc")
+        lo, hi = bs.interval(draws)
+        assert lo < 0.5 < hi  # a random scorer: chance inside the interval
+        widths.append(hi - lo)
+    # width ~ 1/sqrt(n): about sqrt(10) narrower per tenfold n
+    assert 2.3 < widths[0] / widths[1] < 4.3 and 2.3 < widths[1] / widths[2] < 4.3
+
+
+def test_draws_resample_distinct_candidates_per_class_shared_across_seeds():
+    from mialab.evaluation import bootstrap as bs
+
+    ids = [np.array(["a", "b", "c", "d"]), np.array(["c", "d", "e", "f"])]  # c and d are in both seeds' splits
+    labels = [np.array([1, 0, 1, 0]), np.array([1, 0, 0, 1])]
+    d = bs.draw(ids, labels, 300, seed=0)
+    np.testing.assert_array_equal(d.weights[0][:, 2:], d.weights[1][:, :2])  # one candidate, one weight
+    members = d.weights[0][:, [0, 2]].sum(1) + d.weights[1][:, [3]].sum(1)  # a, c, f
+    assert (members == 3).all()  # each draw takes as many members as there are distinct members
+    assert d.weights[0][:, 0].std() > 0
+
+
+def test_weighted_metrics_equal_the_metrics_of_the_resampled_multiset():
+    from mialab.evaluation import bootstrap as bs
+
+    rng = np.random.default_rng(8)
+    s = np.round(rng.normal(size=30), 1)
+    y = np.r_[np.ones(12, int), np.zeros(18, int)]
+    w = rng.integers(0, 3, size=(5, 30)).astype(float)
+    w[:, 0] += 1
+    w[:, -1] += 1
+    auc, tpr = bs.weighted_auroc(s, y, w), bs.weighted_tpr(s, y, w, 0.1)
+    for b in range(5):
+        rep = np.repeat(np.arange(30), w[b].astype(int))  # the draw written out as a resampled sample
+        assert auc[b] == pytest.approx(roc_auc_score(y[rep], s[rep]))
+        assert tpr[b] == pytest.approx(tpr_at_fpr(y[rep], s[rep], 0.1))
+
+
+def test_paired_bootstrap_agrees_with_delong_and_with_direct_counting():
+    from mialab.evaluation import bootstrap as bs
+
+    rng = np.random.default_rng(3)
+    n = 300
+    y = np.r_[np.ones(n // 2, int), np.zeros(n // 2, int)]
+    common = rng.normal(size=n)  # shared by both scores: a paired comparison, as on the same candidates
+    a = common + 1.0 * y + rng.normal(scale=0.5, size=n)
+    b = common + 0.7 * y + rng.normal(scale=0.5, size=n)
+    d = bs.draw([np.arange(n)], [y], 4000, seed=0)
+    da, db = bs.metric_draws([a], d, "auroc"), bs.metric_draws([b], d, "auroc")
+    p = bs.paired_p_value(da, db)
+    assert 0.01 < _delong_p(y, a, b) < 0.1
+    assert p == pytest.approx(_delong_p(y, a, b), abs=0.02)
+    diff = da - db  # the p-value by counting, written out
+    direct = min(1.0, 2 * min((1 + sum(x <= 0 for x in diff)) / (len(diff) + 1),
+                              (1 + sum(x >= 0 for x in diff)) / (len(diff) + 1)))
+    assert p == pytest.approx(direct)
+    assert bs.paired_p_value(da, da) == 1.0  # a method against itself
+
+
+HEADLINE = {"Loss": "loss", "Min-K%++": "min_k_plus_plus@0.2", "N-Sampling": "n_sampling/lcs_ratio_ref@aon",
+            "LaRA": "lara"}
+BOOT = {"resamples": 500, "level": 0.95, "seed": 0}
+
+
+def _score_tables():
+    """Two seeds of a baselines table (with truncation recorded) and an N-Sampling table."""
+    rng = np.random.default_rng(11)
+    out = []
+    for seed in (0, 1):
+        n = 40
+        y = np.r_[np.ones(n // 2, int), np.zeros(n // 2, int)]
+        ids = [f"c{seed}-{i}" for i in range(n)]
+        base = pd.DataFrame({"id": ids, "label": y, "n_tokens": 10, "truncated": np.arange(n) < 3 + seed,
+                             "loss": rng.normal(size=n) + y, "min_k_plus_plus@0.2": rng.normal(size=n) + 2 * y,
+                             "min_k@0.2": rng.normal(size=n)})
+        ns = pd.DataFrame({"id": ids, "label": y, "n_sampling/lcs_ratio_ref@aon": rng.normal(size=n),
+                           "n_sampling/jaccard@bon": rng.normal(size=n)})
+        out += [("m", "d", seed, base), ("m", "d", seed, ns)]
+    return out
+
+
+def test_headline_table_from_fixed_score_tables():
+    from mialab.evaluation.headline import headline_markdown, headline_table
+    from mialab.evaluation.stage import evaluate_tables, merge_tables
+
+    tables = merge_tables(_score_tables())
+    h = headline_table(tables, HEADLINE, "min_k_plus_plus@0.2", [0.01, 0.05], BOOT)
+    assert list(h["family"]) == ["Loss", "Min-K%++", "N-Sampling"]  # config order; LaRA was not scored here
+    per_seed = evaluate_tables(tables, [0.01, 0.05]).set_index(["method", "seed"])
+    for _, r in h.iterrows():
+        assert r["auroc"] == pytest.approx(per_seed.loc[r["method"], "auroc"].mean())
+        assert r["tpr@5%fpr"] == pytest.approx(per_seed.loc[r["method"], "tpr@5%fpr"].mean())
+        assert r["auroc_lo"] <= r["auroc"] <= r["auroc_hi"]
+    r = h.set_index("family")
+    assert r.loc["Min-K%++", "p_value"] == 1.0 and r.loc["Min-K%++", "delta_auroc"] == 0.0
+    assert r.loc["N-Sampling", "p_value"] < 0.01 < r.loc["N-Sampling", "auroc_hi"]  # random vs a strong baseline
+    assert (h["n_neg"] == 20).all() and (h["fp_allowed@0.01"] == 0).all() and (h["fp_allowed@0.05"] == 1).all()
+    assert r.loc["Loss", "n_truncated"] == 3 + 4 and pd.isna(r.loc["N-Sampling", "n_truncated"])
+    md = headline_markdown(h, [0.01, 0.05], 0.95, 500)
+    assert "### d / m (baseline min_k_plus_plus@0.2)" in md and "| 20 (0, 1) |" in md and "| 7/80 |" in md
+    assert "jaccard" not in md and "min_k@0.2" not in md  # only the fixed headline columns
+
+
+def test_truncation_counts_sit_beside_the_methods_they_affect():
+    from mialab.evaluation.report import markdown_table, truncation_warnings
+    from mialab.evaluation.stage import evaluate_tables, summarise
+
+    per_seed = evaluate_tables(_score_tables(), [0.05])
+    cut = per_seed.set_index(["method", "seed"])["n_truncated"]
+    assert cut[("loss", 0)] == 3 and cut[("loss", 1)] == 4 and pd.isna(cut[("n_sampling/jaccard@bon", 0)])
+    summary = summarise(per_seed, [0.05])
+    md = markdown_table(summary, ["auroc", "tpr@5%fpr"])
+    assert "| truncated |" in md.splitlines()[0] + "|" or md.splitlines()[0].endswith("truncated |")
+    assert any(l.startswith("| d | m | loss |") and l.endswith("| 7/80 |") for l in md.splitlines())
+    assert any(l.startswith("| d | m | n_sampling/jaccard@bon |") and l.endswith("|  |") for l in md.splitlines())
+    assert truncation_warnings(summary, 0.05) and not truncation_warnings(summary, 0.1)  # 7/80 = 8.75%
+
+
+def test_roc_and_forest_figures_have_the_expected_panels(tmp_path):
+    from PIL import Image
+
+    from mialab.evaluation.headline import headline_table
+    from mialab.evaluation.report import forest_figure, roc_figure
+    from mialab.evaluation.stage import merge_tables
+
+    tables = merge_tables(_score_tables() + [(m2, "d", s, t.drop(columns="truncated")) for m2, _, s, t in
+                                            _score_tables()[::2] for m2 in ["m2"]])
+    panels = {m: pd.concat([t for mm, _, _, t in tables if mm == m]) for m in ("m", "m2")}
+    drawn = roc_figure(panels, HEADLINE, "d", str(tmp_path / "roc.png"))
+    assert drawn == {"d / m": ["Loss", "Min-K%++", "N-Sampling"], "d / m2": ["Loss", "Min-K%++"]}
+    h = headline_table(tables, HEADLINE, "min_k_plus_plus@0.2", [0.01, 0.05], BOOT)
+    rows = forest_figure(h, HEADLINE, str(tmp_path / "forest.png"))
+    assert rows == {"d": ["m · Loss", "m · Min-K%++", "m · N-Sampling", "m2 · Loss", "m2 · Min-K%++"]}
+    for name in ("roc.png", "forest.png"):
+        with Image.open(tmp_path / name) as im:
+            assert im.format == "PNG" and im.size[0] > 300
+
+
+def test_readme_section_is_regenerated_from_a_run_and_checked(tmp_path):
+    import subprocess
+    import sys
+
+    from mialab.evaluation.headline import headline_table
+    from mialab.evaluation.readme import BEGIN, END, replace_section
+    from mialab.evaluation.stage import merge_tables
+    from workflow_helpers import REPO
+
+    h = headline_table(merge_tables(_score_tables()), HEADLINE, "min_k_plus_plus@0.2", [0.01, 0.05], BOOT)
+    (tmp_path / "results/evaluation").mkdir(parents=True)
+    h.to_parquet(tmp_path / "results/evaluation/headline.parquet")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nbefore\n\n{BEGIN}\nold\n{END}\n\nafter\n")
+    run = lambda *a: subprocess.run([sys.executable, str(REPO / "scripts/readme_results.py"), "--workdir", str(tmp_path),
+                                     "--readme", str(readme), *a], capture_output=True, text=True, timeout=120)
+    assert run("--check").returncode == 1  # the section is stale
+    assert run().returncode == 0
+    text = readme.read_text()
+    assert text.startswith("# x\n\nbefore\n\n" + BEGIN) and text.endswith(END + "\n\nafter\n") and "old" not in text
+    assert "| d / m | Min-K%++ |" in text and "| baseline | 20 |" in text and "sweep" not in text.lower()
+    assert run("--check").returncode == 0
+    with pytest.raises(ValueError, match="no results section"):
+        replace_section("# no markers\n", "x")

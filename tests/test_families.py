@@ -142,6 +142,47 @@ def test_dolma3_arxiv_fixture_truncates():
     assert short["text"].map(n_words).eq(10).all() and short["prefix"].map(n_words).eq(5).all()
 
 
+def test_wikimia_24_hard_filters_and_pairs_by_title_and_id_as_the_code(tmp_path):
+    # Two articles share a title but not an id: paired by title alone they would form one bad group.
+    words = lambda n, w: " ".join([w] * n)
+    rows = [{"title": "T", "id": 1, "diff": 500, "label": 1, "input": words(30, "a")},
+            {"title": "T", "id": 1, "diff": 500, "label": 0, "input": words(30, "b")},
+            {"title": "T", "id": 2, "diff": 900, "label": 1, "input": words(30, "c")},
+            {"title": "T", "id": 2, "diff": 900, "label": 0, "input": words(30, "d")},
+            {"title": "U", "id": 3, "diff": 100, "label": 1, "input": words(30, "e")},   # diff <= 400
+            {"title": "U", "id": 3, "diff": 100, "label": 0, "input": words(30, "f")},
+            {"title": "V", "id": 4, "diff": 800, "label": 1, "input": words(3, "g")},    # too short
+            {"title": "V", "id": 4, "diff": 800, "label": 0, "input": words(30, "h")}]
+    src = tmp_path / "w.jsonl"
+    pd.DataFrame(rows).to_json(src, orient="records", lines=True)
+    assert len(pool("wikimia_24_hard", source=str(src))) == 4  # by title: T has 4 rows, dropped; U and V kept
+    coded = pool("wikimia_24_hard", source=str(src), pair_column=["title", "id"], diff_threshold=400)
+    assert len(coded) == 6 and coded["pair_id"].nunique() == 3
+    from mialab.models.tiny import train_tokenizer
+
+    train_tokenizer([" ".join("abcdefgh")] * 20, vocab_size=300).save_pretrained(tmp_path / "tok")
+    short = pool("wikimia_24_hard", source=str(src), pair_column=["title", "id"], diff_threshold=400,
+                 min_tokens=10, max_tokens=100, tokenizer=str(tmp_path / "tok"))
+    assert sorted(short["suffix"].str[-1].unique()) == ["a", "b", "c", "d"]  # V lost its member, so its pair
+
+
+def test_dolma3_arxiv_truncates_in_tokens_as_the_code(tmp_path):
+    # The code: the first 2048 tokens of a tokenizer, decoded; here 12 tokens of a tiny BPE tokenizer.
+    from mialab.models.tiny import train_tokenizer
+
+    spec = dict(source=str(FIX / "dolma3_arxiv_members.jsonl"),
+                nonmember_source=str(FIX / "dolma3_arxiv_nonmembers.jsonl"))
+    texts = pd.concat([pd.read_json(spec[k], lines=True)["text"] for k in ("source", "nonmember_source")])
+    tok = train_tokenizer(list(texts) * 5, vocab_size=400)
+    tok.save_pretrained(tmp_path / "tok")
+    p = pool("dolma3_arxiv", **spec, max_tokens=12, tokenizer=str(tmp_path / "tok"))
+    lengths = p["text"].map(lambda t: len(tok(t, add_special_tokens=False)["input_ids"]))
+    assert lengths.between(10, 14).all()  # re-tokenising decoded text may merge or split a token at the joins
+    assert (p["text"].map(n_words) < texts.map(n_words).min()).all()
+    with pytest.raises(ValueError, match="needs tokenizer"):
+        pool("dolma3_arxiv", **spec, max_tokens=12)
+
+
 def test_olympiad_math_prefix_rule_and_random_partition():
     src = str(FIX / "olympiads_ref.jsonl")
     p = pool("olympiad_math", source=src)
@@ -194,7 +235,7 @@ def test_tulu3_counts_tokens_with_a_tokenizer(tmp_path):
 
 @pytest.mark.parametrize("family,member_word", [("s1", "product"), ("s1_1", "Hmm")])
 def test_s1_pairs_share_the_problem_prefix(family, member_word):
-    p = pool(family, source=str(FIX / "s1k_1_1.jsonl"))
+    p = pool(family, source=str(FIX / "s1k_1_1.jsonl"), target="trace_and_attempt")
     assert len(p) == 6 and p["pair_id"].nunique() == 3
     for _, pair in p.groupby("pair_id"):
         assert pair["prefix"].nunique() == 1 and pair["suffix"].nunique() == 2
@@ -205,8 +246,21 @@ def test_s1_pairs_share_the_problem_prefix(family, member_word):
     teacher = "gemini" if family == "s1" else "deepseek"
     expected = raw[f"{teacher}_thinking_trajectory"] + " " + raw[f"{teacher}_attempt"]
     assert member["suffix"] == " ".join(expected.split())
-    no_attempt = pool(family, source=str(FIX / "s1k_1_1.jsonl"), include_attempt=False)
-    assert not no_attempt["suffix"].str.contains("boxed").any()
+    trace = pool(family, source=str(FIX / "s1k_1_1.jsonl"), target="trace")
+    assert not trace["suffix"].str.contains("boxed").any()
+
+
+@pytest.mark.parametrize("family", ["s1", "s1_1"])
+def test_s1_target_is_the_attempt_only_by_default_as_the_code(family):
+    # The released code reconstructs deepseek_attempt / gemini_attempt, not the thinking trace.
+    raw = pd.read_json(FIX / "s1k_1_1.jsonl", lines=True)
+    p = pool(family, source=str(FIX / "s1k_1_1.jsonl"))
+    teacher = "gemini" if family == "s1" else "deepseek"
+    members = p[p["label"] == 1].set_index("prefix")["suffix"]
+    for _, r in raw.iterrows():
+        assert members[r["question"].strip()] == " ".join(r[f"{teacher}_attempt"].split())
+    with pytest.raises(Exception, match="everything"):  # the schema names the bad value
+        pool(family, source=str(FIX / "s1k_1_1.jsonl"), target="everything")
 
 
 @pytest.mark.parametrize("family,spec", [
@@ -269,3 +323,12 @@ def test_sampling_keeps_pairs_together():
     assert not set(sample_split(p, 1, seed=0)["pair_id"]) & set(sample_split(p, 1, seed=1)["pair_id"])
     with pytest.raises(ValueError, match="not one member"):
         sample_split(p[p["label"] == 1].assign(label=[1, 0, 1]), 1, seed=0)
+
+
+def test_request_response_ratio_zero_prefix_is_the_request_alone():
+    # The code's post-training candidates: the whole answer is the suffix (its assistant prefix comes later).
+    src = str(FIX / "olympiads_ref.jsonl")
+    raw = pd.read_json(src, lines=True)
+    p = pool("olympiad_math", source=src, solution_prefix_ratio=0.0).set_index("prefix")
+    for _, r in raw.iterrows():
+        assert p.loc[r["problem"].strip(), "suffix"] == " ".join(r["solution"].split())

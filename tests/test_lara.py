@@ -14,16 +14,19 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from mialab.lara.baselines import (cdd_peakedness, cdd_scores, greedy_answers, mean_log_likelihood, recall_score,
-                                   recall_scores, self_critique_scores, self_critique_similarity)
-from mialab.lara.blanking import BLANK, blank_important, blank_numbers_entities, count_blanks, word_spans
+from mialab.lara.baselines import (cdd_distance, cdd_peakedness, cdd_scores, dime_score, greedy_answers,
+                                   mean_log_likelihood, min_k_plus_plus_response, min_k_response, perturbed_question,
+                                   ppl_response, recall_lara_code, recall_score, recall_scores, response_scores,
+                                   self_critique_scores, self_critique_similarity)
+from mialab.lara.blanking import (BLANK, blank_important, blank_numbers_entities, count_blanks, replace_one_number,
+                                  word_spans)
 from mialab.lara.combine import beta_sweep, combine_lara_sc, percentile_rank
 from mialab.lara.construction import build_perturbations, role_name
 from mialab.lara.detection import (MAD_TO_SD, MEAN_AD_TO_SD, align, detection_scores, fit_reference, layer_windows,
                                    robust_z, signed_log)
 from mialab.lara.features import extract_features, extract_layer_features, layer_features, load_features
 from mialab.lara.llm import parse_list
-from mialab.lara.lm import generate, load_lm, text_generator, token_logprobs
+from mialab.lara.lm import Generation, generate, load_lm, text_generator, token_logprobs, topk_step_stats
 from mialab.lara.metrics import (compute_metrics, directional_collapse, group_rows, local_variability, rsi, rsm)
 from mialab.lara.neighbours import find_neighbours, retrieval_neighbours
 from mialab.lara.paraphrase import paraphrase_variants
@@ -75,9 +78,9 @@ def test_directional_collapse_is_one_along_the_neighbours_direction_and_minus_on
 def test_rsm_is_zero_when_the_shift_matches_the_neighbours_mean_and_hand_computed_otherwise():
     e = np.zeros(5)
     e[0] = 1.0
-    shift_nb = np.array([1.0, 2.0, 3.0])[None, :, None, None] * e  # magnitudes 1, 2, 3: mean 2, std sqrt(2/3)
+    shift_nb = np.array([1.0, 2.0, 3.0])[None, :, None, None] * e  # magnitudes 1, 2, 3: mean 2, sample std 1
     assert rsm(2.0 * e[None, None], shift_nb)[0, 0] == pytest.approx(0.0, abs=1e-12)
-    std = math.sqrt(2 / 3)
+    std = 1.0   # ddof = 1 as the released code (ddof = 0 would give sqrt(2/3))
     assert rsm(-4.0 * e[None, None], shift_nb)[0, 0] == pytest.approx((4 - 2) / std, rel=1e-6)
 
 
@@ -137,9 +140,54 @@ def test_detection_scores_rank_a_deviating_question_first_and_ablations_are_cons
     scores = detection_scores(evaluated, _metrics_table([f"r{i}" for i in range(30)], 6, rng))
     assert scores.loc[scores["lara"].idxmax(), "id"] == "planted"  # higher = more member-like
     np.testing.assert_allclose(scores["lara"], scores[["lara_rsm", "lara_dc", "lara_rsi"]].mean(axis=1))
-    np.testing.assert_allclose(scores["lara"], scores[["lara_early", "lara_mid", "lara_late"]].mean(axis=1))
+    sizes = np.array([len(w) for w in layer_windows(6).values()])   # 1, 1, 4 of 6 layers
+    np.testing.assert_allclose(scores["lara"], scores[["lara_early", "lara_mid", "lara_late"]] @ sizes / 6)
     np.testing.assert_allclose(scores["lara_no_dc"], scores[["lara_rsm", "lara_rsi"]].mean(axis=1))
-    assert [w.tolist() for w in layer_windows(7).values()] == [[0, 1, 2], [3, 4], [5, 6]]
+
+
+def test_metrics_probe_hidden_states_0_to_L_minus_1_and_standardise_with_the_sample_std():
+    """Against a direct computation on a small tensor: layers ``0..L-1`` of ``L + 1`` hidden states
+    (the code's ``select_layers``), neighbour z-scores with ``ddof=1`` (``rsm_calculation.py``)."""
+    rng = np.random.default_rng(7)
+    m, k, n_hidden, d = 3, 2, 4, 5      # neighbours, variants, hidden states (L = 3 blocks), width
+    rows = [(q, n, f, v) for q in ["q"] for n in range(-1, m) for f, v in
+            [("original", -1), ("blank", -1)] + [("variant", j) for j in range(k)]]
+    index = pd.DataFrame(rows, columns=["id", "neighbour", "form", "variant"])
+    feats = rng.normal(size=(len(index), n_hidden, d))
+    table = compute_metrics(index, feats)
+    assert table["layer"].tolist() == [0, 1, 2]          # not 3: the final normed output is left out
+    at = {key: feats[i] for i, key in enumerate(map(tuple, index.to_numpy()))}
+    for layer in range(3):
+        shift = lambda n: at[("q", n, "original", -1)][layer] - at[("q", n, "blank", -1)][layer]  # noqa: E731
+        nb = np.array([np.linalg.norm(shift(n)) for n in range(m)])
+        expected = (np.linalg.norm(shift(-1)) - nb.mean()) / (np.std(nb, ddof=1) + 1e-8)
+        assert table.loc[layer, "rsm"] == pytest.approx(expected, rel=1e-9)
+        spread = lambda n: np.mean([np.linalg.norm(v - np.mean(vs, axis=0)) for vs in  # noqa: E731
+                                    [np.array([at[("q", n, "variant", j)][layer] for j in range(k)])] for v in vs])
+        nb = np.array([spread(n) for n in range(m)])
+        expected = (spread(-1) - nb.mean()) / (np.std(nb, ddof=1) + 1e-8)
+        assert table.loc[layer, "rsi"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_layer_windows_split_9_9_10_as_the_released_code():
+    """``segment_lengths_9_9_10``: 9 L // 28 early and mid layers, the rest late."""
+    assert [len(w) for w in layer_windows(28).values()] == [9, 9, 10]
+    assert [w.tolist() for w in layer_windows(7).values()] == [[0, 1], [2, 3], [4, 5, 6]]
+    assert [w.tolist() for w in layer_windows(4).values()] == [[0], [1], [2, 3]]   # the tiny world's 4 layers
+    assert {k: w.tolist() for k, w in layer_windows(3).items()} == {"late": [0, 1, 2]}   # the code: early, mid NaN
+    rng = np.random.default_rng(5)
+    evaluated, reference = _metrics_table(["e0", "e1"], 28, rng), _metrics_table([f"r{i}" for i in range(9)], 28, rng)
+    scores = detection_scores(evaluated, reference)
+    late = [layer for layer in range(1, 29)][18:]      # _metrics_table numbers layers 1..28
+    ref = reference[reference["layer"].isin(late)]
+    x = evaluated[(evaluated["id"] == "e0") & evaluated["layer"].isin(late)]
+    z = []
+    for metric in ("rsm", "dc", "rsi"):
+        centre = ref.groupby("layer")[metric].apply(lambda v: np.median(signed_log(v)))
+        scale = ref.groupby("layer")[metric].apply(
+            lambda v: MAD_TO_SD * np.median(np.abs(signed_log(v) - np.median(signed_log(v)))))
+        z.append(np.abs((signed_log(x[metric].to_numpy()) - centre[late].to_numpy()) / (scale[late].to_numpy() + 1e-8)))
+    assert scores.loc[0, "lara_late"] == pytest.approx(np.mean(z), rel=1e-9)
 
 
 # --- combination -------------------------------------------------------------------------------
@@ -171,6 +219,34 @@ def test_token_loss_blanking_blanks_the_requested_fraction_of_words(tiny_model):
     for q, b in zip(QUESTIONS[:3], blanked):
         assert count_blanks(b) == math.ceil(0.25 * len(word_spans(q)))
         assert structure_kept(q, b)
+
+
+def test_the_codes_edit_perturbations_change_the_question_without_blanks():
+    """``num_replace`` (one number, not 0 / 1 when another exists), ``var_rename`` and ``distractor``
+    (an LLM, the code's prompts); the LLM paraphrases of an edited text use the code's second prompt."""
+    import random
+
+    text = "Take 1 step, then 12 steps and 0 more."
+    edited = blank_important([text], "num_replace")[0]
+    assert edited == blank_important([text], "num_replace")[0] and BLANK not in edited   # seeded per text
+    changed = [(a, b) for a, b in zip(re.findall(r"-?\d+", text), re.findall(r"-?\d+", edited)) if a != b]
+    assert len(changed) == 1 and changed[0][0] == "12"
+    assert replace_one_number("no numbers", random.Random(0)) == "no numbers"
+    with pytest.raises(ValueError, match="nothing to blank or edit"):
+        blank_important(["no numbers here"], "num_replace")
+    prompts = []
+    renamed = blank_important(["Let x be 3."], "var_rename",
+                              generate=lambda p: prompts.extend(p) or ['["Let widget be 3."]'])
+    assert renamed == ["Let widget be 3."] and "single-letter variable" in prompts[0]
+    answers = iter(["Let x be 3.", '["Let x be 3. The sky is blue."]'])   # a copy is asked for again
+    assert blank_important(["Let x be 3."], "distractor", generate=lambda p: [next(answers)]) == [
+        "Let x be 3. The sky is blue."]
+    asked = []
+    variants = paraphrase_variants(["Let widget be 3."], 2, "llm",
+                                   generate=lambda p: asked.extend(p) or [f"Suppose widget is 3 ({i})."
+                                                                          for i in range(len(p))])
+    assert variants == [["Suppose widget is 3 (0).", "Suppose widget is 3 (1)."]]
+    assert all("it may contain edits such as a replaced number" in a for a in asked)
 
 
 def test_wordnet_variants_rewrite_words_but_keep_blanks_and_math():
@@ -208,11 +284,17 @@ def test_llm_backends_parse_list_answers_and_reprompt_invalid_ones():
 
     nbs = find_neighbours([QUESTIONS[0]], 2, "llm", generate=generate)
     assert nbs == [["How many primes are below 50?", "How many squares are below 90?"]] and calls == [1, 1]
-    replies = iter(["No blanks here.", "Find [BLANK] of [BLANK]."])
-    assert blank_important(["Find 3 of 4."], "llm", generate=lambda p: [next(replies)]) == ["Find [BLANK] of [BLANK]."]
-    variants = paraphrase_variants(["Find [BLANK] now."], 2, "llm", generate=lambda p: [
-        '["Compute [BLANK] now.", "Get [BLANK] and [BLANK].", "Determine [BLANK] today."]'])
-    assert variants == [["Compute [BLANK] now.", "Determine [BLANK] today."]]
+    replies = iter(["No blanks here.", '["Find [BLANK] of [BLANK]."]', '```json\n["Find [BLANK] of 4."]\n```'])
+    prompts = []
+    got = blank_important(["Find 3 of 4."], "llm", generate=lambda p: prompts.extend(p) or [next(replies)])
+    assert got == ["Find [BLANK] of 4."]        # exactly num_blanks = 1 blank, as the code's importance prompt
+    assert "EXACTLY 1 occurrences of [BLANK]" in prompts[0] and prompts[0].endswith("1. Find 3 of 4.\n")
+    two = iter(['["Find [BLANK] of [BLANK]."]'])
+    assert blank_important(["Find 3 of 4."], "llm", num_blanks=2, generate=lambda p: [next(two)]) == [
+        "Find [BLANK] of [BLANK]."]
+    answers = iter(["Compute [BLANK] now.", "Get [BLANK] and [BLANK].", '"Determine [BLANK] today."'])
+    variants = paraphrase_variants(["Find [BLANK] now."], 2, "llm", generate=lambda p: [next(answers) for _ in p])
+    assert variants == [["Compute [BLANK] now.", "Determine [BLANK] today."]]   # one paraphrase per call
     with pytest.raises(KeyError, match="known: llm, retrieval"):
         find_neighbours(QUESTIONS, 2, "nearest")
 
@@ -227,10 +309,12 @@ def test_layer_features_have_every_layer_and_ignore_padding(tiny_model):
     assert alone.shape == (1, 3, 64) and batched.shape == (2, 3, 64)
     np.testing.assert_allclose(batched[0], alone[0], atol=1e-5)
     assert not np.allclose(batched[0], batched[1])
-    ids = tok(short)["input_ids"]  # layer 0 = the mean input embedding of the text's own tokens (no BOS)
+    ids = tok(short)["input_ids"]  # layer 0 = the mean input embedding of every token, the BOS too (the code)
     assert ids[0] == tok.bos_token_id
-    emb = model.get_input_embeddings().weight.detach().numpy()[ids[1:]].mean(axis=0)
-    np.testing.assert_allclose(alone[0, 0], emb, atol=1e-6)
+    table = model.get_input_embeddings().weight.detach().numpy()
+    np.testing.assert_allclose(alone[0, 0], table[ids].mean(axis=0), atol=1e-6)
+    own = layer_features(model, tok, [short, long], batch_size=2, special_tokens=False)   # the text's own tokens
+    np.testing.assert_allclose(own[0, 0], table[ids[1:]].mean(axis=0), atol=1e-6)
 
 
 def test_pipeline_from_questions_to_metrics_and_resumable_shards(tiny_model, tmp_path):
@@ -263,7 +347,7 @@ def test_pipeline_from_questions_to_metrics_and_resumable_shards(tiny_model, tmp
     assert feats.shape == (32, 3, 64) and index["text"].tolist() == edited["text"].tolist()
 
     metrics = compute_metrics(index, feats)
-    assert metrics.shape == (4, 5) and metrics["layer"].tolist() == [1, 2, 1, 2]
+    assert metrics.shape == (4, 5) and metrics["layer"].tolist() == [0, 1, 0, 1]   # hidden_states[0..L-1]
     assert np.isfinite(metrics[["rsm", "dc", "rsi"]].to_numpy()).all()
     assert (metrics["dc"].abs() <= 1 + 1e-9).all()
     with pytest.raises(ValueError, match="missing role"):
@@ -274,14 +358,54 @@ def test_pipeline_from_questions_to_metrics_and_resumable_shards(tiny_model, tmp
 
 def test_recall_cdd_and_self_critique_on_hand_numbers():
     np.testing.assert_allclose(recall_score([-3.0, -1.0], [-2.0, -2.0]), [1.5, 0.5])
-    greedy = list(range(20))  # longest output 20 tokens: alpha * l = 1 edit
+    greedy = list(range(20))  # mean length (20 + 20 + 19 + 20 + 20) / 5 = 19.8: alpha * l = 0.99 edits
     samples = [list(range(20)), list(range(19)), [0] * 20, list(range(1, 20)) + [99]]
-    assert cdd_peakedness(greedy, samples, alpha=0.05) == pytest.approx(0.5)
+    assert cdd_peakedness(greedy, samples, alpha=0.05) == pytest.approx(0.25)   # the longest (20): 0.5
     assert cdd_peakedness("abcd", ["abcd", "abce"], alpha=0.25) == pytest.approx(1.0)
     assert self_critique_similarity([1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 0.0]) == pytest.approx(0.75)
     assert self_critique_similarity([1.0, 0.0], [0.0, 1.0]) == pytest.approx(0.0)
     a, b = [1.0, 2.0], [2.0, 1.0, 2.0]
     assert self_critique_similarity(a, b) == pytest.approx(4.0 / (math.sqrt(5) * 3.0) * 2 / 3)
+
+
+def test_topk_step_statistics_follow_the_codes_reading_of_vllm_logprobs():
+    """``process_single_output`` on fixed logits: top-k log-probabilities (unnormalised), p clipped at 1e-12."""
+    import torch
+
+    logits = torch.tensor([[[2.0, 1.0, 0.0, -1.0, -30.0]], [[0.0, 0.0, 0.0, 0.0, 0.0]]])   # 2 steps, batch 1
+    chosen = torch.tensor([[1, 4]])
+    stats = topk_step_stats(list(logits), chosen, k=3)
+    for t in range(2):
+        logp = torch.log_softmax(logits[t, 0].double(), -1).numpy()
+        top = np.sort(logp)[::-1][:3]                         # vLLM's logprobs=3 entries of this step
+        p = np.clip(np.exp(top), 1e-12, None)
+        mu = np.sum(p * top)
+        assert stats["logprobs"][0, t] == pytest.approx(logp[chosen[0, t]])      # exact, even outside the top 3
+        assert stats["entropies"][0, t] == pytest.approx(-np.sum(p * np.log(p)))
+        assert stats["mus"][0, t] == pytest.approx(mu)
+        assert stats["sigmas"][0, t] == pytest.approx(np.sqrt(max(np.sum(p * top ** 2) - mu ** 2, 1e-6)))
+
+
+def test_response_level_baselines_as_the_lara_code_defines_them():
+    lp = [-0.1, -2.0, -0.5, -3.0, -0.2, -1.0, -0.3, -0.4, -0.6, -0.7]
+    assert ppl_response(lp) == pytest.approx(-np.exp(-np.mean(lp)))           # PPLDetector, direction -1
+    assert min_k_response(lp, 0.2) == pytest.approx(-np.mean([-3.0, -2.0]))   # MinkDetector: -mean(lowest int(0.2 n))
+    mus, sigmas = np.full(10, -1.0), np.full(10, 0.5)
+    z = (np.array(lp) - mus) / sigmas
+    assert min_k_plus_plus_response(lp, mus, sigmas, 0.2) == pytest.approx(np.mean(np.sort(z)[:2]))
+    assert recall_lara_code(lp, [-1.0] * 4) == pytest.approx(-1.0 / np.mean(lp))   # RecallDetector: LL(pert) / LL(orig)
+    e1, e2 = [1.0, 2.0], [2.0, 1.0, 2.0]
+    assert dime_score(e1, e2) == pytest.approx(-(4.0 / (math.sqrt(5) * 3.0)) * 2 / 3)   # DIMEDetector, direction -1
+    assert perturbed_question("Q?") == "[SYSTEM NOTE: Please double check your reasoning.] Q? [END OF QUERY]"
+    gen = lambda lps, ents: Generation(text="", token_ids=(), entropies=tuple(ents), logprobs=tuple(lps),  # noqa: E731
+                                       mus=tuple(mus), sigmas=tuple(sigmas))
+    scores = response_scores([gen(lp, e1)], [gen([-1.0] * 4, e2)], min_k=0.2)
+    assert set(scores) == {"recall_lara_code", "ppl_response", "min_k_response@0.2",
+                           "min_k_plus_plus_response@0.2", "dime"}
+    assert scores["dime"][0] == pytest.approx(dime_score(e1, e2))
+    # CDD's distance: both cut to 100 tokens once the shorter exceeds 100 (levenshtein_distance_token)
+    assert cdd_distance(list(range(150)), list(range(100)) + [-1] * 60) == 0
+    assert cdd_distance(list(range(99)), list(range(99)) + [-1] * 60) == 60
 
 
 def test_model_driven_baselines_on_the_tiny_model(tiny_model):
@@ -295,7 +419,7 @@ def test_model_driven_baselines_on_the_tiny_model(tiny_model):
     gens = generate(model, tok, QUESTIONS[:2], max_new_tokens=6, do_sample=True, num_return_sequences=3, batch_size=2)
     assert [len(g) for g in gens] == [3, 3]
     assert all(0 <= e <= math.log(len(tok)) + 1e-6 for g in gens for x in g for e in x.entropies)
-    completions = text_generator(tiny_model, max_new_tokens=4, device="cpu", dtype="float32")(QUESTIONS[:3])
+    completions = text_generator(tiny_model, max_new_tokens=4, backend_options={"device": "cpu"})(QUESTIONS[:3])
     assert len(completions) == 3 and all(isinstance(c, str) for c in completions)
     cdd = cdd_scores(model, tok, QUESTIONS[:2], n_samples=3, max_new_tokens=6)
     sc = self_critique_scores(model, tok, QUESTIONS[:2], max_new_tokens=6)
@@ -317,13 +441,16 @@ def test_baselines_of_several_seeds_answer_shared_questions_once_and_keep_each_s
     from mialab.lara.stages import baseline_scores
 
     spec = dict(recall={"prefix_size": 1, "max_words": 12}, cdd={"n_samples": 3, "max_new_tokens": 6},
-                self_critique={"max_new_tokens": 6}, batch_size=4, device="cpu", dtype="float32")
+                self_critique={"max_new_tokens": 6}, batch_size=4, device="cpu", dtype="float32",
+                responses={"min_k": 0.2, "perturbation_prefix": "[NOTE]", "perturbation_suffix": "[END]"})
     a, b = _seed_table([0, 1, 2], [4, 5]), _seed_table([1, 2, 3], [6, 7])
     merged = baseline_scores(tiny_model, [a, b], **spec)
     alone = [baseline_scores(tiny_model, [t], **spec)[0] for t in (a, b)]
     for m, s, t in zip(merged, alone, (a, b)):
         assert m["id"].tolist() == t.loc[t["set"] == "evaluated", "id"].tolist()
-        for column in ("lara/recall", "lara/self_critique"):   # deterministic: the same as scoring the seed alone
+        for column in ("lara/recall", "lara/self_critique", "lara/recall_lara_code", "lara/ppl_response",
+                       "lara/min_k_response@0.2", "lara/min_k_plus_plus_response@0.2", "lara/dime"):
+            # deterministic: the same as scoring the seed alone
             np.testing.assert_allclose(m[column], s[column], rtol=1e-4, atol=1e-5)
         assert m["lara/cdd"].between(0, 1).all()
     shared = [m.set_index("id").loc[["q1", "q2"]] for m in merged]

@@ -13,8 +13,9 @@ from mialab.config import ConfigError, check_config
 from mialab.data.registry import get_family
 from mialab.data.sampling import sample_split
 from mialab.lara.plan import LaRAPlan
-from mialab.lara.stages import (EVALUATED, REFERENCE, aligned_features, known_nonmembers, score_table,
-                                stage_questions)
+from mialab.lara.stages import (EVALUATED, REFERENCE, aligned_features, backend_specs, known_nonmembers,
+                                perturbation_table, score_table, stage_questions)
+from sklearn.metrics import roc_auc_score
 from mialab.rl.corpus import pool_questions
 from mialab.rl.plan import RLPlan
 from mialab.workflow import Plan
@@ -61,6 +62,21 @@ def test_rl_plan_maps_runs_to_epoch_inputs_and_rejects_stale_keys():
         rl.spec("0123456789ab")
 
 
+def test_a_run_on_one_splits_members_reads_that_split_and_is_another_run():
+    plan = Plan(default_config())
+    key = plan.rl_run("grpo_e1").key
+    assert RLPlan(plan).member_split(key) == []          # the whole pool's members: no split read
+    assert "member_split" not in plan.rl_run("grpo_e1").manifest["upstream"]
+    cfg = copy.deepcopy(default_config())
+    for name in ("grpo_e1", "grpo_e2"):
+        cfg["models"][name]["members"] = {"dataset": "aime", "split_seed": 1}
+    split_plan = Plan(cfg)
+    run = split_plan.rl_run("grpo_e1")
+    assert run.key != key and run.key == split_plan.rl_run("grpo_e2").key
+    assert run.manifest["upstream"]["member_split"] == split_plan.split("aime", 1).key
+    assert RLPlan(split_plan).member_split(run.key) == [split_plan.split("aime", 1).path("split.parquet")]
+
+
 def test_an_epoch_past_the_run_is_a_config_error():
     cfg = default_config()
     cfg["models"]["grpo_e2"]["epoch"] = 3
@@ -68,8 +84,17 @@ def test_an_epoch_past_the_run_is_a_config_error():
         check_config(cfg)
 
 
+def validated(cfg: dict) -> dict:
+    """``cfg`` with the schema's defaults filled in (as the workflow sees it)."""
+    from snakemake.utils import validate
+
+    cfg = copy.deepcopy(cfg)
+    validate(cfg, str(REPO / "schemas" / "config.schema.yaml"))
+    return cfg
+
+
 def test_lara_plan_checks_cross_references_and_keys_change_only_downstream():
-    cfg = default_config()
+    cfg = validated(default_config())
     lara = LaRAPlan(Plan(cfg), cfg)
     assert lara.pairs() == [("sft", "aime"), ("grpo_e1", "aime"), ("grpo_e2", "aime")]
     assert lara.scores_file("base", "aime", 0) is None
@@ -122,6 +147,37 @@ def test_controls_are_pool_non_members_outside_the_split_and_never_read_its_labe
     assert pool_again == neighbour_pool
 
 
+def test_llm_perturbation_backends_run_from_the_config_at_the_codes_temperatures():
+    """``backend: llm`` for neighbours, blanking and paraphrases: one instruction model (``lara.llm``),
+    the code's prompts and temperatures (0.8, 0.3, 0.7); the offline defaults stay as they were."""
+    cfg = copy.deepcopy(default_config())
+    cfg["lara"].update(llm={"model": "some/instruct-model"}, neighbours={"n": 2, "backend": "llm"},
+                       blank={"backend": "llm", "num_blanks": 1}, paraphrase={"backend": "llm", "n_variants": 2})
+    spec = validated(cfg)["lara"]
+    calls = []
+
+    def generate(prompts: list[str], *, temperature: float) -> list[str]:
+        calls.append((prompts[0].split("\n")[0], temperature, len(prompts)))
+        if "similar problems" in prompts[0]:
+            return ['["Find 3 plus 5.", "Find 7 plus 9."]' for _ in prompts]
+        if "[BLANK] placeholders" in prompts[0]:
+            return [p.split("Incomplete Problem:\n")[1].split("\n")[0].replace("Find", "Compute") + f" ({i})"
+                    for i, p in enumerate(prompts)]
+        return ['["Find [BLANK] plus 2."]' for _ in prompts]
+
+    questions = pd.DataFrame({"id": ["q"], "text": ["Find 1 plus 2."], "set": [EVALUATED]})
+    table = perturbation_table(questions, backend_specs(spec, [], generate), n_neighbours=2, n_variants=2)
+    assert [(t, n) for _, t, n in calls] == [(0.8, 1), (0.3, 3), (0.7, 6)]   # neighbours, blanks, paraphrases
+    assert len(table) == 3 * 4 and set(table.loc[table["form"] == "blank", "text"]) == {"Find [BLANK] plus 2."}
+    assert table.loc[table["form"] == "variant", "text"].str.startswith("Compute [BLANK]").all()
+    assert calls[1][0].startswith("You are a question editor") and calls[0][0].startswith("You are a math problem")
+    with pytest.raises(ValueError, match="needs the lara.llm section"):
+        backend_specs(spec, [], None)
+    default = backend_specs(validated(default_config())["lara"], ["a"])
+    assert default["neighbours"] == {"backend": "retrieval", "pool": ["a"], "batch_size": 64, "dtype": "bfloat16"}
+    assert default["blank"] == {"backend": "numbers_entities"} and default["paraphrase"]["backend"] == "wordnet"
+
+
 def test_features_of_distinct_texts_are_spread_back_to_every_row():
     table = pd.DataFrame({"text": ["b", "a", "b", "c"]})
     index = pd.DataFrame({"text": ["a", "b", "c"]})
@@ -131,8 +187,7 @@ def test_features_of_distinct_texts_are_spread_back_to_every_row():
         aligned_features(pd.DataFrame({"text": ["d"]}), index, features)
 
 
-def _metrics(ids: list[str], rng, sets: str, shift: float = 0.0) -> pd.DataFrame:
-    layers = 3
+def _metrics(ids: list[str], rng, sets: str, shift: float = 0.0, layers: int = 4) -> pd.DataFrame:
     n = len(ids) * layers
     return pd.DataFrame({"id": np.repeat(ids, layers), "layer": np.tile(np.arange(1, layers + 1), len(ids)),
                          "rsm": rng.normal(size=n) + shift, "dc": rng.uniform(-1, 1, size=n),
@@ -159,6 +214,32 @@ def test_score_table_reads_labels_last_and_mixes_lara_with_self_critique():
     pd.testing.assert_frame_equal(scores.drop(columns="label"), again.drop(columns="label"))
     with pytest.raises(ValueError, match="different ids"):
         score_table(metrics, baselines, split.iloc[:5], betas=[0.5])
+
+
+def test_the_in_set_reference_reproduces_the_released_codes_optimism_on_null_data_and_is_named_so():
+    """Null data (members and non-members drawn alike): standardising on the split's own label-0
+    questions (the code's default) scores above chance; the held-out reference does not."""
+    held, in_set = [], []
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        ids = [f"q{i}" for i in range(60)]
+        metrics = pd.concat([_metrics(ids, rng, EVALUATED, layers=8),
+                             _metrics([f"r{i}" for i in range(30)], rng, REFERENCE, layers=8)], ignore_index=True)
+        split = pd.DataFrame({"id": ids, "label": [1, 0] * 30})
+        baselines = pd.DataFrame({"id": ids, "lara/self_critique": rng.normal(size=60)})
+        default = score_table(metrics, baselines, split)
+        code = score_table(metrics, baselines, split, reference="in_set")
+        assert "lara_in_set" not in default and "lara" not in code   # every in-set column says so in its name
+        assert {"lara_in_set/rsm", "lara_in_set/late", "lara_in_set/lara+sc@0.65"} <= set(code.columns)
+        held.append(roc_auc_score(default["label"], default["lara"]))
+        in_set.append(roc_auc_score(code["label"], code["lara_in_set"]))
+        if seed == 0:   # the in-set scores read the labels: shuffling them changes the scores
+            shuffled = split.assign(label=split["label"].to_numpy()[::-1])
+            again = score_table(metrics, baselines, shuffled, reference="in_set")
+            assert not np.allclose(again["lara_in_set"], code["lara_in_set"])
+    assert np.mean(in_set) > 0.55 and 0.4 < np.mean(held) < 0.6
+    with pytest.raises(ValueError, match="in_set needs at least 2 label-0"):
+        score_table(metrics, baselines, split.assign(label=[1] * 59 + [0]), reference="in_set")
 
 
 # --- end to end (slow): the default tiny world, the session's shared run ------------------------------
@@ -199,13 +280,14 @@ def test_lara_outputs_follow_their_schemas_and_join_the_results_table(tiny_world
         assert (index_path.parent / "shards/shard-00000.safetensors").exists()
     metrics = pd.read_parquet(next(r.glob("scores/sft/aime/*/seed-0/metrics.parquet")))
     n_layers = default_config()["models"]["base"]["architecture"]["num_layers"]
-    assert sorted(metrics["layer"].unique()) == list(range(1, n_layers + 1))
+    assert sorted(metrics["layer"].unique()) == list(range(n_layers))   # hidden_states[0..L-1], as the code
     assert set(metrics["set"]) == {EVALUATED, REFERENCE}
     summary = pd.read_parquet(tiny_world / "results/evaluation/summary.parquet")
     lara = summary[summary["method"].str.startswith("lara")]
     assert set(lara["model"]) == set(cfg["models"])
-    assert {"lara", "lara/rsm", "lara/dc", "lara/rsi", "lara/self_critique", "lara/recall", "lara/cdd",
-            "lara/lara+sc@0.65"} <= set(lara["method"])
+    assert {"lara", "lara/rsm", "lara/dc", "lara/rsi", "lara/early", "lara/mid", "lara/late", "lara/self_critique",
+            "lara/recall", "lara/cdd", "lara/recall_lara_code", "lara/ppl_response", "lara/min_k_response@0.2",
+            "lara/min_k_plus_plus_response@0.2", "lara/dime", "lara/lara+sc@0.65"} <= set(lara["method"])
     assert lara["auroc_mean"].between(0, 1).all() and (lara["n_seeds"] == len(default_config()["seeds"])).all()
     report = (r / "report/aime/lara.md").read_text()
     assert "| aime | grpo_e2 | lara |" in report and "| aime | sft | loss |" in report

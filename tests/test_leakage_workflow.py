@@ -314,7 +314,10 @@ def test_results_summary_gets_the_split_checks_beside_the_unchanged_table(tmp_pa
     for i, (_, row) in enumerate(leakage_rows.iterrows()):
         leak.append(tmp_path / f"l{i}.parquet")
         pd.DataFrame([row]).to_parquet(leak[-1])
-    out = {k: str(tmp_path / f"out.{k}") for k in ("summary", "per_seed", "markdown", "csv")}
+    out = {k: str(tmp_path / f"out.{k}") for k in ("summary", "per_seed", "markdown", "csv", "headline",
+                                                    "headline_csv", "forest")}
+    headline = tmp_path / "h.parquet"
+    pd.DataFrame().to_parquet(headline)
     # run the rule's script as Snakemake would, with its `snakemake` object
     driver = f"""
 import builtins, runpy
@@ -323,8 +326,11 @@ class NL(list):
         super().__init__(items); self.__dict__.update(named)
     def get(self, key, default=None): return self.__dict__.get(key, default)
 builtins.snakemake = type("S", (), dict(
-    input=NL(summaries=[{str(paths['summary'])!r}], per_seed=[{str(paths['per_seed'])!r}], leakage={list(map(str, leak))!r}),
-    output=NL(**{out!r}), log=[{str(tmp_path / 'log')!r}], threads=1, params=NL(fpr_targets=[0.05])))
+    input=NL(summaries=[{str(paths['summary'])!r}], per_seed=[{str(paths['per_seed'])!r}], headlines=[{str(headline)!r}],
+             leakage={list(map(str, leak))!r}),
+    output=NL(**{out!r}), log=[{str(tmp_path / 'log')!r}], threads=1,
+    params=NL(fpr_targets=[0.05], headline={{"Loss": "loss"}}, bootstrap={{"level": 0.95, "resamples": 100}},
+              truncation_warn=0.05)))
 runpy.run_path({str(REPO / 'workflow_scripts' / 'summarize.py')!r}, run_name="__main__")
 """
     proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=120)

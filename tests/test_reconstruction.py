@@ -10,8 +10,10 @@ import pytest
 
 from mialab.reconstruction.evaluation import aggregate_rollouts, evaluation_pair, score_rollouts, split_assistant_prefix
 from mialab.reconstruction.kernel import lexical_counts, lexical_metrics
-from mialab.reconstruction.metrics import COUNT_NAMES, LEXICAL_METRICS, embedding_cosine, metrics_from_counts
-from mialab.reconstruction.reference import lcs_length_dp, reference_counts
+from mialab.reconstruction.metrics import (COUNT_NAMES, CONVENTIONS, LEXICAL_METRICS, embedding_cosine,
+                                          metrics_from_counts)
+from mialab.reconstruction.reference import greedy_scan, lcs_length_dp, reference_counts
+from mialab.reconstruction.released import code_rewards, released_code
 from mialab.reconstruction.rewards import (
     compute_rewards,
     contrastive_reward,
@@ -42,6 +44,15 @@ def test_word_tokens_split_scripts_without_spaces_into_characters():
     assert word_tokens("hello世界。 これは") == ["hello", "世", "界", "。", "こ", "れ", "は"]
     assert word_tokens("안녕 abc,한") == ["안", "녕", "abc", "한"]
     assert word_tokens("สวัสดี") == list("สวัสดี")
+
+
+def test_word_tokens_split_the_released_codes_scripts_tibetan_included():
+    # The code's reward tokeniser splits Tibetan, Mongolian, Javanese and halfwidth U+FF65 into characters;
+    # its evaluation tokeniser (split_scripts=False) only splits on whitespace.
+    assert word_tokens("བོད་ཡིག ok") == ["བ", "ོ", "ད", "་", "ཡ", "ི", "ག", "ok"]
+    assert word_tokens("ᠮᠣᠩ ꦗꦮ ･") == ["ᠮ", "ᠣ", "ᠩ", "ꦗ", "ꦮ", "･"]
+    assert word_tokens("\U0002a6e0x") == ["\U0002a6e0x"]  # a gap of the code's CJK list stays one word
+    assert word_tokens("བོད་ཡིག 世界。", split_scripts=False) == ["བོད་ཡིག", "世界。"]
 
 
 def test_tokenize_words_counts_tokens_per_word():
@@ -114,6 +125,26 @@ def test_ngram_range_is_configurable():
         lexical_counts([c], [r], n_min=3, n_max=2)
 
 
+def test_greedy_scan_is_the_codes_left_to_right_match_scan():
+    # At 0 "a b c" matches (3), then "d e f g" (4): the scan never sees the longer "b c d e f g".
+    assert greedy_scan("a b c d e f g".split(), "b c d e f g x a b c".split(), 3, 30) == (4, 7)
+    assert greedy_scan("a b c d e f g".split(), "b c d e f g x a b c".split(), 3, 2 + 1) == (3, 6)
+    assert greedy_scan("x y".split(), "x y".split(), 3, 30) == (0, 0)
+
+
+def test_code_convention_metrics_positional_coverage_and_token_count_overlap():
+    # The code's evaluation: token overlap / token count, n-gram coverage = greedily covered positions.
+    c, r = "the cat sat on the mat", "the cat lay on the mat the end"
+    code, paper = one(c, r, n_max=30, convention="code"), one(c, r, n_max=30)
+    assert code["token_overlap_ref"] == pytest.approx(4 / 8) and paper["token_overlap_ref"] == pytest.approx(4 / 6)
+    assert code["ngram_coverage_ref"] == pytest.approx(3 / 8)  # "on the mat" covers 3 of r's 8 positions
+    assert code["ngram_coverage_cand"] == pytest.approx(3 / 6)
+    assert one("世界你好", "世界你好", convention="code")["jaccard"] == 1.0  # one whitespace word each
+    assert one("世界你好", "世界你", convention="code")["jaccard"] == 0.0
+    with pytest.raises(ValueError, match="convention"):
+        one(c, r, convention="other")
+
+
 def test_kernel_rejects_non_text():
     with pytest.raises(TypeError, match="position 1"):
         lexical_counts(["a b", None], ["a b", "c d"])
@@ -153,20 +184,23 @@ def random_pairs(rng: np.random.Generator, n: int, max_len: int) -> tuple[list[s
     return cands, refs
 
 
-@pytest.mark.parametrize("n_min,n_max", [(3, None), (1, None), (2, 5)])
-def test_kernel_equals_reference_on_random_pairs(n_min, n_max):
+@pytest.mark.parametrize("n_min,n_max,dynamic,split", [(3, None, False, True), (1, None, False, True),
+                                                      (2, 5, False, True), (3, 30, True, True), (3, 4, True, False)])
+def test_kernel_equals_reference_on_random_pairs(n_min, n_max, dynamic, split):
     rng = np.random.default_rng(n_min * 10 + (n_max or 0))
     cands, refs = random_pairs(rng, 900, 40)
     more_c, more_r = random_pairs(rng, 40, 200)
     cands, refs = cands + more_c, refs + more_r
-    fast = lexical_counts(cands, refs, n_min=n_min, n_max=n_max, chunk_size=97)
-    slow = [reference_counts(c, r, n_min=n_min, n_max=n_max) for c, r in zip(cands, refs)]
+    fast = lexical_counts(cands, refs, n_min=n_min, n_max=n_max, dynamic=dynamic, split_scripts=split, chunk_size=97)
+    slow = [reference_counts(c, r, n_min=n_min, n_max=n_max, dynamic=dynamic, split_scripts=split)
+            for c, r in zip(cands, refs)]
     for name in COUNT_NAMES:
         np.testing.assert_array_equal(fast[name], [s[name] for s in slow], err_msg=name)
-    fast_m = metrics_from_counts(fast)
-    slow_m = metrics_from_counts({k: np.array([s[k] for s in slow]) for k in COUNT_NAMES})
-    for name in LEXICAL_METRICS:
-        np.testing.assert_allclose(fast_m[name], slow_m[name], rtol=0, atol=1e-12, err_msg=name)
+    for convention in CONVENTIONS:
+        fast_m = metrics_from_counts(fast, convention)
+        slow_m = metrics_from_counts({k: np.array([s[k] for s in slow]) for k in COUNT_NAMES}, convention)
+        for name in LEXICAL_METRICS:
+            np.testing.assert_allclose(fast_m[name], slow_m[name], rtol=0, atol=1e-12, err_msg=name)
     for reward in known_rewards():
         np.testing.assert_allclose(get_reward(reward)(fast_m), get_reward(reward)(slow_m), rtol=0, atol=1e-12)
 
@@ -207,6 +241,46 @@ def test_trio_and_ngram_rewards_hand_values():
     assert compute_rewards("trio", [long], ["the cat lay on the mat"])[0] == pytest.approx((1 + 1 + 1) / 3 * 0.5)
 
 
+def test_reward_ngram_range_code_dynamic_fixed_and_paper_lcs():
+    # c and r share "on the mat" only; r has 4 3-grams, 10 n-grams with n in [3, 6], 9 with n in [3, LCS = 5].
+    c, r = ["the cat sat on the mat"], ["the cat lay on the mat"]
+    dynamic = compute_rewards("ngram", c, r, n_max=30, ngram_range="dynamic", length_words="whitespace")[0]
+    fixed30 = compute_rewards("ngram", c, r, n_max=30, ngram_range="fixed", length_words="whitespace")[0]
+    assert (dynamic, fixed30, compute_rewards("ngram", c, r)[0]) == pytest.approx((1 / 4, 1 / 10, 1 / 9))
+    trio = compute_rewards("trio", c, r, n_max=30, ngram_range="dynamic")[0]
+    assert trio == pytest.approx((4 / 5 + 5 / 6 + 1 / 4) / 3)
+    with pytest.raises(ValueError, match="n_max"):
+        compute_rewards("ngram", c, r, n_max=None, ngram_range="dynamic")
+    with pytest.raises(ValueError, match="ngram_range"):
+        compute_rewards("ngram", c, r, ngram_range="other")
+
+
+def test_length_penalty_counts_whitespace_words_as_the_code_or_tokens_as_the_paper():
+    # 1 whitespace word vs 3, but 6 CJK tokens each: the code penalises by 1/3, the token count does not.
+    c, r = ["今天天气很好"], ["今天 天气 很好"]
+    assert compute_rewards("trio", c, r, length_words="whitespace")[0] == pytest.approx(1 / 3)
+    assert compute_rewards("trio", c, r, length_words="tokens")[0] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="length_words"):
+        compute_rewards("trio", c, r, length_words="bytes")
+
+
+def test_rewards_equal_the_released_codes_on_fixed_pairs():
+    """Every ADRA reward (trio / ngram, tau 1.25 / 1.5 / 2.0, dynamic and fixed [3, 30]) against the
+    released code's own functions (MIA_RL_CODE names a local copy; skipped without one)."""
+    code = released_code()
+    if code is None:
+        pytest.skip("MIA_RL_CODE does not name a copy of the released ADRA code")
+    cands, refs = random_pairs(np.random.default_rng(11), 120, 60)
+    cands += ["今天天气很好 བོད་ཡིག hello", "བོད་ཡིག་ནི་ཧ་ཅང་ legal", "ᠮᠣᠩᠭᠣᠯ ꦗꦮ 𪜀𪜁 𫝀", "안녕하세요 สวัสดี"]
+    refs += ["今天 天气 很好 བོད་ཡིག", "བོད་ཡིག་ནི་ཧ་ཅང་ legal ok", "ᠮᠣᠩᠭᠣᠯ ꦗꦮ 𪜀𪜁𪜂 𫝀 ･", "안녕 하세요 สวัสดี ครับ"]
+    for metric, tau in [("trio", 1.25), ("trio", 1.5), ("trio", 2.0), ("ngram", 1.5)]:
+        for dynamic in (True, False):
+            ours = compute_rewards(metric, cands, refs, tau=tau, n_max=30, length_words="whitespace",
+                                   ngram_range="dynamic" if dynamic else "fixed")
+            theirs = code_rewards(code, metric, cands, refs, tau=tau, dynamic=dynamic)
+            np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-9, err_msg=f"{metric} {tau} {dynamic}")
+
+
 def test_reward_registry_unknown_name_lists_known():
     assert {"trio", "ngram"} <= set(known_rewards())
     with pytest.raises(KeyError, match="known rewards: ngram, trio"):
@@ -236,17 +310,24 @@ def test_minmax_membership_weight_orientation():
 
 
 def test_sample_distractors_never_self_seeded_and_forced():
-    ids = [f"c{i}" for i in range(6)]
+    ids = [f"c{i}" for i in range(10)]
     picks = sample_distractors(ids, 7, seed=3)
     assert picks == sample_distractors(ids, 7, seed=3)
     assert picks != sample_distractors(ids, 7, seed=4)
     assert all(len(p) == 7 and c not in p for c, p in zip(ids, picks))
-    many = sample_distractors(ids, 400, seed=0)
-    assert all(set(p) == set(ids) - {c} for c, p in zip(ids, many))  # every other candidate is reachable
     forced = sample_distractors(ids, 3, seed=3, forced={"c0": "c5"})
     assert forced[0][0] == "c5" and len(forced[0]) == 3 and "c0" not in forced[0]
     with pytest.raises(ValueError):
         sample_distractors(ids, 3, seed=0, forced={"c1": "c1"})
+
+
+def test_sample_distractors_without_replacement_as_the_code_or_iid():
+    # The code draws K distinct others (rng.sample), capped at the other candidates; the option draws i.i.d.
+    ids = [f"c{i}" for i in range(6)]
+    distinct = sample_distractors(ids, 7, seed=0, forced={"c0": "c5"})
+    assert all(sorted(p) == sorted(set(ids) - {c}) for c, p in zip(ids, distinct)) and distinct[0][0] == "c5"
+    iid = sample_distractors(ids, 400, seed=0, replace=True)
+    assert all(len(p) == 400 and set(p) == set(ids) - {c} for c, p in zip(ids, iid))
 
 
 # --- evaluation protocols and aggregation ----------------------------------------------------------
@@ -276,6 +357,16 @@ def test_score_rollouts_and_aggregate():
     bad = scores.assign(jaccard=np.nan)
     with pytest.raises(ValueError, match="NaN"):
         aggregate_rollouts(bad, "aon")
+
+
+def test_score_rollouts_code_convention_reports_embedding_as_one_plus_cos_over_two():
+    split = pd.DataFrame({"id": ["m"], "suffix": ["the cat sat on the mat today"]})
+    rollouts = pd.DataFrame({"id": ["m", "m"], "sample": [0, 1], "text": ["a dog ran", "the cat sat on the mat"]})
+    kw = dict(embedding_model="all-MiniLM-L6-v2", n_max=30)
+    code, paper = score_rollouts(rollouts, split, convention="code", **kw), score_rollouts(rollouts, split, **kw)
+    np.testing.assert_allclose(code["embedding_cosine"], (1 + paper["embedding_cosine"]) / 2, atol=1e-12)
+    assert code["token_overlap_ref"].iloc[1] == pytest.approx(5 / 7)  # 5 common of 7 tokens (6 unique)
+    assert paper["token_overlap_ref"].iloc[1] == pytest.approx(5 / 6)
 
 
 def test_embedding_cosine():

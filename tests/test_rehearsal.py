@@ -10,6 +10,7 @@ import re
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -27,7 +28,9 @@ IDS = [p.stem for p in CONFIGS]
 # hub model -> (transformers class, a piece of its published chat template's rendering; None: no template)
 FAMILIES = {
     "meta-llama/Llama-2-7b-hf": ("LlamaForCausalLM", None),
+    "meta-llama/Llama-2-13b-hf": ("LlamaForCausalLM", None),
     "allenai/tulu-2-7b": ("LlamaForCausalLM", "<|user|>\nHi\n<|assistant|>\n"),
+    "allenai/tulu-2-13b": ("LlamaForCausalLM", "<|user|>\nHi\n<|assistant|>\n"),
     "meta-llama/Llama-3.1-8B": ("LlamaForCausalLM", None),
     "meta-llama/Llama-3.1-8B-Instruct": ("LlamaForCausalLM", "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"),
     "allenai/Llama-3.1-Tulu-3-8B": ("LlamaForCausalLM", "<|user|>\nHi\n<|assistant|>\n"),
@@ -38,6 +41,7 @@ FAMILIES = {
     "GAIR/LIMR": ("Qwen2ForCausalLM", "Please reason step by step"),
     "allenai/Olmo-3-1025-7B": ("Olmo3ForCausalLM", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
     "allenai/Olmo-3.1-7B-RL-Zero-Math": ("Olmo3ForCausalLM", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+    "allenai/Olmo-3-7B-Instruct": ("Olmo3ForCausalLM", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
     "openai-community/gpt2": ("GPT2LMHeadModel", None),
     "Qwen/Qwen3-Embedding-8B": ("Qwen3Model", None),
 }
@@ -92,11 +96,11 @@ def test_every_hub_model_becomes_a_stand_in_of_its_family(path: Path):
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=IDS)
-def test_every_dataset_source_becomes_an_existing_local_sample(path: Path):
+def test_every_dataset_source_becomes_an_existing_local_sample(path: Path, tmp_path):
     cfg = paper(path)
     out = rehearse(cfg, vllm_available=False)
     assert has_hub([p[last] for pattern in DATA_KEYS for _, p, last in matches(cfg, pattern)]) == \
-        (path.stem not in ("adra_aime", "lara_rl_models"))  # the paper configs' hub data, then none
+        (path.stem not in ("adra_aime", "adra_aime_13b", "lara_rl_models"))  # the paper configs' hub data, then none
     assert not has_hub([p[last] for pattern in DATA_KEYS for _, p, last in matches(out, pattern)])
     named = data_paths(out)
     assert named and all((REPO / p).is_file() for _, p in named), [p for _, p in named if not (REPO / p).is_file()]
@@ -106,6 +110,11 @@ def test_every_dataset_source_becomes_an_existing_local_sample(path: Path):
         if isinstance(spec["source"], list):
             spec["source"] = [{**s, "source": str(REPO / s["source"])} if isinstance(s, dict)
                               else str(REPO / s) for s in spec["source"]]
+        if "tokenizer" in spec:  # a pool counting tokens reads its stand-in's tokenizer (built here)
+            folder = tmp_path / name
+            build_stand_in(stand_in_spec(cfg["datasets"][name]["pool"]["tokenizer"], name), folder,
+                           [(REPO / "resources/data/tinyshakespeare/input.txt").read_text()[:100_000]])
+            spec["tokenizer"] = str(folder)
         pool = get_family(spec["family"])(spec)
         counts = pool["label"].value_counts()
         assert counts.get(0, 0) >= n_per_class[name] and counts.get(1, 0) >= n_per_class[name], (name, counts.to_dict())
@@ -119,6 +128,7 @@ def test_counts_shrink_and_jobs_run_on_the_cpu(path: Path):
         for key, parent, last in matches(out, pattern):
             assert parent[last] <= cap, (key, parent[last])
     assert all(ds["split"]["n_per_class"] == 8 for ds in out["datasets"].values())
+    assert out["seeds"] == cfg["seeds"][:1]  # one seed, the first (a paper's tables over one seed)
     for pattern in DEVICES:
         assert all(p[last] == "cpu" for _, p, last in matches(out, pattern))
     for section in ("n_sampling", "calibdcd.generation"):
@@ -128,7 +138,7 @@ def test_counts_shrink_and_jobs_run_on_the_cpu(path: Path):
     assert out["launch"]["nproc"] == 1 and out["rehearsal"] is True
     if "adra" in cfg:
         steps, new = out["adra"]["eval"]["steps"], out["adra"]["train"]["max_steps"]
-        assert steps and all(0 <= s < new for s in steps), steps
+        assert steps and len(steps) <= 2 and all(0 <= s < new for s in steps), steps
         lora_in, lora_out = cfg["adra"]["train"]["lora"], out["adra"]["train"]["lora"]
         assert lora_out["lora_alpha"] / lora_out["r"] == lora_in["lora_alpha"] / lora_in["r"]
     with_vllm = rehearse(cfg, vllm_available=True)  # vLLM importable: the paper's backend stays
@@ -141,7 +151,7 @@ def test_counts_shrink_and_jobs_run_on_the_cpu(path: Path):
 def test_nothing_but_sizes_models_data_and_devices_changes(path: Path):
     cfg = paper(path)
     out = rehearse(cfg, vllm_available=False)
-    allowed = [*SHRINK, *DEVICES, *MODEL_KEYS, *DATA_KEYS, "models.*.path", "rehearsal", "adra.eval.steps",
+    allowed = [*SHRINK, *DEVICES, *MODEL_KEYS, *DATA_KEYS, "models.*.path", "rehearsal", "seeds", "adra.eval.steps",
                "adra.train.lora.lora_alpha", "n_sampling.backend", "n_sampling.backend_options",
                "calibdcd.generation.backend", "calibdcd.generation.backend_options"]
     patterns = [key_pattern(a) for a in allowed]
@@ -150,7 +160,7 @@ def test_nothing_but_sizes_models_data_and_devices_changes(path: Path):
     stray = [k for k in changed if not any(p.match(k) for p in patterns)]
     assert not stray, stray
     # and the paper's own settings survive: rules' options, prompts, rewards, metrics
-    for key in ("seeds", "evaluation", "scoring.methods", "scoring.k", "scoring.dtype"):
+    for key in ("evaluation", "scoring.methods", "scoring.k", "scoring.dtype"):
         assert at(out, key) == at(cfg, key), key
     for section in ("adra", "lara", "calibdcd", "n_sampling"):
         if section in cfg:
@@ -180,6 +190,10 @@ def test_unknown_hub_model_or_dataset_fails_naming_its_key():
     bad = copy.deepcopy(cfg)
     bad["datasets"]["dolma3_arxiv"]["pool"]["nonmember_source"] = "data/adra/nowhere.jsonl"
     with pytest.raises(RehearsalError, match=r"nonmember_source: missing local file 'data/adra/nowhere.jsonl'"):
+        rehearse(bad, vllm_available=False)
+    bad = copy.deepcopy(cfg)
+    bad["datasets"]["bookmia"]["paraphrase"] = {"backend": "hf", "options": {"model": "Qwen/Qwen2.5-7B-Instruct"}}
+    with pytest.raises(RehearsalError, match=r"datasets\.bookmia\.paraphrase\.options\.model: hub model"):
         rehearse(bad, vllm_available=False)
 
 
@@ -222,7 +236,9 @@ def test_stand_in_is_a_tiny_hf_folder_of_its_family(hub, tmp_path):
     if spec.get("encoder"):
         from mialab.embeddings import encode
 
-        assert encode(["a text", "another text"], model=str(tmp_path)).shape == (2, spec["size"]["hidden_size"])
+        # an empty text (a rollout of only eos) still pools a token: the eos the family's tokenizer appends
+        assert encode(["a text", ""], model=str(tmp_path)).shape == (2, spec["size"]["hidden_size"])
+        assert tok("a text")["input_ids"][-1] == tok.eos_token_id
 
 
 def test_tables_name_existing_samples_and_known_templates():
@@ -240,10 +256,17 @@ def test_rehearsal_dry_run_plans_only_local_jobs_of_its_experiment(path: Path, t
     out = proc.stdout + proc.stderr
     jobs = job_stats(out)
     assert jobs.get("rehearsal_model") == len(set(hub_models(paper(path)).values())), jobs
+    assert jobs["build_split"] == len(cfg["datasets"]), jobs  # one seed
     assert not {"train_tokenizer", "pretrain_model"} & set(jobs), jobs
     for name, configured in (("model", cfg["models"]), ("dataset", cfg["datasets"])):
         assert planned_wildcards(out, name) <= set(configured), name
     assert "mialab: rehearsal: models." in out  # the log says what was swapped
+    for name, ds in cfg["datasets"].items():  # a pool that counts tokens waits for its tokenizer's stand-in
+        if "tokenizer" in ds["pool"]:
+            stand_in = f"results/rehearsal/models/{ds['pool']['tokenizer'].replace('/', '--')}/"
+            assert re.search(rf"rule build_pool:\n(    .*\n)*?    input: [^\n]*{re.escape(stand_in)}", out), name
+    if "n_sampling" in cfg:  # the encoder stand-in is built before the models that every reader of it reads
+        assert re.search(r"Input files updated by another job: [^\n]*results/rehearsal/models/Qwen--Qwen3-Embedding-8B/", out)
     assert not list((workdir / "results").glob("**/*.parquet"))
     assert not re.search(r"hub (model|dataset) '", out), "a hub id is left in the rehearsal"
 
@@ -264,19 +287,57 @@ def test_the_tiny_world_is_no_rehearsal():
     assert cfg["rehearsal"] is False
 
 
-@pytest.mark.slow
-def test_calibdcd_paper_config_rehearses_end_to_end(tmp_path):
-    """calibdcd_instruct_models at CPU sizes, every rule of the paper's DAG, the reports of its tables."""
-    cfg = yaml.safe_load((REPO / "configs" / "paper" / "calibdcd_instruct_models.yaml").read_text())
+def rehearse_end_to_end(name: str, tmp_path: Path) -> tuple[dict, Path]:
+    """Paper config ``name`` rehearsed locally from an empty results/ (the paper config, its results folder);
+    a second dry run has nothing to do."""
+    path = REPO / "configs" / "paper" / f"{name}.yaml"
+    cfg = yaml.safe_load(path.read_text())
     workdir = make_workdir(tmp_path / "w", cfg)
     start = time.monotonic()
     snakemake(workdir, "--profile", str(REPO / "profiles" / "local"), "--config", "rehearsal=true", timeout=1800)
-    print(f"calibdcd_instruct_models rehearsal: {time.monotonic() - start:.0f} s")
+    print(f"{name} rehearsal: {time.monotonic() - start:.0f} s")
+    assert "Nothing to be done" in snakemake(workdir, "-n", "--config", "rehearsal=true").stdout
     results = workdir / "results"
     summary = (results / "evaluation" / "summary.md").read_text()
-    assert all(ds in summary for ds in cfg["datasets"])
+    assert all(ds in summary for ds in cfg["datasets"]), summary[:2000]
+    manifests = [json.loads(p.read_text()) for p in results.glob("rehearsal/models/*/*/manifest.json")]
+    assert {m["spec"]["hub"] for m in manifests} == set(hub_models(paper(path)).values())
+    return cfg, results
+
+
+@pytest.mark.slow
+def test_calibdcd_paper_config_rehearses_end_to_end(tmp_path):
+    """calibdcd_instruct_models at CPU sizes, every rule of the paper's DAG, the reports of its tables."""
+    _, results = rehearse_end_to_end("calibdcd_instruct_models", tmp_path)
     report = (results / "calibdcd" / "report.md").read_text()  # the paper's Tables 2-4
     assert all(t in report for t in ("paper Table 2", "paper Table 3", "paper Table 4")), report[:2000]
-    manifests = [json.loads(p.read_text()) for p in results.glob("rehearsal/models/*/*/manifest.json")]
-    assert {m["spec"]["hub"] for m in manifests} == {s["path"] for s in cfg["models"].values()}
-    assert "Nothing to be done" in snakemake(workdir, "-n", "--config", "rehearsal=true").stdout
+
+
+@pytest.mark.slow
+def test_adra_aime_paper_config_rehearses_end_to_end(tmp_path):
+    """adra_aime at CPU sizes: contamination by SFT, N-Sampling, ADRA / ADRA+ / the SFT ablation trained
+    and evaluated at its steps, the report of Tables 12 and 14-15 (every variant's row) and Figure 2's steps."""
+    cfg, results = rehearse_end_to_end("adra_aime", tmp_path)
+    report = (results / "adra" / "report" / "aime" / "adra.md").read_text()
+    table = pd.read_csv(results / "adra" / "report" / "aime" / "adra.csv")
+    attacks = set(table["attack"])
+    assert {"passive", "n_sampling", *cfg["adra"]["variants"]} <= attacks, attacks  # every variant's final policy
+    assert {f"{v}@step1" for v in cfg["adra"]["variants"]} <= attacks, attacks  # and its intermediate evaluated step
+    assert (table["model"] == "tulu2_aime").any() and "tulu2_aime" in report
+    assert table["top5_mean"].between(0, 1).any(), table
+    assert (results / "adra" / "report" / "aime" / "steps.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_lara_paper_config_rehearses_end_to_end(tmp_path):
+    """lara_rl_models at CPU sizes: continued GRPO of each released model (epochs 1 and 2), LaRA and the
+    output-level baselines on all nine, Table 1's report per dataset with every model's row."""
+    cfg, results = rehearse_end_to_end("lara_rl_models", tmp_path)
+    for dataset in cfg["datasets"]:
+        report = results / "lara" / "report" / dataset
+        table = pd.read_csv(report / "lara.csv")
+        models = {t["model"] for t in cfg["lara"]["targets"] if t["dataset"] == dataset}
+        assert set(table["model"]) == models, (dataset, set(table["model"]))
+        assert {"lara", "lara/cdd", "lara/self_critique"} <= set(table["method"]), set(table["method"])
+        assert "LaRA" in (report / "lara.md").read_text()
+        assert (report / "layers.png").stat().st_size > 0

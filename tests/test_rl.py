@@ -11,7 +11,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from mialab.data.registry import get_family
-from mialab.rl.corpus import build_corpus, filler_problems, pool_questions, pool_references, split_request
+from mialab.rl.corpus import (build_corpus, filler_problems, pool_questions, pool_references, split_members,
+                              split_request)
 from mialab.rl.grpo import (GRPOSettings, checkpoint_state, epoch_seed, export_checkpoint, grpo_config, last_checkpoint,
                              run_grpo, truncate_prompt, vllm_generation)
 from mialab.rl.rewards import final_answer, make_reward, normalise_answer
@@ -95,8 +96,20 @@ def test_reconstruction_reward_is_one_for_the_reference_and_zero_for_disjoint_te
     ref = "the sum of the first twenty odd numbers is four hundred"
     got = reward(completions=[ref, "zebra quantum violet", ref.rsplit(" ", 3)[0]], reference=[ref] * 3)
     assert got[0] == pytest.approx(1.0) and got[1] == 0.0 and 0.0 < got[2] < 1.0
-    with pytest.raises(KeyError, match="known: answer_match, reconstruction"):
+    with pytest.raises(KeyError, match="known: answer_match, math_verify, reconstruction"):
         make_reward({"name": "accuracy"})
+
+
+def test_math_verify_reward_as_the_lara_codes_reward_impl_version_3():
+    """verl ``reward_impl_version=3``: ``"<think>\\n" + completion``, the part after ``</think>`` verified by
+    math-verify against ``$answer$``; without ``</think>`` nothing is verified (0)."""
+    reward = make_reward({"name": "math_verify"})
+    got = reward(completions=[r"</think> so the answer is \boxed{57}", r"so the answer is \boxed{57}",
+                              r"wait </think> \boxed{\frac{1}{2}}", r"</think> \boxed{58}"],
+                 reference=["57", "57", "0.5", "57"], prompts=["q"] * 4)
+    assert got == [1.0, 0.0, 1.0, 0.0]
+    whole = make_reward({"name": "math_verify", "think": False})   # reward_impl_version 4
+    assert whole(completions=[r"so the answer is \boxed{57}"], reference=["57"]) == [1.0]
 
 
 # --- corpus ------------------------------------------------------------------------------------
@@ -132,6 +145,26 @@ def test_rl_corpus_holds_every_member_no_non_member_and_fillers_unlike_any_pool_
     again = build_corpus(pool, fillers, size=n_members + 20, seed=0, max_words=44, reference_max_words=12,
                          template="{question}\n\n")
     pd.testing.assert_frame_equal(corpus, again)
+
+
+def test_rl_corpus_from_a_splits_members_takes_them_alone_plus_fillers_unlike_any_pool_question():
+    """RL-MIA style (``members.split_seed``): the evaluated members plus fillers; the pool's other members
+    and every non-member stay out, and no filler equals a pool question."""
+    from mialab.data.sampling import sample_split
+
+    pool = get_family("aime")({"source": AIME, "max_words": 64, "solution_prefix_ratio": 0.25,
+                               "membership": {"rule": "random", "years": [2014, 2024], "seed": 0}})
+    split = sample_split(pool, 10, seed=3)
+    fillers = filler_problems({"source": AIME[0], "columns": ["problem", "solution"],
+                               "where": [{"column": "year", "op": "<", "value": 2014}]}, max_words=44)
+    ids = split_members(split, pool)
+    assert len(ids) == 10 and ids < set(pool.loc[pool["label"] == 1, "id"])
+    corpus = build_corpus(pool, fillers, size=40, seed=0, max_words=44, member_ids=ids)
+    assert len(corpus) == 40 and set(corpus.loc[corpus["target"], "id"]) == ids
+    assert not set(corpus["id"]) & (set(pool["id"]) - ids)
+    assert not set(corpus.loc[~corpus["target"], "question"]) & set(pool_questions(pool, max_words=44))
+    with pytest.raises(ValueError, match="no members of the pool"):
+        split_members(split.assign(label=1), pool)
 
 
 # --- the GRPO runner ---------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def tiny_lm(tmp_path_factory):
 
 
 SPEC = {"methods": ["loss", "r_loss", "zlib", "min_k", "min_k_plus_plus"], "k": [0.2], "batch_size": 2,
-        "max_length": 64, "dtype": "float32", "device": "cpu"}
+        "max_length": 64, "truncation": "truncate", "truncation_warn": 0.05, "dtype": "float32", "device": "cpu"}
 
 
 def test_overlapping_splits_are_scored_once_with_the_same_scores_as_one_by_one(tiny_lm):
@@ -117,3 +117,107 @@ def test_an_id_with_two_texts_is_an_error(tiny_lm):
     b = pd.DataFrame({"id": [1], "text": ["the king sings"], "label": [0]})
     with pytest.raises(ValueError, match="different texts"):
         score_splits(tiny_lm, [a, b], {**SPEC, "methods": ["loss"]})
+
+
+# -- long texts: truncate / sliding_window / error (scoring.truncation) ------------------------------
+LONG = ["the cat walks over the hill and sings of rain today " * 4, "the dog sings", "the king walks over the hill " * 3,
+        "line 3: the queen sings of love"]
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_lm):
+    from mialab.models.loading import load_causal_lm, load_tokenizer
+
+    return load_causal_lm(tiny_lm, dtype="float32", device="cpu"), load_tokenizer(tiny_lm)
+
+
+def _direct_logp(model, ids: list[int], begin: int, end: int) -> np.ndarray:
+    """log p(x_t | x_[begin, t)) for t in (begin, end), from one unpadded forward pass of those tokens
+    alone (by causality, the prediction of x_t sees exactly x_[begin, t))."""
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([ids[begin:end]])).logits[0, :-1].double()
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[begin + 1:end])[:, None])[:, 0].numpy()
+
+
+def test_sliding_windows_predict_every_token_once_with_mimir_contexts():
+    from mialab.scoring.loglik import sliding_windows
+
+    for n, length in [(5, 8), (8, 8), (9, 8), (40, 8), (41, 7), (100, 16)]:
+        windows = sliding_windows(n, length)
+        assert all(e - b <= length for b, e, _ in windows)
+        targets = [t for b, e, keep in windows for t in range(e - keep, e)]
+        assert targets == list(range(1, n))  # each token after the first, once, in order
+        if n > length:  # MIMIR's loop, written out: stride L // 2, window i predicts tokens i .. i+stride-1
+            stride = length // 2
+            mimir = [(max(i + stride - length, 0), min(i + stride, n)) for i in range(0, n, stride)]
+            assert [(b, e) for b, e, _ in windows] == mimir
+
+
+def test_sliding_window_scores_equal_a_direct_per_token_computation(lm):
+    from mialab.scoring.loglik import sliding_windows, token_stats
+
+    model, tok = lm
+    length = 12
+    stats = token_stats(model, tok, LONG, batch_size=3, max_length=length, truncation="sliding_window")
+    for text, st in zip(LONG, stats):
+        ids = tok(text)["input_ids"]
+        assert len(st.logp) == len(ids) - 1 and not st.truncated
+        direct = [_direct_logp(model, ids, b, e)[-keep:] for b, e, keep in sliding_windows(len(ids), length)]
+        np.testing.assert_allclose(st.logp, np.concatenate(direct), atol=1e-4)
+    assert len(tok(LONG[0])["input_ids"]) > 2 * length  # the case that needs several windows
+
+
+def test_truncate_scores_the_first_tokens_counts_them_and_matches_the_tokenizer_path(lm):
+    from mialab.scoring.loglik import stats_from_logits, token_stats
+
+    model, tok = lm
+    length = 12
+    stats = token_stats(model, tok, LONG, batch_size=3, max_length=length, truncation="truncate")
+    full = [len(tok(t)["input_ids"]) for t in LONG]
+    assert [st.truncated for st in stats] == [n > length for n in full] == [True, False, True, False]
+    for text, st in zip(LONG, stats):
+        ids = tok(text)["input_ids"][:length]
+        np.testing.assert_allclose(st.logp, _direct_logp(model, ids, 0, len(ids)), atol=1e-4)
+    # the same numbers as one padded, tokenizer-truncated batch (what scoring did before the modes)
+    enc = tok(LONG, return_tensors="pt", padding=True, truncation=True, max_length=length)
+    with torch.inference_mode():
+        old = stats_from_logits(model(**enc).logits, enc["input_ids"], enc["attention_mask"])
+    for a, b in zip(stats, old):
+        np.testing.assert_allclose(a.logp, b.logp, atol=1e-5)
+        np.testing.assert_allclose(a.mu, b.mu, atol=1e-5)
+    short = token_stats(model, tok, LONG[1:2], max_length=length, truncation="sliding_window")[0]
+    np.testing.assert_allclose(short.logp, stats[1].logp, atol=1e-5)  # a text within max_length: every mode alike
+
+
+def test_error_mode_names_the_text_before_the_model_runs(lm):
+    from mialab.scoring.loglik import token_stats
+
+    model, tok = lm
+
+    class Untouchable(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, **kw):
+            raise AssertionError("the model ran")
+
+    with pytest.raises(ValueError, match=r"'c-7' has \d+ tokens, more than scoring.max_length = 12"):
+        token_stats(Untouchable(), tok, LONG, max_length=12, truncation="error", names=["c-7", "b", "c", "d"])
+    with pytest.raises(ValueError, match="unknown mode 'cut'"):
+        token_stats(model, tok, LONG, max_length=12, truncation="cut")
+
+
+def test_score_table_records_truncation_and_warns_above_the_threshold(tiny_lm, capsys):
+    import pandas as pd
+
+    from mialab.scoring.run import score_split
+
+    split = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": LONG, "label": [1, 0, 1, 0]})
+    table = score_split(tiny_lm, split, {**SPEC, "max_length": 12, "methods": ["loss"]})
+    assert table["truncated"].tolist() == [True, False, True, False]
+    assert "2 of 4 texts are longer than scoring.max_length = 12" in capsys.readouterr().err
+    score_split(tiny_lm, split, {**SPEC, "max_length": 12, "methods": ["loss"], "truncation_warn": 0.5})
+    assert "longer than" not in capsys.readouterr().err  # 50% is not above 50%
+    whole = score_split(tiny_lm, split, {**SPEC, "max_length": 12, "methods": ["loss"], "truncation": "sliding_window"})
+    assert not whole["truncated"].any() and (whole["n_tokens"] > table["n_tokens"]).tolist() == [True, False, True, False]

@@ -31,8 +31,9 @@ FIXTURE = REPO / "tests" / "slurm" / "fixture" / "Snakefile"
 VENV_BIN = Path(sys.executable).parent
 
 
-def snakemake(workdir: Path, env: dict[str, str], *args: str) -> tuple[str, float]:
-    """`snakemake --profile profiles/slurm` on the fixture from the repo root; returns (log, seconds)."""
+def snakemake(workdir: Path, env: dict[str, str], *args: str, ok: bool = True) -> tuple[str, float]:
+    """`snakemake --profile profiles/slurm` on the fixture from the repo root; returns (log, seconds).
+    ``ok``: the run must succeed (else: must fail)."""
     cmd = [
         str(VENV_BIN / "snakemake"), "--profile", "profiles/slurm",
         "--snakefile", str(FIXTURE), "--directory", str(workdir),
@@ -41,7 +42,7 @@ def snakemake(workdir: Path, env: dict[str, str], *args: str) -> tuple[str, floa
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     seconds = time.monotonic() - start
-    assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    assert (proc.returncode == 0) == ok, f"snakemake: rc {proc.returncode}:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
     return proc.stdout + proc.stderr, seconds
 
 
@@ -134,6 +135,32 @@ def test_accounting_lists_every_job(first_run: dict) -> None:
     assert "## Per dataset" in (first_run["workdir"] / "results" / "accounting" / "jobs.md").read_text()
 
 
+def test_accounting_shows_how_well_the_jobs_used_what_they_got(first_run: dict) -> None:
+    """The efficiency columns from sacct: CPU (TotalCPU), memory (MaxRSS / ReqMem), queue wait; GPU
+    utilisation is blank (this SLURM does not track gres/gpuutil), and the cluster tracks gres/gpu,
+    so no warning."""
+    jobs, out = first_run["jobs"], first_run["workdir"] / "results" / "accounting"
+    done = jobs[jobs["state"] == "COMPLETED"]
+    assert done["cpu_efficiency"].between(0, 1.5).all() and (done["cpu_efficiency"] > 0).any()
+    assert (done["mem_efficiency"] > 0).all() and (done["req_mem_mb"] == done["alloc_mem_mb"]).all()
+    assert (jobs["queue_s"] >= 0).all() and jobs["gpu_util_pct"].isna().all()
+    md = (out / "jobs.md").read_text()
+    assert "## Per model" in md and "Warning" not in md
+    assert (out / "gpu_hours.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    models = pd.read_parquet(out / "models.parquet").set_index("model")
+    assert models.loc["tiny", "gpu_hours"] == pytest.approx(jobs.loc[jobs["rule"] == "pretrain_model", "gpu_hours"].sum())
+
+
+def test_a_failed_run_is_accounted_too(first_run: dict) -> None:
+    """The onerror hook writes the accounting of a run that failed, its failed job included."""
+    workdir = first_run["workdir"]
+    log, _ = snakemake(workdir, first_run["env"], "--retries", "0", "--", "broken", ok=False)
+    assert "job accounting of the failed run" in log
+    jobs = pd.read_parquet(workdir / "results" / "accounting" / "jobs.parquet")
+    broken = jobs[jobs["rule"] == "broken"]
+    assert list(broken["state"]) == ["FAILED"] and list(broken["job_id"]) == submitted(log)
+
+
 def test_failed_first_attempt_is_retried_with_more_memory(first_run: dict) -> None:
     flaky = first_run["jobs"].query("rule == 'flaky'").sort_values("attempt")
     assert list(zip(flaky["attempt"], flaky["state"], flaky["alloc_mem_mb"])) == [
@@ -151,4 +178,4 @@ def test_partial_rerun_submits_only_that_datasets_jobs(first_run: dict) -> None:
     rerun = jobs[jobs["run_id"] == run_id(log)]
     assert sorted(rerun["job_id"], key=int) == sorted(submitted(log), key=int)
     assert sorted(zip(rerun["rule"], rerun["dataset"])) == [("make_data", "beta"), ("pretrain_model", "beta")]
-    assert len(jobs) == len(first_run["jobs"]) + 2  # the first run's jobs are still accounted
+    assert len(jobs[jobs["rule"] != "broken"]) == len(first_run["jobs"]) + 2  # the first run's jobs are still accounted

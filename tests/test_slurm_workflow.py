@@ -1,8 +1,10 @@
 """The real workflow (a reduced tiny world) through `snakemake --profile profiles/slurm` on the
-single-node test SLURM, then the accounting table: what a cluster user runs, end to end."""
+single-node test SLURM, then the accounting table: what a cluster user runs, end to end; and a
+pretraining job requeued mid-way (`scontrol requeue`) that resumes to the same model."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -65,12 +67,13 @@ def test_tiny_world_completes_through_slurm(slurm_world):
     assert "has been submitted with SLURM jobid" in slurm_world["log"]
 
 
-def test_training_rules_get_eight_gpus_scoring_one_and_evaluation_none(slurm_world):
+def test_jobs_get_the_gpus_their_code_uses(slurm_world):
+    """sacct's AllocTRES (alloc_gpus) per job against mialab.sizing's plan: the one-process training job
+    (launch.nproc 1) and forward passes one GPU each, CPU-only pretraining and evaluation none."""
     jobs = slurm_world["jobs"].set_index("rule")
-    for rule in ("pretrain_model", "sft_contaminate"):
-        assert (jobs.loc[[rule], "alloc_gpus"] == 8).all(), jobs.loc[[rule]]
-    assert (jobs.loc[["score_baselines"], "alloc_gpus"] == 1).all()
-    assert (jobs.loc[["build_split", "evaluate_dataset", "summarize"], "alloc_gpus"] == 0).all()
+    for rule in ("sft_contaminate", "score_baselines"):
+        assert (jobs.loc[[rule], "alloc_gpus"] == 1).all(), jobs.loc[[rule]]
+    assert (jobs.loc[["pretrain_model", "build_split", "evaluate_dataset", "summarize"], "alloc_gpus"] == 0).all()
 
 
 def test_accounting_has_every_rule_with_wildcards_and_time(slurm_world):
@@ -82,7 +85,7 @@ def test_accounting_has_every_rule_with_wildcards_and_time(slurm_world):
     scored = jobs[jobs["rule"] == "score_baselines"]
     assert len(scored) == 6 and set(scored["dataset"]) == {"aime", "wikimia"}
     assert set(scored["model"]) == {"base", "control", "sft"}
-    gpu_hours = jobs.loc[jobs["rule"] == "pretrain_model", "gpu_hours"]
+    gpu_hours = jobs.loc[jobs["rule"] == "score_baselines", "gpu_hours"]
     assert (gpu_hours > 0).all()
     assert (slurm_world["workdir"] / "results/accounting/jobs.md").read_text().count("pretrain_model") >= 2
 
@@ -93,3 +96,85 @@ def test_accounting_refresh_by_hand_matches_the_hook(slurm_world):
     run(workdir, slurm_world["env"], "--forcerun", "accounting", "--", "accounting")
     again = pd.read_parquet(workdir / "results/accounting/jobs.parquet")
     assert set(again["job_id"]) == set(slurm_world["jobs"]["job_id"])
+
+
+def requeue_config() -> dict:
+    """One pretrained model, long enough to be requeued after its first checkpoint."""
+    cfg = reduced_config()
+    cfg["datasets"] = {"wikimia": cfg["datasets"]["wikimia"]}
+    cfg["models"] = {"base": cfg["models"]["base"]}
+    cfg["models"]["base"].pop("reference", None)
+    cfg["models"]["base"]["members"] = [m for m in cfg["models"]["base"]["members"] if m["dataset"] == "wikimia"]
+    cfg["models"]["base"]["train"].update(steps=60, checkpoint_every=10)
+    cfg["scoring"]["methods"] = ["loss"]
+    return cfg
+
+
+def test_a_requeued_training_job_resumes_to_the_same_model(slurm_env, tmp_path):
+    """`scontrol requeue` of a running pretraining job after its first checkpoint: SLURM runs it again
+    (slurm-requeue), it resumes from that checkpoint, and the model is byte for byte the one an
+    uninterrupted run (locally) trains."""
+    from workflow_helpers import snakemake as local_snakemake
+
+    workdir = make_workdir(Path(tempfile.mkdtemp(prefix="mialab-slurm-requeue-")), requeue_config())
+    log_path = workdir / "snakemake.log"
+    cmd = [str(VENV_BIN / "snakemake"), "--profile", "profiles/slurm", "--snakefile", str(REPO / "Snakefile"),
+           "--directory", str(workdir), "--configfile", str(workdir / "config.yaml"),
+           "--slurm-init-seconds-before-status-checks", "2", "models"]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=slurm_env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline, job = time.monotonic() + 900, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = re.search(r"SLURM jobid (\d+) \(log: \S*rule_pretrain_model", log_path.read_text())
+            if found and list(workdir.glob("results/models/base/*/checkpoints/step-*")):
+                job = found.group(1)
+                break
+            time.sleep(0.5)
+        assert job, f"no checkpoint of the pretraining job:\n{log_path.read_text()[-4000:]}"
+        subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True)
+        for _ in range(120):   # a requeued job is eligible again 2 min later: once it is pending, start it now
+            state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm_env, capture_output=True,
+                                   text=True).stdout.strip()
+            if state == "PENDING":
+                subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=slurm_env, check=True)
+                break
+            time.sleep(0.5)
+        assert proc.wait(timeout=900) == 0, log_path.read_text()[-6000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (job_log,) = workdir.glob("results/logs/pretrain_model/base/*.log")
+    assert "resuming pretraining from" in job_log.read_text()
+    jobs = pd.read_parquet(workdir / "results/accounting/jobs.parquet")
+    runs = jobs[jobs["job_id"] == job].sort_values("attempt")
+    assert list(runs["state"]) == ["REQUEUED", "COMPLETED"]
+
+    reference = make_workdir(tmp_path / "uninterrupted", requeue_config())
+    local_snakemake(reference, "--cores", "2", "models", timeout=900)
+    (model,) = workdir.glob("results/models/base/*/model")
+    (expected,) = reference.glob("results/models/base/*/model")
+    assert model.relative_to(workdir) == expected.relative_to(reference)   # the same stage key
+    for f in sorted(expected.iterdir()):
+        assert (model / f.name).read_bytes() == f.read_bytes(), f.name
+    shutil.rmtree(workdir)
+
+
+def test_adra_aime_paper_config_rehearses_through_slurm(slurm_env):
+    """configs/paper/adra_aime.yaml as a CPU rehearsal (`--config rehearsal=true`, mialab.rehearsal) through
+    `profiles/slurm`: the plan-time checks see the paper config on the test node's GPUs, every job from the
+    stand-ins to the report is a SLURM job, and the reports of the paper's tables are written."""
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "configs" / "paper" / "adra_aime.yaml").read_text())
+    workdir = make_workdir(Path(tempfile.mkdtemp(prefix="mialab-slurm-rehearsal-")), cfg)
+    log = run(workdir, slurm_env, "--config", "rehearsal=true")
+    assert "has been submitted with SLURM jobid" in log and "mialab: rehearsal: models." in log
+    r = workdir / "results"
+    assert "aime" in (r / "evaluation/summary.md").read_text()
+    table = pd.read_csv(r / "adra/report/aime/adra.csv")
+    assert {"passive", "n_sampling", *cfg["adra"]["variants"]} <= set(table["attack"])
+    jobs = pd.read_parquet(r / "accounting/jobs.parquet")
+    assert {"rehearsal_model", "sft_contaminate", "n_sampling_rollouts", "adra_train", "adra_eval",
+            "adra_report"} <= set(jobs["rule"])
+    shutil.rmtree(workdir)

@@ -1,8 +1,10 @@
 """Thin CLI over :mod:`mialab.accounting`.
 
-  report:   per-job, per-stage and per-dataset cost of this workflow's SLURM jobs (sacct)
+  report:   per-job, per-stage, per-dataset and per-model cost and efficiency of this workflow's SLURM
+            jobs (sacct; scontrol for whether the cluster tracks GPUs)
       python workflow_scripts/accounting.py report --out-dir results/accounting \
           [--since now-30days] [--workdir .] [--log-dir .snakemake/slurm_logs] [--sacct-file FILE]
+          [--scontrol-file FILE]
   estimate: expected GPU-hours of a dry run, from benchmark files of earlier runs
       snakemake --profile profiles/slurm --dry-run | python workflow_scripts/accounting.py estimate
 """
@@ -19,9 +21,12 @@ from mialab import accounting  # noqa: E402
 
 
 def report(args: argparse.Namespace) -> None:
-    text = Path(args.sacct_file).read_text() if args.sacct_file else accounting.run_sacct(args.since)
-    jobs = accounting.snakemake_jobs(accounting.parse_sacct(text), accounting.read_job_logs(args.log_dir), args.workdir)
-    accounting.write_accounting(jobs, args.out_dir)
+    jobs, warnings = accounting.report(
+        args.out_dir, args.since, args.workdir, args.log_dir,
+        sacct_text=Path(args.sacct_file).read_text() if args.sacct_file else None,
+        scontrol_text=Path(args.scontrol_file).read_text() if args.scontrol_file else None)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
     print(f"{len(jobs)} jobs, {jobs['gpu_hours'].sum():.3f} GPU-hours -> {args.out_dir}")
 
 
@@ -43,6 +48,7 @@ def main() -> None:
     rep.add_argument("--workdir", default=".", help="the workflow's working directory (default: .)")
     rep.add_argument("--log-dir", default=".snakemake/slurm_logs")
     rep.add_argument("--sacct-file", help="read sacct text captured earlier instead of calling sacct")
+    rep.add_argument("--scontrol-file", help="read `scontrol show config` text instead of calling scontrol")
     rep.set_defaults(run=report)
     est = sub.add_parser("estimate", help="expected GPU-hours of a dry run")
     est.add_argument("--dry-run", default="-", help="snakemake --dry-run output (default: stdin)")

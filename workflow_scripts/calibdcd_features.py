@@ -21,8 +21,7 @@ ids = list(dict.fromkeys(i for p in inputs.calibration for i in pd.read_parquet(
     if inputs.get("calibration") else None
 texts = scope_texts(pool, ids)
 gen = params.generation
-generate = rollout_generator(params.model_path, backend=gen["backend"], max_new_tokens=gen["max_new_tokens"],
-                             backend_options=gen["backend_options"],
+generate = rollout_generator(params.model_path, backend=gen["backend"], backend_options=gen["backend_options"],
                              trust_remote_code=trusts_remote_code(snakemake.config, snakemake.wildcards.model))  # noqa: F821
 run = extract_features(texts, params.views, generate=generate, detectors=params.detectors, lm_options=params.lm)
 detectors = list(params.detectors)

@@ -19,6 +19,8 @@ tpr5 = fpr_column(0.05)
 targets = sorted(set(params.fpr_targets) | {0.05})
 per_seed = evaluate_tables([(m, d, int(s), pd.read_parquet(p)) for (m, d, _, s), p in zip(params.runs, inputs.scores)],
                            targets)  # the evaluation stage's own metrics: the results table's numbers
+baselines = evaluate_tables([(m, d, int(s), pd.read_parquet(p)) for (m, d, s), p in
+                             zip(params.baseline_runs, inputs.baselines)], targets) if inputs.baselines else None
 runs = pd.DataFrame([row for path in inputs.summaries for row in tables.run_rows(json.loads(Path(path).read_text()))])
 views = pd.concat([pd.read_parquet(p).assign(model=m, dataset=d, detector=det, seed=int(s))
                    for (m, d, det, s), p in zip(params.runs, inputs.views)], ignore_index=True)
@@ -35,6 +37,9 @@ sections = [
     "(the split every method scores); calibration reads only the supervised labels and known non-members.\n",
     "## Main results: AUC (paper Table 2)\n\n" + tables.markdown(tables.main_results(per_seed, "auroc"), index=True),
     "## Main results: TPR@5%FPR (paper Table 3)\n\n" + tables.markdown(tables.main_results(per_seed, tpr5), index=True),
+    *(["## Uncalibrated detectors beside the likelihood baselines: AUC (same splits)\n\n"
+       + tables.markdown(tables.beside_baselines(pd.concat([per_seed, baselines], ignore_index=True), "auroc",
+                                                 params.baselines), index=True)] if baselines is not None else []),
     "## Ablations (paper Table 4; change from CalibDCD on the same runs)\n\n"
     + tables.markdown(ablations.drop(columns="variant"), percent=pct),
     "## False-positive recovery (paper Sec. 5.4)\n\n" + tables.markdown(recovery, percent=["recovery_rate"]),

@@ -1,4 +1,5 @@
-"""Rule evaluate_dataset: AUROC and TPR@FPR of every method and model on one dataset, ROC plots."""
+"""Rule evaluate_dataset: AUROC and TPR@FPR of every method and model on one dataset, the headline
+rows (bootstrap intervals, paired tests), low-FPR ROC plots of the headline methods."""
 
 from mialab.jobs import setup_job
 
@@ -6,6 +7,7 @@ setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
+from mialab.evaluation.headline import headline_table
 from mialab.evaluation.report import roc_figure
 from mialab.evaluation.stage import evaluate_tables, merge_tables, summarise
 from mialab.io import atomic_path, write_parquet
@@ -18,7 +20,9 @@ tables = merge_tables([(m, dataset, int(s), pd.read_parquet(p))
 per_seed = evaluate_tables(tables, targets)
 write_parquet(per_seed, snakemake.output.per_seed)  # noqa: F821
 write_parquet(summarise(per_seed, targets), snakemake.output.summary)  # noqa: F821
-panels = {m: pd.concat([t[3].assign(seed=t[2]) for t in tables if t[0] == m], ignore_index=True)
+write_parquet(headline_table(tables, params.headline, params.baseline, targets, params.bootstrap),
+              snakemake.output.headline)  # noqa: F821
+panels = {m: pd.concat([t[3] for t in tables if t[0] == m], ignore_index=True)
           for m in dict.fromkeys(t[0] for t in tables)}
 with atomic_path(snakemake.output.roc) as tmp:  # noqa: F821
-    roc_figure(panels, dataset, str(tmp))
+    roc_figure(panels, params.headline, dataset, str(tmp))

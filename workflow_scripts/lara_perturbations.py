@@ -10,23 +10,23 @@ import time
 import pandas as pd
 
 from mialab.io import write_manifest, write_parquet
-from mialab.lara.stages import REFERENCE, perturbation_table, stage_questions
+from mialab.lara.lm import text_generator
+from mialab.lara.stages import REFERENCE, backend_specs, perturbation_table, stage_questions
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 spec = params.spec
-paraphrase = {k: v for k, v in spec["paraphrase"].items() if k != "n_variants"}
 start = time.perf_counter()
 pool = pd.read_parquet(inputs.pool)
+generate = text_generator(spec["llm"]["model"], **{k: v for k, v in spec["llm"].items() if k != "model"}) \
+    if spec.get("llm") else None
 counts = {}
 for seed, split_path, table_path in zip(params.seeds, inputs.splits, output.tables, strict=True):
     questions, neighbour_pool = stage_questions(pd.read_parquet(split_path), pool, rule=spec["question"]["rule"],
                                                 max_words=spec["question"].get("max_words"),
                                                 n_reference=spec["controls"]["n_reference"],
                                                 seed=[spec["controls"]["seed"], int(seed)], blank=spec["blank"])
-    table = perturbation_table(questions, neighbour_pool, n_neighbours=spec["neighbours"]["n"],
-                               n_variants=spec["paraphrase"]["n_variants"], blank=spec["blank"], paraphrase=paraphrase,
-                               neighbour_options={"batch_size": spec["neighbours"]["batch_size"],
-                                                  "dtype": spec["neighbours"]["embedding_dtype"]})
+    table = perturbation_table(questions, backend_specs(spec, neighbour_pool, generate),
+                               n_neighbours=spec["neighbours"]["n"], n_variants=spec["paraphrase"]["n_variants"])
     write_parquet(table, table_path)
     counts[f"seed-{seed}"] = {"questions": int((questions["set"] != REFERENCE).sum()),
                               "reference_questions": int((questions["set"] == REFERENCE).sum()),

@@ -19,7 +19,7 @@ for split, table, baselines, scores_path, metrics_path in zip(inputs.splits, inp
                                                               output.scores, output.metrics, strict=True):
     metrics = question_metrics(pd.read_parquet(table), index, features)
     scores = score_table(metrics, pd.read_parquet(baselines), pd.read_parquet(split),
-                         how=params.detection["how"], betas=params.betas)
+                         **params.detection, betas=params.betas)
     write_parquet(metrics, metrics_path)
     write_parquet(scores, scores_path)
     rows.append(len(scores))

@@ -12,7 +12,7 @@ import pandas as pd
 from mialab.io import atomic_directory, remove_stale_temporaries, write_manifest, write_parquet
 from mialab.jobs import setup_job
 from mialab.models.checkpoints import check_steps
-from mialab.rl.corpus import build_corpus, filler_problems
+from mialab.rl.corpus import build_corpus, filler_problems, split_members
 from mialab.rl.grpo import GRPOSettings, export_checkpoint, run_grpo
 from mialab.rl.rewards import make_reward
 
@@ -23,6 +23,7 @@ def main() -> None:
     ap.add_argument("--trust-remote-code", action="store_true",
                     help="the config lets the init folder run its own code (models.<name>.trust_remote_code)")
     ap.add_argument("--member-pool", required=True, help="pool parquet whose label-1 rows are the members")
+    ap.add_argument("--member-split", help="split parquet: only its label-1 rows are members (members.split_seed)")
     ap.add_argument("--spec", required=True, help="the model's config entry as JSON")
     ap.add_argument("--manifest", required=True, help="the run's manifest as JSON")
     ap.add_argument("--epoch", type=int, required=True, help="train until the end of this epoch")
@@ -40,7 +41,9 @@ def main() -> None:
 
     corpus_spec = spec["corpus"]
     fillers = filler_problems(spec["filler"], max_words=corpus_spec.get("max_words"))
-    corpus = build_corpus(pd.read_parquet(args.member_pool), fillers, **corpus_spec)
+    pool = pd.read_parquet(args.member_pool)
+    member_ids = split_members(pd.read_parquet(args.member_split), pool) if args.member_split else None
+    corpus = build_corpus(pool, fillers, **corpus_spec, member_ids=member_ids)
     run = run_grpo(args.init, corpus[["prompt", "reference"]], make_reward(spec["reward"]),
                    GRPOSettings.from_config(spec["train"]), args.work, resume_from=args.previous,
                    until_epoch=args.epoch, trust_remote_code=args.trust_remote_code)

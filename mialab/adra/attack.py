@@ -32,8 +32,9 @@ def metric_names(embedding_model: str | None) -> list[str]:
 
 
 def rollout_metrics(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float, n: int, protocol: str = "suffix",
-                    n_min: int = 3, n_max: int | None = None, embedding_model: str | None = None,
-                    embedding_dtype: str = "float32", workers: int = 1) -> pd.DataFrame:
+                    n_min: int = 3, n_max: int | None = None, convention: str = "paper",
+                    embedding_model: str | None = None, embedding_dtype: str = "float32",
+                    workers: int = 1) -> pd.DataFrame:
     """Every metric of every rollout (columns id, sample, metrics); each candidate must have ``n`` rollouts."""
     counts = rollouts.groupby("id").size()
     missing = sorted(set(split["id"]) - set(counts.index))
@@ -42,7 +43,8 @@ def rollout_metrics(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float
         raise ValueError(f"need {n} rollouts for each of the {len(split)} candidates: {len(missing)} have none, "
                          f"{len(wrong)} have another number, {len(set(counts.index) - set(split['id']))} are unknown")
     scored = score_rollouts(rollouts, split, ratio=ratio, protocol=protocol, n_min=n_min, n_max=n_max,
-                            embedding_model=embedding_model, embedding_dtype=embedding_dtype, workers=workers)
+                            convention=convention, embedding_model=embedding_model, embedding_dtype=embedding_dtype,
+                            workers=workers)
     return scored[["id", "sample", *metric_names(embedding_model)]]
 
 

@@ -29,8 +29,8 @@ from mialab.adra.tasks import Task, known_templates, rollout_seed
 from mialab.config import ConfigError
 from mialab.workflow import Plan, Stage, seed_part
 
-STAGE_VERSIONS: dict[str, int] = {"n_sampling/rollouts": 3, "n_sampling/scores": 2, "adra/train": 1,
-                                  "adra/rollouts": 2, "adra/scores": 1}
+STAGE_VERSIONS: dict[str, int] = {"n_sampling/rollouts": 3, "n_sampling/scores": 3, "adra/train": 2,
+                                  "adra/rollouts": 2, "adra/scores": 2}
 INIT = "init"
 POLICY = re.compile(rf"^(?:{INIT}|(?P<variant>{'|'.join(VARIANTS)})-(?:step(?P<step>[1-9]\d*)|{FINAL}))$")
 
@@ -162,12 +162,25 @@ class ADRAPlan:
         if self.spec["train"]["batch_size"] % n:
             raise ConfigError(f"adra.train.batch_size ({self.spec['train']['batch_size']}) must be a multiple of "
                               f"n_sampling.n ({n}), the rollouts per prompt")
+        targets = {d for _, d in self.pairs()}
+        for d in sorted(targets):
+            own = self.dataset_settings(d)
+            for reward in (own["reward"], own["plus_reward"]):
+                if reward["metric"] == "embedding" and not reward["embedding_model"]:
+                    raise ConfigError(f"adra.reward.embedding_model: the embedding reward of dataset {d!r} needs a "
+                                      "sentence-transformers model")
+        for d in self.spec["datasets"]:
+            if d not in targets:
+                raise ConfigError(f"adra.datasets: {d!r} is not the dataset of an adra target "
+                                  f"({', '.join(sorted(targets))})")
         if "adra_plus" in self.spec["variants"]:
-            column = self.spec["contrastive"]["baseline"]
             methods = self.config["scoring"]["methods"]
-            if column.split("@")[0] not in methods:
-                raise ConfigError(f"adra.contrastive.baseline: {column!r} is not a score of scoring.methods "
-                                  f"({', '.join(methods)})")
+            for d in sorted(targets):
+                column = self.dataset_settings(d)["contrastive"]["baseline"]
+                if column.split("@")[0] not in methods:
+                    key = f"adra.datasets.{d}" if "contrastive" in self.spec["datasets"].get(d, {}) else "adra"
+                    raise ConfigError(f"{key}.contrastive.baseline: {column!r} is not a score of scoring.methods "
+                                      f"({', '.join(methods)})")
 
     def pairs(self) -> list[tuple[str, str]]:
         return targets_of(self.spec)
@@ -182,6 +195,17 @@ class ADRAPlan:
                 "top_p": sampling["top_p"], "top_k": sampling["top_k"], "max_completion_length": task.max_new_tokens,
                 "max_prompt_length": task.max_prompt_tokens, "seed": rollout_seed(self.spec["seed"], seed)}
 
+    def dataset_settings(self, dataset: str) -> dict:
+        """``reward`` (ADRA), ``plus_reward`` (ADRA+: ``contrastive.reward`` over it), ``random_suffixes`` and
+        ``contrastive`` of a dataset: ``adra.datasets.<dataset>`` over the section's own values."""
+        own = self.spec["datasets"].get(dataset, {})
+        contrastive = {**self.spec["contrastive"], **own.get("contrastive", {})}
+        reward = {**self.spec["reward"], **own.get("reward", {})}
+        plus = {**self.spec["contrastive"].get("reward", {}), **own.get("contrastive", {}).get("reward", {})}
+        contrastive.pop("reward", None)
+        return {"reward": reward, "plus_reward": {**reward, **plus},
+                "random_suffixes": own.get("random_suffixes", self.spec["random_suffixes"]), "contrastive": contrastive}
+
     def uses_baseline(self, variant: str) -> bool:
         return variant == "adra_plus"
 
@@ -190,12 +214,14 @@ class ADRAPlan:
         upstream = {"model": self.plan.model(model).key, "split": self.plan.split(dataset, seed).key}
         config = {"variant": variant, "task": self.ns.spec["tasks"][dataset], "chat": self.ns.chat(model),
                   "settings": self.settings(model, dataset, seed), "snapshots": self.snapshot_steps()}
+        own = self.dataset_settings(dataset)
         if variant != "adra_sft":
-            config["reward"] = self.spec["reward"]
+            config["reward"] = own["plus_reward" if self.uses_baseline(variant) else "reward"]
+            config["distractor_sampling"] = self.spec["distractor_sampling"]
         if variant == "adra":
-            config["random_suffixes"] = self.spec["random_suffixes"]
+            config["random_suffixes"] = own["random_suffixes"]
         if self.uses_baseline(variant):
-            config["contrastive"] = self.spec["contrastive"]
+            config["contrastive"] = own["contrastive"]
             upstream["baseline_scores"] = self.plan.scores(model, dataset, seed).key
         return self.plan.stage("adra/train", STAGE_VERSIONS["adra/train"], [model, dataset, variant, f"seed-{seed}"],
                                {"model": model, "dataset": dataset, "seed": int(seed), "config": config,

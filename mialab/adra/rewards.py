@@ -13,6 +13,10 @@ against reference j:
 - ``contrastive`` (ADRA+): r = p max(c_all) + (1 - p) max(c_dis) with p = 1 - w, c_all the scores
   against all references, c_dis against the K distractors (references 1..K).
 
+Table 10's ablation ``embedding`` replaces the lexical score by ``(1 + cos) / 2`` of a sentence
+encoder's embeddings of rollout and reference (the released code's ``embedding.py``: no length
+penalty by default), under the same rules.
+
 The weights w come from a passive baseline's membership scores of the same candidates, min-max
 normalised jointly and oriented so that lower w = more member-like (a likely member is rewarded for
 its own suffix, a likely non-member also for resembling other candidates). Labels are never read.
@@ -25,6 +29,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import pandas as pd
 
+from mialab.reconstruction.metrics import embedding_cosine
 from mialab.reconstruction.rewards import (DEFAULT_TAU, compute_rewards, contrastive_reward,
                                            minmax_membership_weight, sample_distractors)
 from mialab.rl.rewards import completion_text
@@ -43,10 +48,13 @@ def combine(scores: np.ndarray, rule: str, weight: float) -> float:
     raise ValueError(f"unknown reward rule {rule!r}; known: {', '.join(RULES)}")
 
 
-def adra_reward(metric: str = "trio", tau: float = DEFAULT_TAU, n_min: int = 3, workers: int = 1):
+def adra_reward(metric: str = "trio", tau: float = DEFAULT_TAU, n_min: int = 3, n_max: int | None = 30,
+                ngram_range: str = "dynamic", length_words: str = "whitespace", workers: int = 1,
+                embedding_model: str | None = None):
     """A GRPO reward ``(completions, references, rule, weight, **kwargs) -> list[float]`` (TRL's signature).
 
-    All (rollout, reference) pairs of a batch go through the batched kernel in one call.
+    All (rollout, reference) pairs of a batch go through the batched kernel in one call; the n-gram
+    range and word counting are :func:`mialab.reconstruction.rewards.compute_rewards`'.
     """
 
     def reconstruction_reward(completions: list, references: list, rule: list, weight: list, **kwargs) -> list[float]:
@@ -54,14 +62,20 @@ def adra_reward(metric: str = "trio", tau: float = DEFAULT_TAU, n_min: int = 3, 
         sizes = [len(r) for r in references]
         if min(sizes, default=1) < 1:
             raise ValueError("a training row has no reference suffix")
-        flat = compute_rewards(metric, [t for t, k in zip(texts, sizes) for _ in range(k)],
-                               [ref for refs in references for ref in refs], tau=tau, n_min=n_min, workers=workers)
+        cands, refs = [t for t, k in zip(texts, sizes) for _ in range(k)], [ref for refs in references for ref in refs]
+        if metric == "embedding":
+            flat = (1.0 + embedding_cosine(cands, refs, model=embedding_model)) / 2.0
+        else:
+            flat = compute_rewards(metric, cands, refs, tau=tau, n_min=n_min, n_max=n_max, ngram_range=ngram_range,
+                                   length_words=length_words, workers=workers)
         per_row = np.split(flat, np.cumsum(sizes)[:-1])
         values = np.array([combine(s, r, w) for s, r, w in zip(per_row, rule, weight, strict=True)])
         if not np.isfinite(values).all():
             raise ValueError(f"reward {metric}: non-finite value(s)")
         return values.tolist()
 
+    if metric == "embedding" and not embedding_model:
+        raise ValueError("the embedding reward needs embedding_model (adra.reward.embedding_model)")
     reconstruction_reward.__name__ = f"adra_{metric}"
     return reconstruction_reward
 
@@ -88,10 +102,10 @@ def shares_prefix_pairs(split: pd.DataFrame) -> bool:
 
 
 def distractor_references(ids: Sequence[Hashable], targets: Sequence[str], k: int, *, seed: int,
-                          forced: dict[Hashable, Hashable] | None = None) -> list[list[str]]:
+                          forced: dict[Hashable, Hashable] | None = None, replace: bool = False) -> list[list[str]]:
     """Per candidate: its own target followed by the targets of K distractors drawn from the others."""
     by_id = dict(zip(ids, targets, strict=True))
-    drawn = sample_distractors(ids, k, seed=seed, forced=forced)
+    drawn = sample_distractors(ids, k, seed=seed, forced=forced, replace=replace)
     return [[by_id[c], *(by_id[d] for d in ds)] for c, ds in zip(ids, drawn)]
 
 

@@ -47,8 +47,11 @@ def check_variant(variant: str) -> str:
 
 
 def training_set(candidates: pd.DataFrame, tokenizer, task: Task, variant: str, *, chat: bool, seed: int,
-                 distractors: int = 7, random_suffixes: int = 0, weights: np.ndarray | None = None) -> pd.DataFrame:
+                 distractors: int = 7, random_suffixes: int = 0, weights: np.ndarray | None = None,
+                 replace: bool = False) -> pd.DataFrame:
     """The training rows of ``variant`` (module doc) for unlabelled ``candidates``.
+
+    ``replace``: draw distractors / random suffixes i.i.d. (default: distinct, as the released code).
 
     RL rows: ``id``, ``prompt``, ``references`` (list of targets, own first), ``rule``, ``weight``
     (ADRA+'s w; NaN where unused). SFT rows: ``id``, ``prompt``, ``completion``.
@@ -72,7 +75,8 @@ def training_set(candidates: pd.DataFrame, tokenizer, task: Task, variant: str, 
                              "Appendix C.3): use the adra variant")
         if weights is None or len(weights) != len(ids):
             raise ValueError("adra_plus needs one membership weight per candidate")
-        rows["references"] = distractor_references(ids, targets, distractors, seed=seed, forced=pair_partners(fitted))
+        rows["references"] = distractor_references(ids, targets, distractors, seed=seed, forced=pair_partners(fitted),
+                                                   replace=replace)
         rows["rule"] = "contrastive"
         rows["weight"] = np.asarray(weights, dtype=np.float64)
         return rows
@@ -80,7 +84,7 @@ def training_set(candidates: pd.DataFrame, tokenizer, task: Task, variant: str, 
     if paired:
         return pair_rows(rows, fitted, targets, ratio)
     if random_suffixes:
-        rows["references"] = distractor_references(ids, targets, random_suffixes, seed=seed)
+        rows["references"] = distractor_references(ids, targets, random_suffixes, seed=seed, replace=replace)
         rows["rule"] = "max"
     else:
         rows["references"] = [[t] for t in targets]

@@ -4,10 +4,12 @@ Modules, in pipeline order:
 
 - ``views``: the controlled query views (8 universal response-format cues + 2 chat-template
   boundary views per model family) and the original query ``e0``.
-- ``lm`` / ``features`` / ``extract``: the two feature-based detectors' feature extractors,
-  DPDLLM (reference-LM token probabilities of the target's continuation) and VeilProbe
-  (input-output mapping features under key-token perturbation), and their stage entries.
-- ``classifiers``: Gaussian naive Bayes (DPDLLM) and the prototypical network (VeilProbe).
+- ``lm`` / ``reference`` / ``mapping`` / ``features`` / ``extract``: the two feature-based detectors'
+  feature extractors, DPDLLM (a reference model fine-tuned on the pool texts reads the target's
+  sampled continuation) and VeilProbe (two BERT encoder-decoder mapping models trained on the
+  target's input-output pairs read the query and its key-token-perturbed copy), and their entries.
+- ``classifiers``: Gaussian naive Bayes (DPDLLM) and the prototypical network with Welch-test
+  feature pruning (VeilProbe).
 - ``shift``: Multi-View Shift Detection (FPP view ranking, weighted shift bases, consensus).
 - ``correction``: Bounded Feature Correction and the (r, lambda) selection rule.
 - ``calibrate``: the fitted calibration, the ablation variants, false-positive recovery, and the

@@ -80,7 +80,7 @@ class DetectorSpec:
 
 DETECTORS: dict[str, DetectorSpec] = {
     "dpdllm": DetectorSpec("gaussian_nb", lambda dim: slice(0, dim)),
-    "veilprobe": DetectorSpec("protonet", lambda dim: veilprobe_blocks(dim)["output"]),
+    "veilprobe": DetectorSpec("veilprobe_protonet", lambda dim: veilprobe_blocks(dim)["output"]),
 }
 
 

@@ -10,7 +10,10 @@
   embeddings of all training rows; as in the reference code, training uses squared Euclidean
   distances and scoring ``softmax(-Euclidean distance)`` (squared distances would saturate the
   probabilities at 0/1 and tie the ranking). Inputs are standardised with training-set statistics (our
-  addition: the features mix embedding coordinates with lengths and ratios).
+  addition). ``veilprobe_protonet``: the same after VeilProbe's pruning (``prune_features``): each
+  difference feature (:func:`mialab.calibdcd.features.difference_columns`) whose members and
+  non-members in the training rows do not differ by Welch's t-test at p < 0.01 is set to 0, in
+  training and scoring rows alike (CalibDCD's retraining on corrected features prunes afresh).
 
 Both are seeded and deterministic on CPU. Every classifier has ``fit(X, y) -> self`` and
 ``score(X) -> member probability``.
@@ -25,6 +28,9 @@ from typing import Callable, Iterator, Protocol
 import numpy as np
 
 from mialab.calibdcd.checks import require_finite, require_matrix
+from mialab.calibdcd.features import difference_columns
+
+PRUNE_P = 0.01
 
 
 class Classifier(Protocol):
@@ -125,17 +131,39 @@ def _one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(n)
 
 
-class PrototypicalClassifier:
-    """VeilProbe's prototypical network (see module docstring), seeded and deterministic on CPU."""
+def welch_keep(X: np.ndarray, y: np.ndarray, p: float = PRUNE_P) -> np.ndarray:
+    """Columns of ``X`` whose members and non-members (``y``: 0/1) differ by Welch's t-test at ``p``;
+    a constant column (no p-value) is not kept, as in VeilProbe's code."""
+    from scipy.stats import ttest_ind
 
-    def __init__(self, seed: int = 0, config: ProtoNetConfig = ProtoNetConfig()):
+    X, y = _check_labels(X, y)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pvalues = ttest_ind(X[y == 0], X[y == 1], equal_var=False, axis=0).pvalue
+    return np.nan_to_num(pvalues, nan=1.0) < p
+
+
+class PrototypicalClassifier:
+    """VeilProbe's prototypical network (see module docstring), seeded and deterministic on CPU;
+    ``prune``: which columns VeilProbe's t-test may zero (a mask from the feature width)."""
+
+    def __init__(self, seed: int = 0, config: ProtoNetConfig = ProtoNetConfig(),
+                 prune: Callable[[int], np.ndarray] | None = None):
         self.seed = seed
         self.config = config
+        self.prune = prune
+
+    def _pruned(self, X: np.ndarray) -> np.ndarray:
+        return np.where(self.zeroed_, 0.0, X)
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> PrototypicalClassifier:
         import torch
 
         X, y = _check_labels(X, y)
+        self.zeroed_ = np.zeros(X.shape[1], dtype=bool)
+        if self.prune is not None:
+            columns = self.prune(X.shape[1])
+            self.zeroed_[columns] = ~welch_keep(X[:, columns], y)
+            X = self._pruned(X)
         cfg = self.config
         per_class = cfg.n_shot + cfg.n_query
         counts = np.bincount(y, minlength=2)
@@ -171,7 +199,7 @@ class PrototypicalClassifier:
     def score(self, X: np.ndarray) -> np.ndarray:
         import torch
 
-        X = require_matrix("features", X, n_cols=self.mean_.shape[0])
+        X = self._pruned(require_matrix("features", X, n_cols=self.mean_.shape[0]))
         with torch.no_grad(), _one_torch_thread():
             emb = self.net_(torch.tensor((X - self.mean_) / self.std_, dtype=torch.float32))
             logits = -torch.cdist(emb, self.prototypes_)
@@ -182,6 +210,7 @@ class PrototypicalClassifier:
 CLASSIFIERS: dict[str, Callable[[int], Classifier]] = {
     "gaussian_nb": lambda seed: NaiveBayesClassifier(),  # deterministic, no seed needed
     "protonet": lambda seed: PrototypicalClassifier(seed),
+    "veilprobe_protonet": lambda seed: PrototypicalClassifier(seed, prune=difference_columns),
 }
 
 

@@ -1,7 +1,10 @@
-"""Stage entries: a split (``mialab.data.schema``) and a view in, a feature table out.
+"""Per-view entries: a split (``mialab.data.schema``) and a view in, DPDLLM's feature table out; and
+VeilProbe's key-token perturbation of a split (its features: :func:`mialab.calibdcd.stages.veilprobe_tables`).
 
 The query is the view applied to the text's ``prefix``; ``generate(prompts) -> continuations`` is
-any generation callable, e.g. :func:`mialab.calibdcd.lm.rollout_generator` (the project's rollout engine).
+any generation callable with the detector's sampling settings bound, e.g.
+:func:`mialab.calibdcd.lm.rollout_generator` (the project's rollout engine) with
+``functools.partial``.
 Generation is the caller's cost: outputs are not cached here.
 """
 
@@ -11,11 +14,10 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from mialab.calibdcd.features import DPDLLM_LENGTH, dpdllm_features, veilprobe_features
 from mialab.calibdcd.frames import feature_frame
-from mialab.calibdcd.lm import continuation_logprobs, key_token_perturb
+from mialab.calibdcd.lm import key_token_perturb
+from mialab.calibdcd.reference import reference_probabilities
 from mialab.calibdcd.views import apply_view
-from mialab.embeddings import DEFAULT_MODEL, encode
 
 Generate = Callable[[Sequence[str]], list[str]]
 
@@ -29,15 +31,16 @@ def _generate_checked(generate: Generate, prompts: list[str]) -> list[str]:
 
 
 def dpdllm_view_features(split: pd.DataFrame, view: str, *, generate: Generate, reference_model: str,
-                         length: int = DPDLLM_LENGTH, batch_size: int = 8, device: str = "auto",
+                         length: int, batch_size: int = 8, device: str = "auto",
                          dtype: str = "float32") -> pd.DataFrame:
-    """DPDLLM features of ``split`` under ``view``: the target continues the view-wrapped prefix, the
-    reference model scores that continuation given the plain prefix (the text it memorised)."""
+    """DPDLLM features of ``split`` under ``view``: the target continues the view-wrapped prefix; the
+    fine-tuned reference model (:func:`mialab.calibdcd.reference.finetune_reference`) reads the
+    text's prompt followed by that continuation (DPDLLM's prompt + response)."""
     prefixes = split["prefix"].astype(str).tolist()
     outputs = _generate_checked(generate, apply_view(view, prefixes))
-    logprobs = continuation_logprobs(reference_model, prefixes, outputs, batch_size=batch_size, device=device,
-                                     dtype=dtype)
-    return feature_frame(split["id"].tolist(), view, dpdllm_features(logprobs, length))
+    z = reference_probabilities(reference_model, list(zip(prefixes, outputs, strict=True)), length=length,
+                                batch_size=batch_size, device=device, dtype=dtype)
+    return feature_frame(split["id"].tolist(), view, z)
 
 
 def add_perturbed_prefix(split: pd.DataFrame, *, key_token_model: str, ratio: float = 0.15, batch_size: int = 8,
@@ -46,17 +49,3 @@ def add_perturbed_prefix(split: pd.DataFrame, *, key_token_model: str, ratio: fl
     perturbed = key_token_perturb(key_token_model, split["prefix"].astype(str).tolist(), ratio=ratio,
                                   batch_size=batch_size, device=device, dtype=dtype)
     return split.assign(perturbed_prefix=perturbed)
-
-
-def veilprobe_view_features(split: pd.DataFrame, view: str, *, generate: Generate,
-                            embedding_model: str = DEFAULT_MODEL) -> pd.DataFrame:
-    """VeilProbe features of ``split`` (with ``perturbed_prefix``) under ``view``: the target answers the
-    view-wrapped prefix and the view-wrapped perturbed prefix."""
-    if "perturbed_prefix" not in split.columns:
-        raise KeyError("split lacks 'perturbed_prefix'; run add_perturbed_prefix first")
-    prefixes = split["prefix"].astype(str).tolist()
-    perturbed = split["perturbed_prefix"].astype(str).tolist()
-    outputs = _generate_checked(generate, apply_view(view, prefixes) + apply_view(view, perturbed))
-    z = veilprobe_features(prefixes, perturbed, split["suffix"].astype(str).tolist(), outputs[:len(prefixes)],
-                           outputs[len(prefixes):], lambda texts: encode(texts, model=embedding_model))
-    return feature_frame(split["id"].tolist(), view, z)

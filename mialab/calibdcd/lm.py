@@ -1,9 +1,10 @@
 """Model-driven parts of the detectors, with transformers (batched, loaded via ``mialab.models.loading``).
 
-- :func:`rollout_generator`: a ``generate(prompts) -> continuations`` callable (greedy decoding)
-  on the project's rollout engine; any callable with that signature can replace it.
-- :func:`continuation_logprobs`: a reference LM's log-probabilities of each continuation's tokens
-  given its context (DPDLLM's scorer).
+- :func:`rollout_generator`: a ``generate(prompts, *, max_new_tokens, temperature, seed) ->
+  continuations`` callable on the project's rollout engine; any callable with that signature can
+  replace it.
+- :func:`logprob_batches`: batched next-token log-probabilities (DPDLLM's reference scorer,
+  :mod:`mialab.calibdcd.reference`, and the key-token perturbation).
 - :func:`key_token_perturb`: VeilProbe's key-token perturbation. VeilProbe ranks input tokens by
   their attribution to the target's output (optimal-transport attribution over GPT-2 models) and
   replaces the top ones with a masked-LM's fill-ins. Without an attribution model we rank tokens by
@@ -24,10 +25,10 @@ import numpy as np
 from mialab.models.loading import load_causal_lm, load_tokenizer
 
 
-def rollout_generator(model_path: str, *, backend: str = "hf", max_new_tokens: int = 32,
-                      backend_options: dict | None = None,
-                      trust_remote_code: bool = False) -> Callable[[Sequence[str]], list[str]]:
-    """``generate(prompts) -> continuations`` on the project's rollout engine (greedy, one per prompt).
+def rollout_generator(model_path: str, *, backend: str = "hf", backend_options: dict | None = None,
+                      trust_remote_code: bool = False) -> Callable[..., list[str]]:
+    """``generate(prompts, *, max_new_tokens, temperature, seed) -> continuations`` on the project's
+    rollout engine (one continuation per prompt; ``temperature`` 0: greedy).
 
     Starts ``backend`` (``hf`` or ``vllm``, :mod:`mialab.generation.engine`) once on ``model_path``;
     each prompt string is tokenised as the engine does (BOS added unless already there) and its
@@ -39,16 +40,17 @@ def rollout_generator(model_path: str, *, backend: str = "hf", max_new_tokens: i
     tok = load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code)
     engine = start_backend(backend, model_path, backend_options, trust_remote_code=trust_remote_code)
     stops = stop_token_ids(model_path, tok)
-    sampling = SamplingConfig(n=1, max_new_tokens=max_new_tokens, temperature=0.0)
 
-    def generate(prompts: Sequence[str]) -> list[str]:
+    def generate(prompts: Sequence[str], *, max_new_tokens: int, temperature: float = 0.0,
+                 seed: int = 0) -> list[str]:
+        sampling = SamplingConfig(n=1, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
         completions = engine.generate([prompt_token_ids(tok, p) for p in prompts], sampling, stops)
         return [tok.decode(c[0].token_ids, skip_special_tokens=True) for c in completions]
 
     return generate
 
 
-def _logprob_batches(model, rows: Sequence[list[int]], pad_id: int, batch_size: int) -> Iterator:
+def logprob_batches(model, rows: Sequence[list[int]], pad_id: int, batch_size: int) -> Iterator:
     """``(indices, ids, logp)`` per batch of rows of similar token length (less padding): ``ids`` the
     right-padded ``[B, T]`` token ids of ``rows[indices]``, ``logp[b, j]`` the log-softmax over the
     vocabulary predicting ``ids[b, j + 1]`` (``[B, T - 1, vocab]``; padded positions are meaningless).
@@ -76,33 +78,6 @@ def _logprob_batches(model, rows: Sequence[list[int]], pad_id: int, batch_size: 
         yield indices, ids, logp
 
 
-def continuation_logprobs(model_path: str, contexts: Sequence[str], continuations: Sequence[str], *,
-                          batch_size: int = 8, device: str = "auto", dtype: str = "float32") -> list[np.ndarray]:
-    """Log-probabilities of each continuation's tokens given its context, under ``model_path``.
-
-    Context and continuation are tokenised separately (context with the tokenizer's special
-    tokens, continuation without) and concatenated, so token boundaries never straddle the two.
-    An empty continuation gives an empty array.
-    """
-    if len(contexts) != len(continuations):
-        raise ValueError("contexts and continuations must align")
-    tok = load_tokenizer(model_path)
-    model = load_causal_lm(model_path, dtype=dtype, device=device)
-    rows, starts = [], []
-    for i, (ctx, cont) in enumerate(zip(contexts, continuations, strict=True)):
-        ctx_ids = tok(ctx, add_special_tokens=True)["input_ids"]
-        if not ctx_ids:
-            raise ValueError(f"row {i}: empty context and no BOS token, the first continuation token has no condition")
-        rows.append(ctx_ids + tok(cont, add_special_tokens=False)["input_ids"])
-        starts.append(len(ctx_ids))
-    out: list[np.ndarray] = [np.empty(0)] * len(rows)
-    for indices, ids, logp in _logprob_batches(model, rows, tok.pad_token_id, batch_size):
-        picked = logp.gather(-1, ids[:, 1:, None]).squeeze(-1).double().cpu().numpy()
-        for b, i in enumerate(indices):
-            out[i] = picked[b, starts[i] - 1:len(rows[i]) - 1]
-    return out
-
-
 def key_token_perturb(model_path: str, texts: Sequence[str], *, ratio: float = 0.15, batch_size: int = 8,
                       device: str = "auto", dtype: str = "float32") -> list[str]:
     """Replace each text's key tokens: the ``max(1, round(ratio * n))`` most surprising of its ``n``
@@ -120,7 +95,7 @@ def key_token_perturb(model_path: str, texts: Sequence[str], *, ratio: float = 0
     special = sorted(set(tok.all_special_ids))
     rows = [tok(t, add_special_tokens=True)["input_ids"] for t in texts]
     out: list[str] = [""] * len(rows)
-    for indices, ids, logp in _logprob_batches(model, rows, tok.pad_token_id, batch_size):
+    for indices, ids, logp in logprob_batches(model, rows, tok.pad_token_id, batch_size):
         targets = ids[:, 1:, None]
         surprisal = -logp.gather(-1, targets).squeeze(-1).double().cpu().numpy()
         logp[..., special] = -torch.inf  # substitutes: neither special tokens nor the token itself

@@ -1,13 +1,17 @@
 """CalibDCD's content-addressed stage instances for a config (``rules/calibdcd.smk``), built with
 :meth:`mialab.workflow.Plan.stage`. Pure: reads the config, runs nothing.
 
+- reference (dataset): DPDLLM's reference model fine-tuned on every pool text (no label read);
+  upstream the pool and the base reference model;
 - partition (dataset, seed): upstream the seed's split;
 - features (model, dataset, scope): scope ``original`` (``e0`` on every pool text) depends on the
-  model and the pool only, so it is shared by every seed and survives changes of seeds, split
-  sizes and partition sizes; scope ``views`` (controlled views on the D-cal texts of every seed,
-  each text once) depends on the seeds' partitions;
+  model and the pool only (and DPDLLM's fine-tuned reference), so it is shared by every seed and
+  survives changes of seeds, split sizes and partition sizes; scope ``views`` (controlled views on
+  the D-cal texts of every seed, each text once; DPDLLM only) depends on the seeds' partitions;
+- veilprobe (model, dataset): VeilProbe's mapping models and features of both scopes; upstream the
+  original scope's generations and the seeds' partitions (D-cal);
 - scores (model, dataset): one job calibrates every detector on every seed (upstream the splits,
-  the partitions and both feature scopes); a (detector, seed)'s tables sit in
+  the partitions and each detector's feature tables of both scopes); a (detector, seed)'s tables sit in
   ``<key>/<detector>/seed-<s>/`` (:meth:`CalibDCDPlan.scores`).
 """
 
@@ -18,9 +22,10 @@ import os
 
 from mialab.calibdcd.views import ORIGINAL, controlled_views
 from mialab.config import check_names
+from mialab.scoring.baselines import column_name
 from mialab.workflow import Plan, Stage, seed_part
 
-STAGE_VERSIONS: dict[str, int] = {"partition": 1, "features": 2, "scores": 2}  # bump when a stage's output changes
+STAGE_VERSIONS: dict[str, int] = {"partition": 1, "reference": 1, "features": 3, "veilprobe": 1, "scores": 3}  # bump when a stage's output changes
 LM_KEYS = ("reference_model", "key_token_model")
 ORIGINAL_SCOPE, VIEWS_SCOPE = "original", "views"
 SCOPES = (ORIGINAL_SCOPE, VIEWS_SCOPE)
@@ -55,6 +60,12 @@ class CalibDCDPlan:
         pairs = self.plan.evaluated_pairs(self.spec.get("datasets") or self.plan.dataset_names())
         return [(m, d) for m, d in pairs if m in self.spec["models"]]
 
+    def baselines(self) -> list[str]:
+        """The likelihood baselines the report puts beside the detectors: the configured Min-K%++ columns."""
+        if not self.spec or "min_k_plus_plus" not in self.config["scoring"]["methods"]:
+            return []
+        return [column_name("min_k_plus_plus", k) for k in self.config["scoring"]["k"]]
+
     def detectors(self) -> list[str]:
         return list(self.spec["detectors"]) if self.spec else []
 
@@ -71,15 +82,35 @@ class CalibDCDPlan:
         """What identifies that LM in a key: the configured model's key, else the path or hub id."""
         return {"model": name, "key": self.plan.model(name).key} if name in self.config["models"] else {"path": name}
 
-    def lm_models(self) -> list[str]:
-        """Configured models used as reference / key-token LMs (their folders are job inputs)."""
-        names = [spec.get(k) for spec in self.spec["detectors"].values() for k in LM_KEYS]
+    def lm_models(self, keys: tuple[str, ...] = LM_KEYS) -> list[str]:
+        """Configured models named under ``keys`` (reference / key-token LMs; their folders are job inputs)."""
+        names = [spec.get(k) for spec in self.spec["detectors"].values() for k in keys]
         return [n for n in dict.fromkeys(names) if n in self.config["models"]]
 
-    def detector_specs(self, resolve) -> dict[str, dict]:
-        """The detectors' config with each LM name replaced by ``resolve(name)``."""
-        return {det: {k: resolve(v) if k in LM_KEYS else v for k, v in spec.items()}
-                for det, spec in self.spec["detectors"].items()}
+    def detector_specs(self, resolve, dataset: str | None = None, scope: str = ORIGINAL_SCOPE) -> dict[str, dict]:
+        """The detectors' feature-job config of ``scope``: each LM name replaced by ``resolve(name)``;
+        VeilProbe's sampling length from the ``generation`` section, its mapping models left out (their
+        own stage, :meth:`veilprobe`), and VeilProbe only in the original scope (its features read the
+        views' queries, not the target's answers to them). With ``dataset``, DPDLLM's reference is that
+        pool's fine-tuned model folder (:meth:`reference`), its fine-tuning settings, which that
+        folder's key holds, left out."""
+        specs = {det: {k: resolve(v) if k in LM_KEYS else v for k, v in spec.items() if k != "mapping"}
+                 for det, spec in self.spec["detectors"].items()
+                 if det != "veilprobe" or check_scope(scope) == ORIGINAL_SCOPE}
+        if "veilprobe" in specs:
+            specs["veilprobe"]["max_new_tokens"] = self.spec["generation"]["max_new_tokens"]
+        if "dpdllm" in specs and dataset is not None:
+            specs["dpdllm"] = {k: v for k, v in specs["dpdllm"].items() if k != "finetune"}
+            specs["dpdllm"]["reference_model"] = self.reference(dataset).path("model")
+        return specs
+
+    def feature_tables(self, model: str, dataset: str, detector: str) -> list[tuple[Stage, str]]:
+        """(stage, file) of a detector's feature tables of the original and the views scope."""
+        if detector == "veilprobe":
+            run = self.veilprobe(model, dataset)
+            return [(run, "features-original.parquet"), (run, "features-views.parquet")]
+        return [(self.features(model, dataset, scope), f"features-{detector}.parquet")
+                for scope in (ORIGINAL_SCOPE, VIEWS_SCOPE)]
 
     def views(self, model: str, scope: str) -> list[str]:
         """``e0`` alone for the original scope, else the model family's ten controlled views."""
@@ -96,15 +127,37 @@ class CalibDCDPlan:
         })
 
     @functools.lru_cache(maxsize=None)
+    def reference(self, dataset: str) -> Stage:
+        """DPDLLM's reference model of a pool: the base model fine-tuned on every pool text."""
+        dp = self.spec["detectors"]["dpdllm"]
+        return self.plan.stage("calibdcd/references", STAGE_VERSIONS["reference"], [dataset], {
+            "dataset": dataset, "base": self.lm_key(dp["reference_model"]), "length": dp["length"],
+            "finetune": dp["finetune"],
+            "upstream": {"pool": self.plan.pool(dataset).key},
+        })
+
+    @functools.lru_cache(maxsize=None)
     def features(self, model: str, dataset: str, scope: str) -> Stage:
         upstream = {"model": self.plan.model(model).key, "pool": self.plan.pool(dataset).key}
+        if "dpdllm" in self.spec["detectors"]:
+            upstream["reference"] = self.reference(dataset).key
         if check_scope(scope) == VIEWS_SCOPE:
             upstream["partitions"] = {str(s): self.partition(dataset, s).key for s in self.plan.seeds()}
         return self.plan.stage("calibdcd/features", STAGE_VERSIONS["features"], [model, dataset, scope], {
             "model": model, "dataset": dataset, "scope": scope, "views": self.views(model, scope),
             "config": {"generation": self.spec["generation"], "lm": self.spec["lm"],
-                       "detectors": self.detector_specs(self.lm_key)},
+                       "detectors": self.detector_specs(self.lm_key, scope=scope)},
             "upstream": upstream,
+        })
+
+    @functools.lru_cache(maxsize=None)
+    def veilprobe(self, model: str, dataset: str) -> Stage:
+        """VeilProbe's mapping models of a (target, pool) and its features of both scopes."""
+        return self.plan.stage("calibdcd/veilprobe", STAGE_VERSIONS["veilprobe"], [model, dataset], {
+            "model": model, "dataset": dataset, "views": self.views(model, VIEWS_SCOPE),
+            "config": {"mapping": self.spec["detectors"]["veilprobe"]["mapping"], "lm": self.spec["lm"]},
+            "upstream": {"original": self.features(model, dataset, ORIGINAL_SCOPE).key,
+                         "partitions": {str(s): self.partition(dataset, s).key for s in self.plan.seeds()}},
         })
 
     @functools.lru_cache(maxsize=None)
@@ -116,8 +169,8 @@ class CalibDCDPlan:
             "config": {k: self.spec[k] for k in ("variants", "tau", "tolerance")},
             "upstream": {"splits": {str(s): self.plan.split(dataset, s).key for s in seeds},
                          "partitions": {str(s): self.partition(dataset, s).key for s in seeds},
-                         "original": self.features(model, dataset, ORIGINAL_SCOPE).key,
-                         "views": self.features(model, dataset, VIEWS_SCOPE).key},
+                         "features": {det: [stage.key for stage, _ in self.feature_tables(model, dataset, det)]
+                                      for det in self.detectors()}},
         })
 
     def scores(self, model: str, dataset: str, detector: str, seed: int) -> Stage:

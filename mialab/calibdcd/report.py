@@ -8,7 +8,10 @@
   the adaptive-selection analysis (Figs. 5-6) on all runs;
 - false-positive recovery (Sec. 5.4, Fig. 4): flagged and recovered D-cal non-members summed over
   seeds, per setting, per detector and overall;
-- selection: the kept views, (r, lambda) and basis size of every run, and each view's FPP.
+- selection: the kept views, (r, lambda) and basis size of every run, and each view's FPP;
+- detectors beside the baselines: the uncalibrated detectors' AUC next to the passive baselines'
+  (e.g. Min-K%++) on the same evaluation splits: on a base model a feature-based detector that
+  stays far below Min-K%++ does not find the pretraining members a likelihood attack finds.
 
 AUC and TPR come from the common evaluation (``results/evaluation/per_seed.parquet``), so the
 numbers are those of the results table. Metrics are fractions; tables show percentages.
@@ -76,6 +79,24 @@ def main_results(per_seed: pd.DataFrame, metric: str) -> pd.DataFrame:
     order = [r for d in m["detector"].unique() for r in (DETECTOR_NAMES.get(d, d), DETECTOR_NAMES.get(d, d) + " + CalibDCD")]
     columns = list(dict.fromkeys(stats["column"]))
     return table.loc[[r for r in order if r in table.index], columns].rename_axis(index=metric, columns=None)
+
+
+def beside_baselines(per_seed: pd.DataFrame, metric: str, baselines: Sequence[str]) -> pd.DataFrame:
+    """Rows 'dataset / model', columns the uncalibrated detectors then the ``baselines`` methods (names
+    of the per-seed results, e.g. ``min_k_plus_plus@0.2``), mean ± std over seeds."""
+    m = per_seed[per_seed["method"].isin([f"{PREFIX}{d}/original" for d in DETECTOR_NAMES]) |
+                 per_seed["method"].isin(baselines)]
+    if m.empty:
+        raise ValueError("no uncalibrated detector and no baseline in the per-seed results")
+    names = {f"{PREFIX}{d}/original": n for d, n in DETECTOR_NAMES.items()}
+    g = m.groupby(["dataset", "model", "method"], sort=False)[metric]
+    stats = g.mean().to_frame("mean").join(g.std(ddof=1).fillna(0.0).rename("std")).reset_index()
+    stats["row"] = stats["dataset"] + " / " + stats["model"]
+    stats["column"] = stats["method"].map(lambda x: names.get(x, x))
+    stats["cell"] = [_pct(a, b) for a, b in zip(stats["mean"], stats["std"])]
+    table = stats.pivot(index="row", columns="column", values="cell")
+    columns = [n for n in DETECTOR_NAMES.values() if n in table.columns] + [b for b in baselines if b in table.columns]
+    return table.loc[list(dict.fromkeys(stats["row"])), columns].rename_axis(index=metric, columns=None)
 
 
 def main_results_long(per_seed: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:

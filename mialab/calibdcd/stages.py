@@ -10,10 +10,19 @@ The workflow's protocol, per (dataset, seed):
 
 Features (generation is the cost) are keyed by texts, not seeds: the original query ``e0`` runs on
 every pool text once per (model, dataset), so any seed only selects rows; the ten controlled views
-run on each seed's D-cal only (the only texts they are needed for). All prompts of a feature job go
-to the rollout engine in one call (one engine start, e.g. one vLLM launch); each detector's features
-of all views are then computed in one pass (one reference-model load, one deduplicated embedding
-call), the same features as the per-view entries of :mod:`mialab.calibdcd.extract`.
+run on each seed's D-cal only (the only texts they are needed for). A feature job starts the rollout
+engine once (e.g. one vLLM launch) and sends it all prompts of each sampling setting in one call
+(DPDLLM samples at its own temperature and length, VeilProbe uses the ``generation`` section; equal
+settings share one call); DPDLLM's features of all views are then computed in one reference-model
+pass, the same features as :func:`mialab.calibdcd.extract.dpdllm_view_features`. DPDLLM's reference model is fine-tuned once per pool
+(:func:`mialab.calibdcd.reference.finetune_reference`, rule ``calibdcd_reference``).
+
+VeilProbe's features come from its two mapping models (:mod:`mialab.calibdcd.mapping`), trained per
+(target, pool) on the original query's (prefix, output) and (perturbed prefix, output) pairs of
+every pool text (rule ``calibdcd_veilprobe``, :func:`veilprobe_tables`); the models then read the
+queries of every scope (the original query on every text, the controlled views on D-cal). As in
+VeilProbe's code the features read the query only (the target's outputs shape the mapping models),
+so the target answers VeilProbe's prompts under the original query only.
 """
 
 from __future__ import annotations
@@ -26,12 +35,12 @@ import pandas as pd
 
 from mialab.calibdcd.calibrate import FitCache, run_calibdcd
 from mialab.calibdcd.extract import add_perturbed_prefix
-from mialab.calibdcd.features import dpdllm_features, veilprobe_features
+from mialab.calibdcd.features import veilprobe_vector
 from mialab.calibdcd.frames import feature_frame
-from mialab.calibdcd.lm import continuation_logprobs
+from mialab.calibdcd.mapping import MappingConfig, mapping_features, train_mapping_model
+from mialab.calibdcd.reference import reference_probabilities
 from mialab.calibdcd.views import ORIGINAL, apply_view
 from mialab.data.families.calibdcd import calibdcd_partition
-from mialab.embeddings import encode
 
 TEXT_COLUMNS = ("id", "prefix", "suffix")
 
@@ -67,25 +76,18 @@ def scope_texts(pool: pd.DataFrame, ids: Sequence[str] | None = None) -> pd.Data
     return texts.set_index("id").loc[wanted].reset_index()
 
 
-def query_inputs(detectors: Sequence[str]) -> list[str]:
-    """Text columns the detectors put under a view: the prefix, and VeilProbe's perturbed prefix."""
-    return ["prefix", "perturbed_prefix"] if "veilprobe" in detectors else ["prefix"]
+DETECTOR_INPUTS = {"dpdllm": ("prefix",), "veilprobe": ("prefix", "perturbed_prefix")}
+SAMPLING_KEYS = ("max_new_tokens", "temperature")
 
 
-def view_prompts(texts: pd.DataFrame, views: Sequence[str], inputs: Sequence[str]) -> pd.DataFrame:
-    """``view, id, input, prompt``: every input column of every text under every view."""
-    rows = [(view, i, column, prompt) for view in views for column in inputs
-            for i, prompt in zip(texts["id"], apply_view(view, texts[column].astype(str).tolist()), strict=True)]
-    return pd.DataFrame(rows, columns=["view", "id", "input", "prompt"])
-
-
-def deduplicated(encode: Callable[[list[str]], np.ndarray]) -> Callable[[list[str]], np.ndarray]:
-    """``encode`` that embeds each distinct text once (prefixes and suffixes recur in every view, and
-    small models repeat outputs), returning one row per input text."""
-    def run(texts: list[str]) -> np.ndarray:
-        unique, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
-        return encode([str(t) for t in unique])[inverse]
-    return run
+def view_prompts(texts: pd.DataFrame, views: Sequence[str], detectors: Sequence[str]) -> pd.DataFrame:
+    """``detector, view, id, input, text, prompt``: every input column a detector puts under a view
+    (the prefix, and VeilProbe's perturbed prefix) with its text, for every text and view."""
+    rows = [(det, view, i, column, text, prompt) for det in detectors for view in views
+            for column in DETECTOR_INPUTS[det]
+            for i, text, prompt in zip(texts["id"], texts[column].astype(str),
+                                       apply_view(view, texts[column].astype(str).tolist()), strict=True)]
+    return pd.DataFrame(rows, columns=["detector", "view", "id", "input", "text", "prompt"])
 
 
 def _frames(rows: pd.DataFrame, z: np.ndarray) -> pd.DataFrame:
@@ -97,67 +99,97 @@ def _frames(rows: pd.DataFrame, z: np.ndarray) -> pd.DataFrame:
 def dpdllm_table(texts: pd.DataFrame, generations: pd.DataFrame, *, reference_model: str, length: int,
                  lm_options: Mapping) -> pd.DataFrame:
     """DPDLLM features of every (view, id) as :func:`mialab.calibdcd.extract.dpdllm_view_features` computes
-    them (the reference LM scores the continuation of the view-wrapped prefix given the plain prefix),
-    in one reference-model pass."""
-    rows = generations[generations["input"] == "prefix"].reset_index(drop=True)
+    them (the reference model reads the text's prompt followed by the target's continuation of the
+    view-wrapped prompt), in one reference-model pass."""
+    rows = generations[generations["detector"] == "dpdllm"].reset_index(drop=True)
     prefixes = texts.set_index("id").loc[rows["id"], "prefix"].astype(str).tolist()
-    logprobs = continuation_logprobs(reference_model, prefixes, rows["output"].tolist(), **lm_options)
-    return _frames(rows, dpdllm_features(logprobs, length))
+    z = reference_probabilities(reference_model, list(zip(prefixes, rows["output"], strict=True)), length=length,
+                                **lm_options)
+    return _frames(rows, z)
 
 
-def veilprobe_table(texts: pd.DataFrame, generations: pd.DataFrame, *, embedding_model: str,
-                    embedding_dtype: str = "float32") -> pd.DataFrame:
-    """VeilProbe features of every (view, id) as :func:`mialab.calibdcd.extract.veilprobe_view_features`
-    computes them, with one deduplicated embedding pass."""
-    plain = generations[generations["input"] == "prefix"].reset_index(drop=True)
-    perturbed = generations[generations["input"] == "perturbed_prefix"].reset_index(drop=True)
-    if not plain[["view", "id"]].equals(perturbed[["view", "id"]]):
-        raise ValueError("prefix and perturbed-prefix generations do not align")
-    t = texts.set_index("id").loc[plain["id"]]
-    z = veilprobe_features(t["prefix"].astype(str).tolist(), t["perturbed_prefix"].astype(str).tolist(),
-                           t["suffix"].astype(str).tolist(), plain["output"].tolist(), perturbed["output"].tolist(),
-                           deduplicated(lambda batch: encode(batch, model=embedding_model, dtype=embedding_dtype)))
-    return _frames(plain, z)
+@dataclass
+class VeilProbeRun:
+    """What one VeilProbe job writes: the feature tables of both scopes and the training logs."""
+
+    original: pd.DataFrame      # id, view (original), z0000 ... of every pool text
+    views: pd.DataFrame         # id, view, z0000 ... of D-cal under every controlled view
+    logs: dict                  # input (prefix / perturbed_prefix) -> mapping-model training log
+
+
+def veilprobe_tables(generations: pd.DataFrame, calibration_ids: Sequence[str], views: Sequence[str], *,
+                     tokenizer: str, mapping: MappingConfig, folders: Mapping[str, str], batch_size: int = 8,
+                     device: str = "cpu") -> VeilProbeRun:
+    """Train VeilProbe's two mapping models on the original query's generations (every pool text) into
+    ``folders[input]`` and compute the features of every pool text under the original query and of
+    ``calibration_ids`` under ``views``."""
+    own = generations[(generations["detector"] == "veilprobe") & (generations["view"] == ORIGINAL)]
+    inputs = {column: own[own["input"] == column].set_index("id") for column in DETECTOR_INPUTS["veilprobe"]}
+    prefix, perturbed = inputs["prefix"], inputs["perturbed_prefix"]
+    if prefix.empty or not prefix.index.equals(perturbed.index):
+        raise ValueError("VeilProbe needs the original query's prefix and perturbed-prefix generations of the same texts")
+    logs = {column: train_mapping_model(tokenizer, rows["text"].tolist(), rows["output"].tolist(), folders[column],
+                                        config=mapping, device=device) for column, rows in inputs.items()}
+    ids = prefix.index.tolist()
+    missing = pd.Index([str(i) for i in calibration_ids]).difference(prefix.index)
+    if len(missing):
+        raise ValueError(f"{len(missing)} calibration id(s) have no original-query generation, e.g. {list(missing[:3])}")
+    cal = list(dict.fromkeys(str(i) for i in calibration_ids))
+    queries = [(ORIGINAL, ids)] + [(view, cal) for view in views]
+    z = {}
+    for column, rows in inputs.items():
+        texts = [q for view, part in queries for q in apply_view(view, rows.loc[part, "text"].astype(str).tolist())]
+        z[column] = mapping_features(folders[column], texts, batch_size=batch_size, device=device)
+    vectors = veilprobe_vector(z["prefix"], z["perturbed_prefix"])
+    frames, start = [], 0
+    for view, part in queries:
+        frames.append(feature_frame(part, view, vectors[start:start + len(part)]))
+        start += len(part)
+    return VeilProbeRun(frames[0], pd.concat(frames[1:], ignore_index=True), logs)
 
 
 @dataclass
 class FeatureRun:
     """What one feature job writes: a feature table per detector and the target's outputs."""
 
-    features: dict[str, pd.DataFrame]     # detector -> id, view, z0000 ...
-    generations: pd.DataFrame             # view, id, input, prompt, output
+    features: dict[str, pd.DataFrame]     # dpdllm -> id, view, z0000 ...
+    generations: pd.DataFrame             # detector, view, id, input, text, prompt, output
 
 
-def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Callable[[list[str]], list[str]],
+def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Callable[..., list[str]],
                      detectors: Mapping[str, dict], lm_options: Mapping) -> FeatureRun:
-    """Features of ``texts`` (id, prefix, suffix) under every view for every detector.
+    """The target's outputs on ``texts`` (id, prefix, suffix) under every view for every detector, and
+    DPDLLM's features (VeilProbe's come from :func:`veilprobe_tables`).
 
-    ``detectors`` maps ``dpdllm`` to ``{reference_model, length}`` and ``veilprobe`` to
-    ``{key_token_model, ratio, embedding_model, embedding_dtype}`` (model paths); ``lm_options`` (batch_size, device,
-    dtype) go to the reference / key-token LM passes. ``generate`` is called once, with every
-    distinct prompt, shortest first (batches of similar length pad less).
+    ``detectors`` maps ``dpdllm`` to ``{reference_model, length, max_new_tokens, temperature}`` (the
+    fine-tuned reference folder) and ``veilprobe`` to ``{key_token_model, ratio, max_new_tokens,
+    temperature, ...}`` (model paths); ``lm_options`` (batch_size, device, dtype) go to the reference /
+    key-token LM passes. ``generate(prompts, max_new_tokens=,
+    temperature=)`` is called once per distinct sampling setting, with its distinct prompts, shortest
+    first (batches of similar length pad less).
     """
-    unknown = set(detectors) - {"dpdllm", "veilprobe"}
+    unknown = set(detectors) - set(DETECTOR_INPUTS)
     if unknown:
-        raise KeyError(f"unknown detector(s) {sorted(unknown)}; known: ['dpdllm', 'veilprobe']")
+        raise KeyError(f"unknown detector(s) {sorted(unknown)}; known: {sorted(DETECTOR_INPUTS)}")
     if "veilprobe" in detectors:
         vp = detectors["veilprobe"]
         texts = add_perturbed_prefix(texts, key_token_model=vp["key_token_model"], ratio=vp["ratio"], **lm_options)
-    generations = view_prompts(texts, views, query_inputs(list(detectors)))
-    prompts = sorted(set(generations["prompt"]), key=lambda p: (len(p), p))
-    outputs = generate(prompts)
-    if len(outputs) != len(prompts) or not all(isinstance(o, str) for o in outputs):
-        raise ValueError(f"generate returned {len(outputs)} outputs for {len(prompts)} prompts (strings expected)")
-    generations["output"] = generations["prompt"].map(dict(zip(prompts, outputs, strict=True)))
+    generations = view_prompts(texts, views, list(detectors))
+    settings = {det: tuple(spec[k] for k in SAMPLING_KEYS) for det, spec in detectors.items()}
+    outputs = {}
+    for setting in dict.fromkeys(settings.values()):
+        rows = generations["detector"].map(settings) == setting
+        prompts = sorted(set(generations.loc[rows, "prompt"]), key=lambda p: (len(p), p))
+        got = generate(prompts, **dict(zip(SAMPLING_KEYS, setting, strict=True)))
+        if len(got) != len(prompts) or not all(isinstance(o, str) for o in got):
+            raise ValueError(f"generate returned {len(got)} outputs for {len(prompts)} prompts (strings expected)")
+        outputs[setting] = dict(zip(prompts, got, strict=True))
+    generations["output"] = [outputs[settings[d]][p] for d, p in zip(generations["detector"], generations["prompt"])]
     features = {}
     if "dpdllm" in detectors:
         dp = detectors["dpdllm"]
         features["dpdllm"] = dpdllm_table(texts, generations, reference_model=dp["reference_model"],
                                           length=dp["length"], lm_options=lm_options)
-    if "veilprobe" in detectors:
-        vp = detectors["veilprobe"]
-        features["veilprobe"] = veilprobe_table(texts, generations, embedding_model=vp["embedding_model"],
-                                                embedding_dtype=vp.get("embedding_dtype", "float32"))
     return FeatureRun(features, generations)
 
 

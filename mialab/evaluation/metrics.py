@@ -3,7 +3,9 @@
 - Scores are oriented so that **higher = more likely a member**; label 1 = member.
 - AUROC: ``sklearn.metrics.roc_auc_score`` (ties count one half).
 - TPR at FPR ≤ target: the largest TPR among the points of ``sklearn.metrics.roc_curve`` whose
-  FPR is at most the target (the curve includes the point (0, 0), so the value always exists).
+  FPR is at most the target (the curve includes the point (0, 0), so the value always exists);
+  every threshold's point, ``drop_intermediate=False``: with tied scores the default drops collinear
+  points, among them sometimes the best one within the target.
 - Aggregation over seeds: mean and sample standard deviation (ddof = 1; 0 for a single seed).
 - A NaN or infinite score is an error naming the offending column, never silently dropped.
 """
@@ -41,7 +43,7 @@ def auroc(labels, scores, what: str = "scores") -> float:
 def tpr_at_fpr(labels, scores, target: float, what: str = "scores") -> float:
     """Largest TPR with FPR ≤ ``target`` on the empirical ROC curve."""
     y, s = _check(labels, scores, what)
-    fpr, tpr, _ = roc_curve(y, s)
+    fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)
     return float(tpr[fpr <= target + 1e-12].max())
 
 

@@ -1,4 +1,4 @@
-"""Human-facing outputs: the markdown results table and ROC plots."""
+"""Human-facing outputs: the markdown results table, low-FPR ROC curves and the forest plot of AUROCs."""
 
 from __future__ import annotations
 
@@ -8,43 +8,128 @@ from sklearn.metrics import roc_curve
 
 
 def markdown_table(summary: pd.DataFrame, metrics: list[str]) -> str:
-    """Results as a markdown table, ``mean ± std`` per metric (in %)."""
-    head = ["dataset", "model", "method", *metrics, "seeds"]
+    """Results as a markdown table, ``mean ± std`` per metric (in %); where any score table recorded
+    truncation, a column ``truncated``: candidates cut to ``scoring.max_length`` / candidates, over seeds."""
+    cut = "n_truncated" in summary.columns and summary["n_truncated"].notna().any()
+    head = ["dataset", "model", "method", *metrics, "seeds", *(["truncated"] if cut else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in summary.iterrows():
         cells = [str(r["dataset"]), str(r["model"]), str(r["method"])]
         cells += [f"{100 * r[m + '_mean']:.1f} ± {100 * r[m + '_std']:.1f}" for m in metrics]
         cells.append(str(int(r["n_seeds"])))
+        if cut:
+            cells.append("" if pd.isna(r["n_truncated"]) else f"{int(r['n_truncated'])}/{int(r['n_total'])}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def roc_figure(panels: dict[str, pd.DataFrame], title: str, path: str) -> None:
-    """ROC curves to a PNG: one panel per model, one colour per method, one thin line per seed.
+def truncation_warnings(summary: pd.DataFrame, threshold: float) -> list[str]:
+    """One line per (dataset, model) whose scored texts were cut to ``scoring.max_length`` more often
+    than ``threshold`` (``scoring.truncation_warn``)."""
+    if "n_truncated" not in summary.columns:
+        return []
+    rows = summary.dropna(subset=["n_truncated"]).drop_duplicates(["dataset", "model"])
+    return [f"{r['dataset']} / {r['model']}: {int(r['n_truncated'])} of {int(r['n_total'])} candidates (over seeds) "
+            f"are longer than scoring.max_length and were scored on their first tokens only; the methods with a "
+            f"'truncated' count are affected (scoring.truncation: sliding_window scores every token)"
+            for _, r in rows.iterrows() if r["n_truncated"] > threshold * r["n_total"]]
 
-    Each panel's table has ``label``, ``seed`` and one column per method.
-    """
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def family_colours(families: list[str]) -> dict[str, tuple]:
+    """One fixed colour per headline family (the config's order), the same in every figure: the ten
+    of tab10, then black, then tab10 again."""
+    cmap = _pyplot().get_cmap("tab10")
+    palette = [cmap(i) for i in range(10)] + [(0.0, 0.0, 0.0, 1.0)]
+    return {f: palette[i % len(palette)] for i, f in enumerate(families)}
+
+
+def roc_figure(panels: dict[str, pd.DataFrame], headline: dict[str, str], title: str, path: str) -> dict[str, list[str]]:
+    """Low-FPR ROC curves to a PNG, on log-log axes: one panel per model, one curve per headline
+    family present (its fixed column; scores of every seed pooled), the legend outside the axes.
+
+    Each panel's table has ``label`` and the method columns. FPR below 1 / n_neg cannot be measured,
+    so each panel starts there; dotted lines mark FPR 1% and 5%, the dashed diagonal is chance.
+    Returns each panel's title and the families it draws.
+    """
+    plt = _pyplot()
+    colours = family_colours(list(headline))
     n = len(panels)
-    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 4.6), dpi=110, squeeze=False)
-    colours = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(1, n, figsize=(3.6 * n + 2.2, 3.8), dpi=110, squeeze=False)
+    shown: dict[str, object] = {}
+    drawn: dict[str, list[str]] = {}
     for ax, (model, scores) in zip(axes[0], panels.items()):
-        methods = [c for c in scores.columns if c not in ("id", "label", "n_tokens", "seed")]
-        for i, method in enumerate(methods):
-            for j, (_, df) in enumerate(scores.groupby("seed")):
-                fpr, tpr, _ = roc_curve(df["label"], df[method])
-                ax.plot(fpr, tpr, color=colours(i % 10), lw=1.0, alpha=0.75, label=method if j == 0 else None)
-        ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=0.8)
-        ax.set(xlabel="false positive rate", ylabel="true positive rate", title=f"{title} / {model}",
-               xlim=(0, 1), ylim=(0, 1))
-        ax.legend(fontsize=7, loc="lower right")
+        drawn[f"{title} / {model}"] = [f for f, col in headline.items() if col in scores.columns]
+        y = scores["label"].to_numpy()
+        low_x, low_y = 1 / max(1, int((y == 0).sum())), 1 / max(1, int((y == 1).sum()))
+        for family, col in headline.items():
+            if col not in scores.columns:
+                continue
+            fpr, tpr, _ = roc_curve(y, scores[col])
+            (line,) = ax.plot(np.clip(fpr, low_x, 1), np.clip(tpr, low_y / 2, 1), drawstyle="steps-post",
+                              color=colours[family], lw=1.3, label=family)
+            shown.setdefault(family, line)
+        grid = np.logspace(np.log10(low_x), 0, 50)
+        ax.plot(grid, grid, ls="--", color="grey", lw=0.8)
+        for t in (0.01, 0.05):
+            if t >= low_x:
+                ax.axvline(t, ls=":", color="grey", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlim=(low_x, 1), ylim=(low_y / 2, 1.05), xlabel="false positive rate",
+               title=f"{title} / {model}")
+        ax.set_ylabel("true positive rate")
+    order = [f for f in headline if f in shown]  # the config's order, whichever panel drew a family first
+    fig.legend([shown[f] for f in order], order, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+               frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, format="png", bbox_inches="tight")
+    plt.close(fig)
+    return drawn
+
+
+def forest_figure(table: pd.DataFrame, headline: dict[str, str], path: str, level: float = 0.95) -> dict[str, list[str]]:
+    """AUROC with its bootstrap interval per headline row: one panel per dataset, one line per
+    (model, family), chance at 50%. ``table``: the headline table (:mod:`mialab.evaluation.headline`).
+    Returns each panel's title and its lines, top to bottom."""
+    plt = _pyplot()
+    if table.empty:  # no headline column was scored: an empty figure that says so
+        fig, ax = plt.subplots(figsize=(4, 1), dpi=110)
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no headline method was scored", ha="center", va="center")
+        fig.savefig(path, format="png")
+        plt.close(fig)
+        return {}
+    colours = family_colours(list(headline))
+    datasets = list(dict.fromkeys(table["dataset"]))
+    rows = [len(table[table["dataset"] == d]) for d in datasets]
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 0.28 * max(rows) + 1.2), dpi=110,
+                             squeeze=False)
+    drawn: dict[str, list[str]] = {}
+    for ax, d in zip(axes[0], datasets):
+        g = table[table["dataset"] == d].reset_index(drop=True)
+        drawn[d] = [f"{r['model']} · {r['family']}" for _, r in g.iterrows()]
+        pos = np.arange(len(g))[::-1]
+        for y_, (_, r) in zip(pos, g.iterrows()):
+            c = colours.get(r["family"], "black")
+            ax.errorbar(100 * r["auroc"], y_, xerr=[[100 * (r["auroc"] - r["auroc_lo"])], [100 * (r["auroc_hi"] - r["auroc"])]],
+                        fmt="o", color=c, ms=4, capsize=2, lw=1.2)
+        ax.axvline(50, ls="--", color="grey", lw=0.8)
+        ax.set_yticks(pos, drawn[d], fontsize=8)
+        ax.set(xlabel=f"AUROC (%) with {level:.0%} bootstrap CI", title=d, xlim=(0, 100))
+        for y_, (a, b) in zip(pos[1:], zip(g["model"][:-1], g["model"][1:])):
+            if a != b:
+                ax.axhline(y_ + 0.5, color="lightgrey", lw=0.6)
     fig.tight_layout()
     fig.savefig(path, format="png")
     plt.close(fig)
+    return drawn
 
 
 def finite_or_raise(df: pd.DataFrame, columns: list[str], what: str) -> None:

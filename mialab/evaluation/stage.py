@@ -6,7 +6,10 @@ import pandas as pd
 
 from mialab.evaluation.metrics import aggregate_over_seeds, evaluate_scores, fpr_column
 
-META_COLUMNS = {"id", "label", "n_tokens", "seed", "model", "dataset"}
+META_COLUMNS = {"id", "label", "n_tokens", "truncated", "seed", "model", "dataset"}
+# ``DataFrame.attrs`` key of a merged table: the methods whose score table has a ``truncated`` column
+# (texts cut to ``scoring.max_length``), so results show the count beside exactly those methods
+TRUNCATED_METHODS = "truncated_methods"
 
 
 def method_columns(scores: pd.DataFrame) -> list[str]:
@@ -23,8 +26,10 @@ def merge_tables(tables: list[tuple[str, str, int, pd.DataFrame]]) -> list[tuple
     merged: dict[tuple[str, str, int], pd.DataFrame] = {}
     for model, dataset, seed, df in tables:
         key = (model, dataset, seed)
+        cut = list(df.attrs.get(TRUNCATED_METHODS, method_columns(df) if "truncated" in df.columns else []))
         if key not in merged:
             merged[key] = df.copy()
+            merged[key].attrs[TRUNCATED_METHODS] = cut
             continue
         base = merged[key]
         clash = (set(method_columns(base)) & set(method_columns(df)))
@@ -36,7 +41,10 @@ def merge_tables(tables: list[tuple[str, str, int, pd.DataFrame]]) -> list[tuple
                             suffixes=("", "_other"))
         if (joined["label"] != joined["label_other"]).any():
             raise ValueError(f"{key}: score tables disagree on labels")
+        if "truncated_other" in joined.columns:  # two tables that cut texts: a text counts when either cut it
+            joined["truncated"] = joined["truncated"] | joined.pop("truncated_other")
         merged[key] = joined.drop(columns="label_other")
+        merged[key].attrs[TRUNCATED_METHODS] = [*base.attrs[TRUNCATED_METHODS], *cut]
     return [(*k, v) for k, v in merged.items()]
 
 
@@ -46,6 +54,9 @@ def evaluate_tables(tables: list[tuple[str, str, int, pd.DataFrame]], fpr_target
     for model, dataset, seed, scores in merge_tables(tables):
         res = evaluate_scores(scores, method_columns(scores), fpr_targets,
                               what=f"model {model} dataset {dataset} seed {seed}")
+        cut = set(scores.attrs.get(TRUNCATED_METHODS, ()))
+        n_cut = int(scores["truncated"].sum()) if cut else 0
+        res["n_truncated"] = pd.array([n_cut if m in cut else None for m in res["method"]], dtype="Int64")
         res.insert(0, "seed", seed)
         res.insert(0, "model", model)
         res.insert(0, "dataset", dataset)
@@ -54,6 +65,13 @@ def evaluate_tables(tables: list[tuple[str, str, int, pd.DataFrame]], fpr_target
 
 
 def summarise(per_seed: pd.DataFrame, fpr_targets: list[float]) -> pd.DataFrame:
-    """Mean ± std over seeds per (dataset, model, method)."""
+    """Mean ± std over seeds per (dataset, model, method); ``n_truncated`` and ``n``: candidates cut to
+    ``scoring.max_length`` and candidates, summed over seeds (``n_truncated`` missing where unrecorded)."""
     metrics = ["auroc", *(fpr_column(t) for t in fpr_targets)]
-    return aggregate_over_seeds(per_seed, ["dataset", "model", "method"], metrics)
+    out = aggregate_over_seeds(per_seed, ["dataset", "model", "method"], metrics)
+    if "n_truncated" in per_seed.columns:
+        g = per_seed.groupby(["dataset", "model", "method"], sort=False)
+        counts = g.agg(n_total=("n", "sum"), n_truncated=("n_truncated", lambda c: c.sum() if c.notna().all() else pd.NA))
+        out = out.merge(counts.reset_index(), on=["dataset", "model", "method"])
+        out["n_truncated"] = out["n_truncated"].astype("Int64")
+    return out

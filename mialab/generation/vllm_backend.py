@@ -63,8 +63,10 @@ class VLLMBackend:
         self.kv_cache_space_gib = kv_cache_space_gib
 
     def worker_env(self) -> dict[str, str]:
-        """The worker's environment: offline hub, small CPU KV cache unless already configured."""
-        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        """The worker's environment: offline hub and a small CPU KV cache, unless already configured
+        (an exported ``HF_HUB_OFFLINE=0`` is kept)."""
+        env = dict(os.environ)
+        env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_space_gib))
         return env
 

@@ -10,22 +10,25 @@ of memorisation, each standardised against Q's semantic neighbours:
 
 The detection score compresses each metric (signed log), standardises it per layer with a
 robust z-score fitted on a clean reference set (known non-members only, never labels of the
-evaluated set), aligns each metric to its contamination direction and averages over metrics
+evaluated set; the released code's label-using in-set reference is the opt-in ``lara_in_set``),
+aligns each metric to its contamination direction and averages the absolute values over metrics
 and layers. Higher score = more likely contaminated (member).
 
 Modules, in pipeline order:
 
 - :mod:`.neighbours`: semantically similar questions (``retrieval`` with faiss, or ``llm``).
-- :mod:`.blanking`: BlankImportant (``numbers_entities``, ``token_loss``, ``llm``).
+- :mod:`.blanking`: BlankImportant (``numbers_entities``, ``token_loss``, ``llm``) and the code's
+  edits (``num_replace``, ``var_rename``, ``distractor``).
 - :mod:`.paraphrase`: paraphrastic variants keeping every ``[BLANK]`` (``wordnet``, ``llm``).
 - :mod:`.construction`: the stage that builds the per-question text table with roles.
 - :mod:`.features`: mean-pooled hidden states of every layer, resumable safetensors shards.
 - :mod:`.metrics`: ``rsm``, ``directional_collapse``, ``rsi`` and the metrics table.
 - :mod:`.detection`: signed log, robust z on the clean reference, alignment, aggregation, ablations.
-- :mod:`.baselines`: output-level baselines of the paper (ReCaLL, CDD, Self-Critique).
+- :mod:`.baselines`: output-level baselines: ReCaLL, and as the LaRA code defines them CDD,
+  Self-Critique, its "Recall" (``recall_lara_code``), response PPL / Min-K% / Min-K%++, DIME.
 - :mod:`.combine`: LaRA + Self-Critique rank mixture and its beta sweep.
 
-Support: :mod:`.lm` (log-probabilities, generation with entropies, a ``generate`` callable over a
-local model), :mod:`.llm` (prompt templates in ``resources/prompts/lara``, list parsing,
+Support: :mod:`.lm` (log-probabilities, generation with entropies and top-k statistics, a
+``generate`` callable over an instruction model on the hf or vLLM engine), :mod:`.llm` (prompt templates in ``resources/prompts/lara``, list parsing,
 re-prompting), :mod:`.wordnet` (offline WordNet 3.0 via NLTK), :mod:`.registry`.
 """

@@ -1,20 +1,34 @@
-"""Output-level baselines compared in the LaRA paper: ReCaLL, CDD and Self-Critique.
+"""Output-level baselines compared in the LaRA paper, as its released code defines them, and ReCaLL.
 
 Each has a pure scoring function (hand-checkable) and a model-driven one (transformers, batched,
 on a model and tokenizer from :func:`mialab.lara.lm.load_lm` with left padding). All scores are
-oriented higher = more likely member:
+oriented higher = more likely member (the code's ``get_direction() = -1`` scores are negated).
 
-- ReCaLL (Xie et al. 2024): ``LL(x | P) / LL(x)``, mean per-token log-likelihoods of ``x``
-  with and without a prefix ``P`` of known non-member texts. Members lose more likelihood
-  when conditioned on non-member context, so ``LL(x | P)`` is more negative and the ratio of
-  two negative numbers is larger.
-- CDD (Dong et al. 2024): peakedness of the output distribution, the fraction of ``n``
-  sampled outputs within token edit distance ``alpha * l`` of the greedy output, ``l`` the
-  longest output (tokens); ``alpha = 0.05``. (The LaRA text at hand does not restate CDD;
-  this follows the CDD paper.)
-- Self-Critique (Tao et al. 2025): greedy answer, then a greedy re-answer asked to take a
-  different reasoning path; the cosine of their zero-padded per-token entropy sequences times
-  ``min(len) / max(len)``. A memorised problem stays on its rewarded path, so high = member.
+The LaRA code (``generate_full_data.py``, ``detectors/*.py``) reads every baseline but ReCaLL off
+greedy responses decoded with vLLM's top-50 log-probabilities (:func:`mialab.lara.lm.topk_step_stats`):
+the *original* greedy response to the question and the *perturbed* one to
+``"[SYSTEM NOTE: Please double check your reasoning.] {question} [END OF QUERY]"``:
+
+- ``recall_lara_code`` (the code's "Recall"): ``mean LL(perturbed response) / mean LL(original
+  response)``, each under its own prompt. A different method from ReCaLL, hence the name.
+- ``ppl_response``: minus the perplexity ``exp(-mean LL)`` of the original response.
+- ``min_k_response@k``: ``-mean`` of the lowest ``int(k n)`` token log-probabilities of the original
+  response, with the code's sign (its detector scores it "higher = more suspicious"; that is the
+  negation of Min-K%, so its AUROC is one minus Min-K%'s on the same response).
+- ``min_k_plus_plus_response@k``: mean of the lowest ``int(k n)`` values of ``(log p - mu) / sigma``.
+- ``dime``: minus the length-penalised cosine of the original and perturbed responses' top-50
+  entropy sequences (the code's direction -1).
+- Self-Critique (Tao et al. 2025): the original greedy response, then a greedy re-answer to the
+  question followed by the code's instruction (``resources/prompts/lara/self_critique.txt``); the
+  cosine of their zero-padded top-50 entropy sequences times ``min(len) / max(len)``.
+- CDD (Dong et al. 2024) as the code: ``n`` samples (T = 0.8, top-p 0.95), a sample counts when its
+  token edit distance to the greedy response is at most ``alpha`` times the mean length of the
+  samples and the greedy response (the CDD paper: the longest), the distance computed on the first
+  100 tokens of both once the shorter exceeds 100; ``alpha = 0.05``.
+
+ReCaLL (Xie et al. 2024) proper: ``LL(x | P) / LL(x)``, mean per-token log-likelihoods of the
+question ``x`` with and without a prefix ``P`` of known non-member texts (members lose more
+likelihood when conditioned on non-member context; the ratio of two negative numbers is larger).
 """
 
 from __future__ import annotations
@@ -28,6 +42,10 @@ from mialab.lara.llm import load_template
 from mialab.lara.lm import Generation, format_prompt, generate, token_logprobs
 
 CDD_ALPHA = 0.05
+CDD_MAX_TOKENS = 100   # the code's token_to_detect
+PERTURBATION_PREFIX = "[SYSTEM NOTE: Please double check your reasoning.]"
+PERTURBATION_SUFFIX = "[END OF QUERY]"
+TOP_K_LOGPROBS = 50    # the code's --K: vLLM logprobs per step
 
 
 def recall_score(ll_conditional: np.ndarray, ll_unconditional: np.ndarray) -> np.ndarray:
@@ -39,32 +57,86 @@ def recall_score(ll_conditional: np.ndarray, ll_unconditional: np.ndarray) -> np
     return cond / uncond
 
 
-def cdd_peakedness(greedy: Sequence, samples: Sequence[Sequence], alpha: float = CDD_ALPHA) -> float:
-    """CDD ``Peak = mean_i [ED(sample_i, greedy) <= alpha * l]``, ``l`` the longest of all outputs.
+def cdd_distance(a: Sequence, b: Sequence, max_tokens: int = CDD_MAX_TOKENS) -> int:
+    """Token edit distance as the code's ``levenshtein_distance_token``: when the shorter sequence is
+    longer than ``max_tokens``, both are cut to their first ``max_tokens`` tokens."""
+    a, b = (list(a), list(b)) if len(a) <= len(b) else (list(b), list(a))
+    if len(a) > max_tokens:
+        a, b = a[:max_tokens], b[:max_tokens]
+    return Levenshtein.distance(a, b)
 
-    Outputs are sequences (token ids or strings); ``ED`` is the Levenshtein distance (rapidfuzz).
-    """
+
+def cdd_peakedness(greedy: Sequence, samples: Sequence[Sequence], alpha: float = CDD_ALPHA) -> float:
+    """CDD ``Peak = mean_i [ED(sample_i, greedy) <= alpha * l]``, ``l`` the mean length of the
+    samples and the greedy output (the LaRA code; :func:`cdd_distance`)."""
     if not samples:
         raise ValueError("CDD needs at least one sampled output")
-    longest = max(len(greedy), *(len(s) for s in samples))
-    dist = np.array([Levenshtein.distance(list(s), list(greedy)) for s in samples])
-    return float(np.mean(dist <= alpha * longest))
+    threshold = alpha * np.mean([len(s) for s in samples] + [len(greedy)])
+    return float(np.mean([cdd_distance(greedy, s) <= threshold for s in samples]))
 
 
-def self_critique_similarity(first: Sequence[float], second: Sequence[float]) -> float:
-    """Cosine of the zero-padded entropy sequences times ``min(len) / max(len)``.
+def penalised_cosine(first: Sequence[float], second: Sequence[float]) -> float:
+    """Cosine of the zero-padded sequences times ``min(len) / max(len)`` (Self-Critique, DIME).
 
-    An all-zero sequence has no direction: similarity 0 (as in Tao et al.'s code).
+    An all-zero sequence has no direction: similarity 0 (as in the code).
     """
     a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
     if len(a) == 0 or len(b) == 0:
-        raise ValueError("Self-Critique needs two non-empty entropy sequences")
+        raise ValueError("an entropy similarity needs two non-empty entropy sequences")
     width = max(len(a), len(b))
     a, b = np.pad(a, (0, width - len(a))), np.pad(b, (0, width - len(b)))
     norm = np.linalg.norm(a) * np.linalg.norm(b)
     if norm == 0:
         return 0.0
     return float(a @ b / norm * min(len(first), len(second)) / width)
+
+
+self_critique_similarity = penalised_cosine
+
+
+def dime_score(original: Sequence[float], perturbed: Sequence[float]) -> float:
+    """DIME as the code: minus the :func:`penalised_cosine` of the two responses' entropy sequences."""
+    return -penalised_cosine(original, perturbed)
+
+
+def _mean_ll(logprobs: Sequence[float]) -> float:
+    if len(logprobs) == 0:
+        raise ValueError("a response has no scored token")
+    return float(np.mean(logprobs))
+
+
+def recall_lara_code(original: Sequence[float], perturbed: Sequence[float]) -> float:
+    """The code's "Recall": mean LL of the perturbed response over mean LL of the original one."""
+    ll_original = _mean_ll(original)
+    if ll_original == 0:
+        raise ValueError("recall_lara_code: the original response has log-likelihood 0")
+    return _mean_ll(perturbed) / ll_original
+
+
+def ppl_response(logprobs: Sequence[float]) -> float:
+    """Minus the response's perplexity ``exp(-mean LL)`` (the code: lower PPL is more suspicious)."""
+    return -float(np.exp(-_mean_ll(logprobs)))
+
+
+def _lowest_k(values: np.ndarray, ratio: float) -> np.ndarray:
+    """The ``int(ratio n)`` smallest values (at least one; the code returns NaN below one)."""
+    return np.sort(values)[:max(1, int(len(values) * ratio))]
+
+
+def min_k_response(logprobs: Sequence[float], ratio: float = 0.2) -> float:
+    """The code's Min-K% of a response: ``-mean`` of its lowest ``int(ratio n)`` log-probabilities."""
+    _mean_ll(logprobs)
+    return -float(_lowest_k(np.asarray(logprobs, dtype=np.float64), ratio).mean())
+
+
+def min_k_plus_plus_response(logprobs: Sequence[float], mus: Sequence[float], sigmas: Sequence[float],
+                             ratio: float = 0.2) -> float:
+    """Min-K%++ of a response: mean of the lowest ``int(ratio n)`` values of ``(log p - mu) / sigma``."""
+    n = min(len(logprobs), len(mus), len(sigmas))
+    if n == 0:
+        raise ValueError("a response has no scored token")
+    z = (np.asarray(logprobs[:n]) - np.asarray(mus[:n])) / np.asarray(sigmas[:n])
+    return float(_lowest_k(z, ratio).mean())
 
 
 def mean_log_likelihood(model, tokenizer, texts: list[str], *, prefix: str | None = None,
@@ -101,26 +173,47 @@ def recall_scores(model, tokenizer, texts: list[str], prefix_texts: list[str], *
                         unconditional)
 
 
-def greedy_answers(model, tokenizer, questions: list[str], *, max_new_tokens: int = 256,
-                   batch_size: int = 8) -> list[Generation]:
-    """One greedy answer per question (with entropies), each sent as a chat user turn."""
-    gens = generate(model, tokenizer, [format_prompt(tokenizer, q) for q in questions],
-                    max_new_tokens=max_new_tokens, batch_size=batch_size)
+def perturbed_question(question: str, prefix: str = PERTURBATION_PREFIX, suffix: str = PERTURBATION_SUFFIX) -> str:
+    """The code's perturbed prompt for ``recall_lara_code`` and DIME: ``f"{prefix} {question} {suffix}"``."""
+    return f"{prefix} {question} {suffix}".strip()
+
+
+def greedy_answers(model, tokenizer, questions: list[str], *, max_new_tokens: int = 256, batch_size: int = 8,
+                   top_k: int = TOP_K_LOGPROBS, system: str | None = None) -> list[Generation]:
+    """One greedy answer per question with its top-``top_k`` step statistics, each question sent as
+    a chat user turn (after ``system`` when given)."""
+    gens = generate(model, tokenizer, [format_prompt(tokenizer, q, system) for q in questions],
+                    max_new_tokens=max_new_tokens, batch_size=batch_size, top_k=top_k)
     return [g[0] for g in gens]
 
 
-def cdd_scores(model, tokenizer, questions: list[str], *, n_samples: int = 50, temperature: float = 0.8,
-               alpha: float = CDD_ALPHA, max_new_tokens: int = 256, batch_size: int = 8, seed: int = 0,
-               greedy: list[Generation] | None = None) -> np.ndarray:
+def response_scores(original: list[Generation], perturbed: list[Generation], *,
+                    min_k: float = 0.2) -> dict[str, np.ndarray]:
+    """The code's response-level baselines (module doc) from the original and perturbed greedy answers."""
+    pairs = list(zip(original, perturbed, strict=True))
+    return {
+        "recall_lara_code": np.array([recall_lara_code(o.logprobs, p.logprobs) for o, p in pairs]),
+        "ppl_response": np.array([ppl_response(o.logprobs) for o in original]),
+        f"min_k_response@{min_k:g}": np.array([min_k_response(o.logprobs, min_k) for o in original]),
+        f"min_k_plus_plus_response@{min_k:g}": np.array([min_k_plus_plus_response(o.logprobs, o.mus, o.sigmas, min_k)
+                                                       for o in original]),
+        "dime": np.array([dime_score(o.entropies, p.entropies) for o, p in pairs]),
+    }
+
+
+def cdd_scores(model, tokenizer, questions: list[str], *, n_samples: int = 10, temperature: float = 0.8,
+               top_p: float = 0.95, alpha: float = CDD_ALPHA, max_new_tokens: int = 256, batch_size: int = 8,
+               seed: int = 0, system: str | None = None, greedy: list[Generation] | None = None) -> np.ndarray:
     """CDD peakedness per question: one greedy and ``n_samples`` sampled answers (token ids).
 
-    ``greedy``: the questions' :func:`greedy_answers` with the same ``max_new_tokens`` and
-    ``batch_size``, when already at hand (e.g. Self-Critique's first answers).
+    ``greedy``: the questions' :func:`greedy_answers` with the same ``max_new_tokens``, ``batch_size``
+    and ``system``, when already at hand (e.g. Self-Critique's first answers).
     """
     if greedy is None:
-        greedy = greedy_answers(model, tokenizer, questions, max_new_tokens=max_new_tokens, batch_size=batch_size)
-    sampled = generate(model, tokenizer, [format_prompt(tokenizer, q) for q in questions],
-                       max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature,
+        greedy = greedy_answers(model, tokenizer, questions, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                system=system)
+    sampled = generate(model, tokenizer, [format_prompt(tokenizer, q, system) for q in questions],
+                       max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, top_p=top_p,
                        num_return_sequences=n_samples, batch_size=max(1, batch_size // n_samples), seed=seed,
                        entropies=False)
     return np.array([cdd_peakedness(g.token_ids, [s.token_ids for s in ss], alpha)
@@ -128,17 +221,18 @@ def cdd_scores(model, tokenizer, questions: list[str], *, n_samples: int = 50, t
 
 
 def self_critique_scores(model, tokenizer, questions: list[str], *, template: str = "self_critique",
-                         max_new_tokens: int = 256, batch_size: int = 8,
-                         first: list[Generation] | None = None) -> np.ndarray:
-    """Self-Critique similarity per question (greedy answer, then greedy critique re-answer).
+                         max_new_tokens: int = 256, batch_size: int = 8, top_k: int = TOP_K_LOGPROBS,
+                         system: str | None = None, first: list[Generation] | None = None) -> np.ndarray:
+    """Self-Critique similarity per question (greedy answer, then greedy critique re-answer), on
+    top-``top_k`` entropies.
 
-    ``first``: the questions' :func:`greedy_answers` with the same ``max_new_tokens`` and
-    ``batch_size``, when already at hand.
+    ``first``: the questions' :func:`greedy_answers` with the same settings, when already at hand.
     """
     if first is None:
-        first = greedy_answers(model, tokenizer, questions, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        first = greedy_answers(model, tokenizer, questions, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                               top_k=top_k, system=system)
     tpl = load_template(template)
     second = greedy_answers(model, tokenizer, [tpl.format(question=q, response=f.text)
                                                for q, f in zip(questions, first, strict=True)],
-                            max_new_tokens=max_new_tokens, batch_size=batch_size)
-    return np.array([self_critique_similarity(f.entropies, s.entropies) for f, s in zip(first, second)])
+                            max_new_tokens=max_new_tokens, batch_size=batch_size, top_k=top_k, system=system)
+    return np.array([penalised_cosine(f.entropies, s.entropies) for f, s in zip(first, second)])

@@ -6,18 +6,25 @@ Backends (the same backend and parameters are applied to a question and to its n
   words (offline). A text without any such span is an error (use ``token_loss`` or ``llm``).
 - ``token_loss``: the highest-surprisal words under a causal LM (its per-token losses summed per
   word), a fraction of the words.
-- ``llm``: an instruction model rewrites the question from ``resources/prompts/lara/blank.txt``.
+- ``llm``: an instruction model blanks exactly ``num_blanks`` important spans (the LaRA code's
+  prompt, ``resources/prompts/lara/blank.txt``).
+
+The code's other perturbation strategies edit the question instead (no ``[BLANK]``):
+``num_replace`` (one number changed, offline), ``var_rename`` and ``distractor`` (an instruction
+model renames one variable / inserts one distractor sentence, the code's prompts).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import re
+import zlib
 from typing import Callable
 
 import numpy as np
 
-from mialab.lara.llm import Generate, collect_items, load_template
+from mialab.lara.llm import Generate, collect_items, load_template, normalise_text, parse_list
 from mialab.registry import Registry
 
 BLANK = "[BLANK]"
@@ -147,27 +154,97 @@ def blank_token_loss(texts: list[str], *, model_path: str, fraction: float = 0.2
 
 
 @BlankBackend.register("llm")
-def blank_llm(texts: list[str], *, generate: Generate, template: str = "blank", max_attempts: int = 3) -> list[str]:
-    """An instruction model blanks the key spans; a completion without ``[BLANK]`` is rejected."""
+def blank_llm(texts: list[str], *, generate: Generate, template: str = "blank", num_blanks: int = 1,
+              max_attempts: int = 3) -> list[str]:
+    """An instruction model blanks the ``num_blanks`` most important spans (the LaRA code's
+    ``important`` strategy and prompt, non-numeric keywords preferred); a completion with another
+    number of ``[BLANK]`` is rejected and asked for again. ``num_blanks`` is the code's blank-count
+    sweep (``--rep_stiff_incomplete_num_blanks``; its degenerate 0, no blank at all, is not offered)."""
+    if num_blanks < 1:
+        raise ValueError(f"lara.blank.num_blanks must be at least 1, got {num_blanks}")
     tpl = load_template(template)
-    prompts = [tpl.format(question=t) for t in texts]
+    prompts = [tpl.format(question=t, num_blanks=num_blanks) for t in texts]
 
     def accept(i: int, out: str) -> list[str]:
-        text = out.strip()
-        return [text] if count_blanks(text) > 0 else []
+        return [x for x in (parse_list(out)[:1] or [out.strip()]) if count_blanks(x) == num_blanks]
 
     return [got[0] for got in collect_items(prompts, generate, accept, 1, max_attempts=max_attempts,
                                             what="llm blanking")]
 
 
+EDIT_NUMBER = re.compile(r"(?<!\w)-?\d+(?:\.\d+)?(?!\w)")
+
+
+def replace_one_number(text: str, rng: random.Random) -> str:
+    """The LaRA code's ``_perturb_replace_single_number``: one numeric literal (other than 0, 1, -1
+    when there is one) moved to a different value; a text without a number is returned as is."""
+    matches = list(EDIT_NUMBER.finditer(text))
+    if not matches:
+        return text
+    m = rng.choice([x for x in matches if x.group() not in ("0", "1", "-1")] or matches)
+    old = m.group()
+    if "." in old:
+        value = float(old)
+        new_value = value + rng.uniform(0.5, 2.5) * rng.choice([-1.0, 1.0])
+        new = f"{new_value if abs(new_value - value) >= 1e-9 else value + 1.0:.6g}"
+    else:
+        value = int(old)
+        delta = rng.randint(1, max(2, abs(value) // 5 + 1))
+        new = str(value + (delta if rng.random() < 0.5 else -delta))
+    return text[:m.start()] + new + text[m.end():]
+
+
+@BlankBackend.register("num_replace")
+def edit_num_replace(texts: list[str], *, seed: int = 0) -> list[str]:
+    """The code's ``num_replace`` perturbation (no ``[BLANK]``): one number changed, seeded per text
+    (the code seeds with Python's per-process ``hash``; here ``crc32`` of the text, reproducible)."""
+    return [replace_one_number(t, random.Random(zlib.crc32(t.encode()) ^ seed)) for t in texts]
+
+
+def _llm_edit(texts: list[str], generate: Generate, template: str, what: str, max_attempts: int) -> list[str]:
+    tpl = load_template(template)
+
+    def accept(i: int, out: str) -> list[str]:
+        return [x for x in (parse_list(out)[:1] or [out.strip()])
+                if BLANK not in x and normalise_text(x) != normalise_text(texts[i])]
+
+    return [got[0] for got in collect_items([tpl.format(question=t) for t in texts], generate, accept, 1,
+                                            max_attempts=max_attempts, what=what)]
+
+
+@BlankBackend.register("var_rename")
+def edit_var_rename(texts: list[str], *, generate: Generate, template: str = "var_rename",
+                    max_attempts: int = 3) -> list[str]:
+    """The code's ``var_rename``: an instruction model renames one single-letter variable to a noun."""
+    return _llm_edit(texts, generate, template, "llm var_rename", max_attempts)
+
+
+@BlankBackend.register("distractor")
+def edit_distractor(texts: list[str], *, generate: Generate, template: str = "distractor",
+                    max_attempts: int = 3) -> list[str]:
+    """The code's ``distractor``: an instruction model inserts one irrelevant, plausible sentence."""
+    return _llm_edit(texts, generate, template, "llm distractor", max_attempts)
+
+
+#: perturbations that edit the question instead of blanking it (the code's alternative strategies)
+EDIT_BACKENDS = ("num_replace", "var_rename", "distractor")
+#: perturbation backends that need an instruction model
+LLM_BACKENDS = ("llm", "var_rename", "distractor")
+
+
+def is_perturbed(original: str, perturbed: str, backend) -> bool:
+    """A blanking backend left a ``[BLANK]``; an editing one (:data:`EDIT_BACKENDS`) changed the text."""
+    return perturbed != original if backend in EDIT_BACKENDS else count_blanks(perturbed) > 0
+
+
 def blank_important(texts: list[str], backend: str | Callable[..., list[str]] = "numbers_entities",
                     **options) -> list[str]:
-    """BlankImportant for every text with one backend (a registered name, or any callable
-    ``(texts, **options) -> texts``); a text left without a blank is an error."""
+    """BlankImportant (or one of the :data:`EDIT_BACKENDS`) for every text with one backend (a registered
+    name, or any callable ``(texts, **options) -> texts``); a text left unperturbed is an error."""
     out = BlankBackend.resolve(backend)(list(texts), **options)
-    bare = [t for t, b in zip(texts, out, strict=True) if count_blanks(b) == 0]
+    bare = [t for t, b in zip(texts, out, strict=True) if not is_perturbed(t, b, backend)]
     if bare:
         name = getattr(backend, "__name__", backend)
-        raise ValueError(f"{name}: {len(bare)} text(s) have nothing to blank, e.g. {bare[0][:80]!r}; "
+        raise ValueError(f"{name}: {len(bare)} text(s) have nothing to blank or edit, e.g. {bare[0][:80]!r}; "
                          "use the token_loss or llm backend for such texts")
     return out

@@ -30,7 +30,7 @@ from mialab.lara.metrics import METRIC_NAMES
 
 MAD_TO_SD = 1.4826
 MEAN_AD_TO_SD = 1.2533
-Z_EPS = 1e-6
+Z_EPS = 1e-8  # the released code's --rep_stiff_lara_eps
 ALIGNMENT = {"rsm": "signed", "dc": "abs", "rsi": "negated"}
 AGGREGATES = ("abs", "signed")
 
@@ -96,12 +96,21 @@ def lara_scores(values: np.ndarray, reference_values: np.ndarray, *, eps: float 
     return aggregate(align(robust_z(values, fit_reference(reference_values), eps), metrics), how)
 
 
+def window_lengths(n_layers: int) -> tuple[int, int, int]:
+    """Early / mid / late run lengths in the released code's 9:9:10 ratio (``segment_lengths_9_9_10``):
+    ``9 L // 28`` early and mid layers, the rest late (28 layers: 9, 9, 10)."""
+    early = 9 * n_layers // 28
+    return early, early, n_layers - 2 * early
+
+
 def layer_windows(n_layers: int) -> dict[str, np.ndarray]:
-    """Early / mid / late thirds of ``n_layers`` positions (``numpy.array_split``: earlier thirds
-    get the extra layer)."""
-    if n_layers < 3:
-        raise ValueError(f"three layer windows need at least 3 layers, got {n_layers}")
-    return dict(zip(("early", "mid", "late"), np.array_split(np.arange(n_layers), 3)))
+    """Early / mid / late runs of ``n_layers`` probed positions, split 9:9:10 (:func:`window_lengths`).
+
+    Under 4 layers the early and mid runs are empty (the code's NaN columns) and left out."""
+    early, mid, _ = window_lengths(n_layers)
+    pos = np.arange(n_layers)
+    windows = {"early": pos[:early], "mid": pos[early:early + mid], "late": pos[early + mid:]}
+    return {name: p for name, p in windows.items() if len(p)}
 
 
 def metric_tensor(table: pd.DataFrame) -> tuple[list[str], list[int], np.ndarray]:
@@ -124,7 +133,7 @@ def detection_scores(metrics: pd.DataFrame, reference: pd.DataFrame, *, eps: flo
     ``metrics`` and ``reference`` are metrics tables (see :func:`metric_tensor`) with the same
     layers; ``reference`` holds clean questions only. Columns: ``id``, ``lara`` (all metrics
     and layers), ``lara_<metric>`` (one metric), ``lara_no_<metric>`` (leave one out),
-    ``lara_early`` / ``lara_mid`` / ``lara_late`` (all metrics, one third of the layers).
+    ``lara_early`` / ``lara_mid`` / ``lara_late`` (all metrics, one 9:9:10 run of the layers).
     """
     ids, layers, values = metric_tensor(metrics)
     _, ref_layers, ref_values = metric_tensor(reference)

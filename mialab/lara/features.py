@@ -2,10 +2,11 @@
 
 Layer 0 is the embedding-layer output and layers 1..L the transformer blocks' outputs, as in
 ``output_hidden_states=True`` (Hugging Face applies the final norm to the last one). Pooling
-averages the tokens of the text itself: padding is masked out and so are the special tokens the
-tokenizer adds (a BOS token is the same vector for every text and, in many LLMs, an
-attention-sink outlier that would dominate the mean). Padding is on the right, so with causal
-attention a text's features do not depend on what it is batched with.
+averages every token of the tokenised text, the special tokens the tokenizer adds (a BOS)
+included, as the LaRA code does; ``special_tokens=False`` averages the text's own tokens only (a
+BOS is the same vector for every text and, in many LLMs, an attention-sink outlier that dominates
+the mean). Padding is masked out and on the right, so with causal attention a text's features do
+not depend on what it is batched with.
 
 The stage writes ``out_dir/shards/shard-NNNNN.safetensors`` (key ``features``, float32
 ``[rows, n_layers + 1, hidden]``) and finally ``out_dir/index.parquet`` (the input table plus
@@ -39,7 +40,7 @@ def mean_pool(hidden, mask):
 
 
 def layer_features(model, tokenizer, texts: list[str], *, batch_size: int = 8,
-                   max_length: int | None = None) -> np.ndarray:
+                   max_length: int | None = None, special_tokens: bool = True) -> np.ndarray:
     """``[n_texts, n_layers + 1, hidden]`` float32 mean-pooled hidden states.
 
     Texts are batched in order of token length (less padding); rows come back in input order.
@@ -60,7 +61,7 @@ def layer_features(model, tokenizer, texts: list[str], *, batch_size: int = 8,
         with torch.inference_mode():
             hidden = body(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
                           output_hidden_states=True).hidden_states
-        pool_mask = enc["attention_mask"] * (1 - enc["special_tokens_mask"])
+        pool_mask = enc["attention_mask"] * (1 if special_tokens else 1 - enc["special_tokens_mask"])
         out[idx] = torch.stack([mean_pool(h, pool_mask) for h in hidden], dim=1).cpu().numpy()
     if not np.isfinite(out).all():
         raise ValueError("non-finite hidden states (overflow in this dtype?)")
@@ -68,21 +69,24 @@ def layer_features(model, tokenizer, texts: list[str], *, batch_size: int = 8,
 
 
 def extract_layer_features(model_path: str, texts: list[str], *, batch_size: int = 8, device: str = "auto",
-                           dtype: str = "float32", max_length: int | None = None) -> np.ndarray:
+                           dtype: str = "float32", max_length: int | None = None,
+                           special_tokens: bool = True) -> np.ndarray:
     """Load ``model_path`` and return :func:`layer_features` of ``texts``."""
     from mialab.lara.lm import load_lm
 
     model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right")
-    return layer_features(model, tok, list(texts), batch_size=batch_size, max_length=max_length)
+    return layer_features(model, tok, list(texts), batch_size=batch_size, max_length=max_length,
+                          special_tokens=special_tokens)
 
 
-def shard_fingerprint(model_path: str, dtype: str, max_length: int | None, texts: list[str]) -> str:
-    """What a shard depends on: changed weights, dtype, truncation or text invalidate it.
+def shard_fingerprint(model_path: str, dtype: str, max_length: int | None, texts: list[str],
+                      special_tokens: bool = True) -> str:
+    """What a shard depends on: changed weights, dtype, truncation, pooling or text invalidate it.
 
     The model counts by its files' content (mialab.integrity.model_fingerprint), never by where it
     lies or when it was written: a moved results tree keeps its shards.
     """
-    payload = json.dumps([model_fingerprint(model_path), dtype, max_length, texts], sort_keys=True)
+    payload = json.dumps([model_fingerprint(model_path), dtype, max_length, texts, special_tokens], sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -97,7 +101,8 @@ def _shard_is_current(path: Path, fingerprint: str) -> bool:
 
 def extract_features(table: pd.DataFrame, model_path: str, out_dir: str | os.PathLike, *, shard_size: int = 256,
                      batch_size: int = 8, device: str = "auto", dtype: str = "float32",
-                     max_length: int | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
+                     max_length: int | None = None, special_tokens: bool = True,
+                     trust_remote_code: bool = False) -> pd.DataFrame:
     """Stage: features of every ``table["text"]`` as shards plus ``index.parquet``; resumable.
 
     Returns the index (``table`` with ``shard`` and ``row`` added). The model is loaded only
@@ -114,14 +119,15 @@ def extract_features(table: pd.DataFrame, model_path: str, out_dir: str | os.Pat
     for shard in range(int(index["shard"].max()) + 1 if len(index) else 0):
         chunk = texts[shard * shard_size:(shard + 1) * shard_size]
         path = out_dir / "shards" / f"shard-{shard:05d}.safetensors"
-        fingerprint = shard_fingerprint(model_path, dtype, max_length, chunk)
+        fingerprint = shard_fingerprint(model_path, dtype, max_length, chunk, special_tokens)
         if _shard_is_current(path, fingerprint):
             continue
         if model is None:
             from mialab.lara.lm import load_lm
 
             model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right", trust_remote_code=trust_remote_code)
-        feats = layer_features(model, tok, chunk, batch_size=batch_size, max_length=max_length)
+        feats = layer_features(model, tok, chunk, batch_size=batch_size, max_length=max_length,
+                               special_tokens=special_tokens)
         with atomic_path(path) as tmp:
             save_file({FEATURES_KEY: torch.from_numpy(feats)}, str(tmp),
                       metadata={"fingerprint": fingerprint, "model": str(model_path), "dtype": dtype})

@@ -46,22 +46,28 @@ def encode_prompt(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"]
 
 
-def format_prompt(tokenizer, text: str) -> str:
-    """Wrap ``text`` as one user turn with the tokenizer's chat template; raw text without one."""
+def format_prompt(tokenizer, text: str, system: str | None = None) -> str:
+    """Wrap ``text`` as one user turn, after a ``system`` turn when given, with the tokenizer's chat
+    template; without one, the raw text (after the system prompt and a blank line)."""
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                             add_generation_prompt=True)
-    return text
+        turns = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    return f"{system}\n\n{text}" if system else text
 
 
 @dataclass(frozen=True)
 class Generation:
-    """One generated answer: its text, token ids (up to, without, the first EOS) and the
-    entropy (nats) of the next-token distribution at every decoding step, the EOS step included."""
+    """One generated answer: its text, token ids (up to, without, the first EOS) and, at every
+    decoding step (the EOS step included), the entropy (nats) of the next-token distribution and,
+    when asked for (``top_k`` of :func:`generate`), the generated token's log-probability and the
+    mean / standard deviation of ``log p`` under the top-``k`` distribution (Min-K%++'s ``mu``, ``sigma``)."""
 
     text: str
     token_ids: tuple[int, ...]
     entropies: tuple[float, ...]
+    logprobs: tuple[float, ...] = ()
+    mus: tuple[float, ...] = ()
+    sigmas: tuple[float, ...] = ()
 
 
 def step_entropies(step_logits) -> np.ndarray:
@@ -76,6 +82,31 @@ def step_entropies(step_logits) -> np.ndarray:
     return torch.stack(cols, dim=1).numpy()
 
 
+PROB_FLOOR = 1e-12   # the released code clips top-k probabilities here before its logs
+VAR_FLOOR = 1e-6     # and the top-k variance of log p here before its square root
+
+
+def topk_step_stats(step_logits, chosen, k: int) -> dict[str, np.ndarray]:
+    """Per-step statistics of the top-``k`` log-probabilities, as the LaRA code reads vLLM's ``logprobs=k``
+    (``generate_full_data.py:process_single_output``): ``logprobs`` of the ``chosen [batch, steps]``
+    tokens (exact), and over the top-``k`` entries, unnormalised, with ``p`` clipped at
+    :data:`PROB_FLOOR`: ``entropies = -sum p log p``, ``mus = sum p log q``, ``sigmas =
+    sqrt(max(sum p (log q)^2 - mu^2, VAR_FLOOR))`` (``q`` the unclipped probability). Arrays ``[batch, steps]``."""
+    import torch
+
+    out = {name: [] for name in ("logprobs", "entropies", "mus", "sigmas")}
+    for t, logits in enumerate(step_logits):
+        logp = torch.log_softmax(logits.float(), dim=-1).double()
+        out["logprobs"].append(logp.gather(-1, chosen[:, t:t + 1].to(logp.device)).squeeze(-1).cpu())
+        top = logp.topk(min(k, logp.shape[-1]), dim=-1).values
+        p = top.exp().clamp_min(PROB_FLOOR)
+        mu = (p * top).sum(-1)
+        out["entropies"].append(-(p * p.log()).sum(-1).cpu())
+        out["mus"].append(mu.cpu())
+        out["sigmas"].append(((p * top.square()).sum(-1) - mu.square()).clamp_min(VAR_FLOOR).sqrt().cpu())
+    return {name: torch.stack(cols, dim=1).numpy() for name, cols in out.items()}
+
+
 def _eos_ids(model, tokenizer) -> set[int]:
     eos = model.generation_config.eos_token_id
     ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
@@ -86,12 +117,15 @@ def _eos_ids(model, tokenizer) -> set[int]:
 
 def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 256, do_sample: bool = False,
              temperature: float = 1.0, top_p: float = 1.0, num_return_sequences: int = 1,
-             batch_size: int = 8, seed: int = 0, entropies: bool = True) -> list[list[Generation]]:
+             batch_size: int = 8, seed: int = 0, entropies: bool = True,
+             top_k: int | None = None) -> list[list[Generation]]:
     """Generate ``num_return_sequences`` answers per (already formatted) prompt, batched.
 
     The tokenizer must pad on the left. Entropies come from the raw logits (before temperature
-    or top-p), i.e. the model's own next-token distribution; ``entropies=False`` skips them
-    (empty tuples) and keeps no logits. Sampling is seeded per batch.
+    or top-p), i.e. the model's own next-token distribution: over the full vocabulary, or with
+    ``top_k`` over its top-``k`` entries together with the tokens' log-probabilities and Min-K%++
+    statistics (:func:`topk_step_stats`). ``entropies=False`` skips them (empty tuples) and keeps
+    no logits. Sampling is seeded per batch.
     """
     import torch
 
@@ -113,29 +147,47 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 256,
                                            return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id,
                                            **sampling)
         new = out.sequences[:, enc["input_ids"].shape[1]:].cpu()
-        entropy = step_entropies(out.logits) if entropies else np.zeros((new.shape[0], 0))
+        if not entropies:
+            stats = {"entropies": np.zeros((new.shape[0], 0))}
+        elif top_k is not None:
+            stats = topk_step_stats(out.logits, new, top_k)
+        else:
+            stats = {"entropies": step_entropies(out.logits)}
         for row in range(new.shape[0]):
             ids = new[row].tolist()
             n_tok = next((t for t, tok in enumerate(ids) if tok in eos), len(ids))
+            steps = {name: tuple(values[row, :n_tok + 1].tolist()) for name, values in stats.items()}
             gen = Generation(text=tokenizer.decode(ids[:n_tok], skip_special_tokens=True),
-                             token_ids=tuple(ids[:n_tok]), entropies=tuple(entropy[row, :n_tok + 1].tolist()))
+                             token_ids=tuple(ids[:n_tok]), **steps)
             if row % num_return_sequences == 0:
                 results.append([])
             results[-1].append(gen)
     return results
 
 
-def text_generator(model_path: str, *, max_new_tokens: int = 1024, temperature: float = 0.7, top_p: float = 0.95,
-                   batch_size: int = 8, seed: int = 0, device: str = "auto", dtype: str = "bfloat16"):
-    """A ``generate(prompts) -> completions`` callable over a local instruction model (each
-    prompt sent as one chat user turn), for the LLM-backed perturbation backends.
-    ``temperature=0`` decodes greedily (then re-prompting repeats the same answer)."""
-    model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="left")
+def text_generator(model_path: str, *, engine: str = "hf", backend_options: dict | None = None,
+                   max_new_tokens: int = 4000, temperature: float = 0.7, top_p: float = 1.0, seed: int = 0,
+                   trust_remote_code: bool = False):
+    """A ``generate(prompts) -> completions`` callable over an instruction model (a local folder or a
+    hub id in the cache), for the LLM-backed perturbation backends: each prompt is sent as one chat
+    user turn on the project's rollout engine (``hf`` or ``vllm``, :mod:`mialab.generation.engine`,
+    started once with ``backend_options``). ``temperature=0`` decodes greedily (then re-prompting
+    repeats the same answer); ``run(prompts, temperature=t)`` overrides it for one call."""
+    import dataclasses
 
-    def run(prompts: list[str]) -> list[str]:
-        gens = generate(model, tok, [format_prompt(tok, p) for p in prompts], max_new_tokens=max_new_tokens,
-                        do_sample=temperature > 0, temperature=temperature, top_p=top_p, batch_size=batch_size,
-                        seed=seed, entropies=False)
-        return [g[0].text for g in gens]
+    from mialab.generation.engine import SamplingConfig, start_backend, stop_token_ids
+    from mialab.generation.prompts import prompt_token_ids
+    from mialab.models.loading import load_tokenizer
+
+    tok = load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code)
+    backend = start_backend(engine, model_path, backend_options, trust_remote_code=trust_remote_code)
+    stops = stop_token_ids(model_path, tok)
+    sampling = SamplingConfig(n=1, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=0,
+                              seed=seed)
+
+    def run(prompts: list[str], *, temperature: float = temperature) -> list[str]:
+        setting = dataclasses.replace(sampling, temperature=temperature)
+        completions = backend.generate([prompt_token_ids(tok, format_prompt(tok, p)) for p in prompts], setting, stops)
+        return [tok.decode(c[0].token_ids, skip_special_tokens=True) for c in completions]
 
     return run

@@ -3,7 +3,8 @@
 Notation (paper, Sec. 3.2): ``h_l(q)`` is the mean-pooled layer-``l`` state of text ``q``;
 the perturbation shift is ``Delta_l(q) = h_l(q) - h_l(BlankImportant(q))``. A question's value
 is standardised against its ``M`` neighbours: ``(x(Q) - mean_k x(N_k)) / (std_k x(N_k) + eps)``
-with the population standard deviation (``ddof=0``; the paper does not say which).
+with the sample standard deviation (``ddof=1``, as the released code's ``rsm_calculation.py`` and
+``rsi_calculation.py``; the paper does not say which).
 
 Array shapes: ``Q`` questions, ``M`` neighbours, ``K`` variants, ``L`` layers, ``D`` hidden size.
 """
@@ -20,8 +21,8 @@ METRIC_NAMES = ("rsm", "dc", "rsi")
 
 
 def standardise_against_neighbours(x_q: np.ndarray, x_nb: np.ndarray, eps: float = EPS) -> np.ndarray:
-    """``(x_q - mean_M x_nb) / (std_M x_nb + eps)``; ``x_q [Q, ...]``, ``x_nb [Q, M, ...]``."""
-    return (x_q - x_nb.mean(axis=1)) / (x_nb.std(axis=1) + eps)
+    """``(x_q - mean_M x_nb) / (std_M x_nb + eps)`` (sample std, ``ddof=1``); ``x_q [Q, ...]``, ``x_nb [Q, M, ...]``."""
+    return (x_q - x_nb.mean(axis=1)) / (x_nb.std(axis=1, ddof=1) + eps)
 
 
 def perturbation_shift(h: np.ndarray, h_blank: np.ndarray) -> np.ndarray:
@@ -108,14 +109,15 @@ def compute_metrics(index: pd.DataFrame, features: np.ndarray, *, layers: list[i
                     eps: float = EPS, chunk_size: int = 32) -> pd.DataFrame:
     """Stage: the metrics table, one row per (question ``id``, ``layer``) with ``rsm``, ``dc``, ``rsi``.
 
-    ``layers`` index the feature axis; the default probes the transformer layers ``1..L`` (the
-    paper's set) and leaves out the embedding output (0). Questions are processed in chunks to
-    bound memory.
+    ``layers`` index the feature axis (``hidden_states``); the default probes ``0..L-1`` as the
+    released code does (``hidden_states[i]`` for ``i < num_hidden_layers``: the embedding output and
+    the first ``L - 1`` blocks' outputs, not the final normed output ``L``). Questions are
+    processed in chunks to bound memory.
     """
     groups = group_rows(index)
     if groups.n_neighbours < 2:
         raise ValueError("standardising against neighbours needs at least 2 neighbours")
-    layers = list(range(1, features.shape[1])) if layers is None else list(layers)
+    layers = list(range(features.shape[1] - 1)) if layers is None else list(layers)
     frames = []
     for start in range(0, len(groups.ids), chunk_size):
         rows = groups.rows[start:start + chunk_size]

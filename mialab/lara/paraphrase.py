@@ -11,8 +11,9 @@ Backends:
   blanked AIME problems, 5 variants were all distinct for 119 and all identical for 21 (9 had
   no rewritable word); identical variants give a raw variability of 0, which reads as rigid, so
   prefer the ``llm`` backend for real runs.
-- ``llm``: an instruction model paraphrases from ``resources/prompts/lara/paraphrase.txt``;
-  completions that change the number of blanks are rejected and asked for again.
+- ``llm``: an instruction model writes one paraphrase per call from the LaRA code's prompt
+  (``resources/prompts/lara/paraphrase.txt``); completions that change the number of blanks are
+  rejected and asked for again.
 
 Every variant returned by :func:`paraphrase_variants` keeps exactly the source's blank count.
 """
@@ -26,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from mialab.lara.blanking import BLANK, MATH_SPAN, count_blanks
-from mialab.lara.llm import Generate, collect_items, load_template, normalise_text, parse_list
+from mialab.lara.llm import Generate, collect_items, load_template, normalise_text
 from mialab.registry import Registry
 from mialab.lara.wordnet import DEBIAN_WORDNET, synonyms
 
@@ -85,16 +86,21 @@ def wordnet_variants(texts: list[str], n_variants: int, *, rate: float = 0.5, se
 
 @ParaphraseBackend.register("llm")
 def llm_variants(texts: list[str], n_variants: int, *, generate: Generate, template: str = "paraphrase",
-                 max_attempts: int = 3) -> list[list[str]]:
-    """LLM paraphrases; an item with another blank count, or equal to the source, is rejected."""
-    tpl = load_template(template)
-    prompts = [tpl.format(question=t, k=n_variants, n_blanks=count_blanks(t)) for t in texts]
+                 edit_template: str = "paraphrase_edit", max_attempts: int = 3) -> list[list[str]]:
+    """LLM paraphrases, one per call as the LaRA code (``make_incomplete_questions_rsi.py``, its
+    prompts: ``template`` for a blanked text, ``edit_template`` for an edited one without ``[BLANK]``);
+    a completion with another blank count, or equal to the source, is asked for again."""
+    tpls = {True: load_template(template), False: load_template(edit_template)}
+    prompts = [tpls[count_blanks(t) > 0].format(question=t) for t in texts for _ in range(n_variants)]
 
     def accept(i: int, out: str) -> list[str]:
-        return [x for x in parse_list(out)
-                if count_blanks(x) == count_blanks(texts[i]) and normalise_text(x) != normalise_text(texts[i])]
+        source = texts[i // n_variants]
+        text = out.strip().strip("\"'").strip()
+        same_blanks = count_blanks(text) == count_blanks(source)
+        return [text] if same_blanks and normalise_text(text) != normalise_text(source) else []
 
-    return collect_items(prompts, generate, accept, n_variants, max_attempts=max_attempts, what="llm paraphrase")
+    got = collect_items(prompts, generate, accept, 1, max_attempts=max_attempts, what="llm paraphrase")
+    return [[g[0] for g in got[i * n_variants:(i + 1) * n_variants]] for i in range(len(texts))]
 
 
 def paraphrase_variants(texts: list[str], n_variants: int, backend: str | Callable[..., list[list[str]]] = "wordnet",

@@ -19,8 +19,8 @@ import functools
 from mialab.config import ConfigError, check_names
 from mialab.workflow import Plan, Stage, seed_part
 
-STAGE_VERSIONS: dict[str, int] = {"perturbations": 2, "features": 2, "baselines": 3, "scores": 2}
-PERTURBATION_KEYS = ("question", "controls", "neighbours", "blank", "paraphrase")
+STAGE_VERSIONS: dict[str, int] = {"perturbations": 2, "features": 3, "baselines": 4, "scores": 3}
+PERTURBATION_KEYS = ("question", "controls", "neighbours", "blank", "paraphrase", "llm")
 MODEL_STAGES = ("features", "baselines")
 
 
@@ -75,7 +75,7 @@ class LaRAPlan:
 
     def perturbation_config(self) -> dict:
         """The slice of the ``lara`` section the perturbation stage reads."""
-        return {k: self.spec[k] for k in PERTURBATION_KEYS}
+        return {k: self.spec[k] for k in PERTURBATION_KEYS if k in self.spec}   # llm: only when configured
 
     @functools.lru_cache(maxsize=None)
     def model_run(self, stage: str, model: str, dataset: str) -> Stage:

@@ -15,15 +15,17 @@ import pandas as pd
 
 from mialab.evaluation.metrics import aggregate_over_seeds, fpr_column
 from mialab.evaluation.report import markdown_table
-from mialab.lara.stages import EVALUATED, METRIC_COLUMNS, PREFIX, REFERENCE
+from mialab.lara.stages import EVALUATED, IN_SET_PREFIX, METRIC_COLUMNS, PREFIX, REFERENCE
 
 OUTPUT_BASELINES = ("loss", "min_k", "min_k_plus_plus")
 METRIC_TITLES = {"rsm": "RSM (shift magnitude)", "dc": "DC (directional collapse)", "rsi": "RSI (stability)"}
 
 
 def is_reported(method: str) -> bool:
-    """A LaRA-stage column, or one of the foundation's PPL / Min-K% / Min-K%++ columns."""
-    return method == PREFIX or method.startswith(PREFIX + "/") or method.split("@")[0] in OUTPUT_BASELINES
+    """A LaRA-stage column (``lara...``, ``lara_in_set...``), or one of the foundation's PPL / Min-K% /
+    Min-K%++ columns."""
+    return (any(method == p or method.startswith(p + "/") for p in (PREFIX, IN_SET_PREFIX))
+            or method.split("@")[0] in OUTPUT_BASELINES)
 
 
 def lara_summary(per_seed: pd.DataFrame, models: list[str], fpr_targets: list[float]) -> pd.DataFrame:
@@ -40,8 +42,12 @@ def lara_markdown(summary: pd.DataFrame, fpr_targets: list[float], notes: str = 
     """The summary as a markdown document (values in %)."""
     head = ("# LaRA and output-level baselines\n\nAUROC and TPR at FPR ≤ target, in %, mean ± std over seeds "
             "(higher score = member). `lara`: the detection score; `lara/<metric>`: one metric; `lara/no_<metric>`: "
-            "leave one out; `lara/early|mid|late`: one third of the layers; `lara/recall|cdd|self_critique`: "
-            "output-level baselines on the question; `lara/lara+sc@b`: b pr(SC) + (1 - b) pr(LaRA); `loss` (PPL), "
+            "leave one out; `lara/early|mid|late`: a 9:9:10 run of the layers; `lara_in_set...`: the same scores "
+            "standardised on the evaluated split's own non-members (**uses the evaluation labels**, the released "
+            "code's default; optimistic, not comparable with `lara`); `lara/recall`: ReCaLL (a non-member prefix); "
+            "`lara/cdd|self_critique|recall_lara_code|ppl_response|min_k_response@k|min_k_plus_plus_response@k|dime`: "
+            "the LaRA code's output-level baselines on the model's greedy answers (`recall_lara_code` is its "
+            "\"Recall\"; `min_k_response` keeps its sign, the inverse of Min-K%'s); `lara/lara+sc@b`: b pr(SC) + (1 - b) pr(LaRA); `loss` (PPL), "
             "`min_k@k`, `min_k_plus_plus@k`: the passive baselines on the split's texts.\n\n")
     return head + (notes + "\n\n" if notes else "") + markdown_table(summary, ["auroc", *map(fpr_column, fpr_targets)])
 

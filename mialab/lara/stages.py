@@ -17,25 +17,33 @@ Stages:
 - features (model, dataset; every seed): each distinct text of the seeds' tables is read once
   (neighbours are shared between questions and seeds: several times fewer forward passes); the
   stage's ``index.parquet`` lists them;
-- baselines (model, dataset; a table per seed): ReCaLL (prefix: the seed's reference questions),
-  CDD, Self-Critique on the evaluated questions, each distinct question answered once;
+- baselines (model, dataset; a table per seed): ReCaLL (prefix: the seed's reference questions) and
+  the LaRA code's output-level baselines (CDD, Self-Critique, ``recall_lara_code``, ``ppl_response``,
+  ``min_k_response``, ``min_k_plus_plus_response``, DIME) on the evaluated questions, each distinct
+  question answered once;
 - scores (model, dataset; a table per seed): RSM / DC / RSI per layer, the detection score and its
   ablations, LaRA + Self-Critique for every beta; the split's labels are attached last, so no
-  score depends on them.
+  score depends on them. Opt-in ``lara.detection.reference: in_set`` instead standardises on the
+  split's label-0 questions, the released code's default: those columns are ``lara_in_set...``
+  (they use the evaluation labels; on null data they score above chance).
 
 Score columns (higher = member): ``lara``, ``lara/<metric>`` (one metric), ``lara/no_<metric>``,
-``lara/early|mid|late`` (layer thirds), ``lara/recall``, ``lara/cdd``, ``lara/self_critique``,
-``lara/lara+sc@<beta>``.
+``lara/early|mid|late`` (9:9:10 layer runs), ``lara/recall`` (ReCaLL), ``lara/cdd``, ``lara/self_critique``,
+``lara/recall_lara_code``, ``lara/ppl_response``, ``lara/min_k_response@k``, ``lara/min_k_plus_plus_response@k``,
+``lara/dime``,
+``lara/lara+sc@<beta>`` (``lara_in_set`` in place of ``lara`` for the LaRA columns under the in-set reference).
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
-from mialab.lara.baselines import (cdd_scores, greedy_answers, mean_log_likelihood, recall_scores,
-                                   self_critique_scores)
-from mialab.lara.blanking import BlankBackend, count_blanks
+from mialab.lara.baselines import (TOP_K_LOGPROBS, cdd_scores, greedy_answers, mean_log_likelihood,
+                                   perturbed_question, recall_scores, response_scores, self_critique_scores)
+from mialab.lara.blanking import LLM_BACKENDS, BlankBackend, is_perturbed
 from mialab.lara.combine import combine_lara_sc
 from mialab.lara.construction import build_perturbations
 from mialab.lara.detection import detection_scores
@@ -45,6 +53,10 @@ from mialab.rl.corpus import normalise_question, pool_questions
 
 EVALUATED, REFERENCE = "evaluated", "reference"
 PREFIX = "lara"
+HELD_OUT, IN_SET = "held_out", "in_set"
+REFERENCES = (HELD_OUT, IN_SET)
+#: LaRA columns standardised on the evaluated set's own non-members (they use evaluation labels)
+IN_SET_PREFIX = "lara_in_set"
 METRIC_COLUMNS = ["rsm", "dc", "rsi"]
 
 
@@ -55,10 +67,46 @@ def known_nonmembers(pool: pd.DataFrame, split_ids) -> pd.DataFrame:
 
 
 def blankable(texts: list[str], blank: dict | None = None) -> np.ndarray:
-    """Which texts keep at least one ``[BLANK]`` under the blank backend (default ``numbers_entities``)."""
+    """Which texts the blank backend (default ``numbers_entities``) perturbs (:func:`is_perturbed`);
+    an LLM perturbs any text (it is not asked here)."""
     spec = dict(blank or {"backend": "numbers_entities"})
-    backend = BlankBackend.resolve(spec.pop("backend"))
-    return np.array([count_blanks(t) > 0 for t in backend(list(texts), **spec)], dtype=bool)
+    name = spec.pop("backend")
+    if name in LLM_BACKENDS:
+        return np.ones(len(texts), dtype=bool)
+    return np.array([is_perturbed(t, b, name) for t, b in zip(texts, BlankBackend.resolve(name)(list(texts), **spec))],
+                    dtype=bool)
+
+
+#: options an ``llm`` perturbation backend reads besides its ``generate`` (the others are the offline backends')
+LLM_OPTIONS = ("num_blanks",)
+
+
+def backend_specs(spec: dict, neighbour_pool: list[str], generate=None) -> dict[str, dict]:
+    """``{"neighbours", "blank", "paraphrase"}`` backend specs for :func:`build_perturbations` from the
+    ``lara`` section's ``neighbours`` / ``blank`` / ``paraphrase`` entries.
+
+    A backend ``llm`` gets ``generate`` (``generate(prompts, temperature=t)``, :func:`mialab.lara.lm.text_generator`
+    on ``lara.llm``) at the entry's own ``temperature`` (the code's: 0.8 neighbours, 0.3 blanking, 0.7
+    paraphrases); neighbours default to retrieval from ``neighbour_pool`` (the known non-members).
+    """
+    out = {}
+    for part in ("neighbours", "blank", "paraphrase"):
+        entry = {k: v for k, v in spec[part].items() if k not in ("n", "n_variants")}
+        default = {"neighbours": "retrieval", "blank": "numbers_entities", "paraphrase": "wordnet"}[part]
+        entry.setdefault("backend", default)
+        if entry["backend"] in LLM_BACKENDS:
+            if generate is None:
+                raise ValueError(f"lara.{part}.backend: {entry['backend']} needs the lara.llm section "
+                                 "(the instruction model)")
+            out[part] = {"backend": entry["backend"],
+                         "generate": functools.partial(generate, temperature=entry["temperature"]),
+                         **{k: entry[k] for k in LLM_OPTIONS if k in entry}}
+        elif part == "neighbours":
+            out[part] = {"backend": "retrieval", "pool": neighbour_pool, "batch_size": entry["batch_size"],
+                         "dtype": entry["embedding_dtype"]}
+        else:
+            out[part] = entry
+    return out
 
 
 def stage_questions(split: pd.DataFrame, pool: pd.DataFrame, *, rule: str = "request", max_words: int | None = None,
@@ -84,15 +132,11 @@ def stage_questions(split: pd.DataFrame, pool: pd.DataFrame, *, rule: str = "req
     return questions, control_questions.tolist()
 
 
-def perturbation_table(questions: pd.DataFrame, neighbour_pool: list[str], *, n_neighbours: int = 5,
-                       n_variants: int = 5, blank: dict | None = None, paraphrase: dict | None = None,
-                       neighbour_options: dict | None = None) -> pd.DataFrame:
-    """The perturbation table of every question, with its ``set``; neighbours by retrieval from
-    ``neighbour_pool``."""
+def perturbation_table(questions: pd.DataFrame, backends: dict[str, dict], *, n_neighbours: int = 5,
+                       n_variants: int = 5) -> pd.DataFrame:
+    """The perturbation table of every question, with its ``set``; ``backends`` from :func:`backend_specs`."""
     table = build_perturbations(questions[["id", "text"]], n_neighbours=n_neighbours, n_variants=n_variants,
-                                neighbours={"backend": "retrieval", "pool": neighbour_pool,
-                                            **(neighbour_options or {})},
-                                blank=blank, paraphrase=paraphrase)
+                                **backends)
     return table.merge(questions[["id", "set"]], on="id", how="left", validate="many_to_one")
 
 
@@ -119,19 +163,40 @@ def question_metrics(table: pd.DataFrame, index: pd.DataFrame, features: np.ndar
     return metrics.assign(set=metrics["id"].map(sets).to_numpy())
 
 
+def in_set_reference(evaluated: pd.DataFrame, split: pd.DataFrame) -> pd.DataFrame:
+    """The released code's default clean reference: the evaluated questions whose split label is 0.
+
+    It reads the evaluation labels (a question's score then depends on which of the others are
+    non-members), so scores fitted on it are named :data:`IN_SET_PREFIX` and are optimistic.
+    """
+    clean = set(split.loc[split["label"] == 0, "id"].astype(str))
+    reference = evaluated[evaluated["id"].astype(str).isin(clean)]
+    if reference["id"].nunique() < 2:
+        raise ValueError(f"lara.detection.reference: in_set needs at least 2 label-0 questions in the split, "
+                         f"found {reference['id'].nunique()}")
+    return reference
+
+
 def score_table(metrics: pd.DataFrame, baselines: pd.DataFrame, split: pd.DataFrame, *, how: str = "abs",
-                betas: list[float] = (0.65,)) -> pd.DataFrame:
+                betas: list[float] = (0.65,), reference: str = HELD_OUT) -> pd.DataFrame:
     """The stage's score table: ``id``, ``label`` and the columns of the module doc, in split order.
 
-    The detection reference is fitted on the reference questions only; ``label`` is joined last.
+    ``reference``: ``held_out`` fits the detection reference on the reference questions (known
+    non-members outside the split) and joins ``label`` last; ``in_set`` fits it on the split's
+    label-0 questions (:func:`in_set_reference`) and names the LaRA columns ``lara_in_set...``.
     """
+    if reference not in REFERENCES:
+        raise ValueError(f"lara.detection.reference: unknown {reference!r}; known: {', '.join(REFERENCES)}")
     evaluated = metrics[metrics["set"] == EVALUATED].drop(columns="set")
-    reference = metrics[metrics["set"] == REFERENCE].drop(columns="set")
-    scores = detection_scores(evaluated, reference, how=how)
-    scores = scores.rename(columns=lambda c: c if c in ("id", PREFIX) else f"{PREFIX}/{c.removeprefix(PREFIX + '_')}")
+    fitted = (metrics[metrics["set"] == REFERENCE].drop(columns="set") if reference == HELD_OUT
+              else in_set_reference(evaluated, split))
+    prefix = PREFIX if reference == HELD_OUT else IN_SET_PREFIX
+    scores = detection_scores(evaluated, fitted, how=how)
+    scores = scores.rename(columns=lambda c: c if c == "id" else prefix if c == PREFIX
+                           else f"{prefix}/{c.removeprefix(PREFIX + '_')}")
     scores = scores.merge(baselines, on="id", how="outer", validate="one_to_one")
     for beta in betas:
-        scores[f"{PREFIX}/lara+sc@{beta:g}"] = combine_lara_sc(scores[PREFIX].to_numpy(),
+        scores[f"{prefix}/lara+sc@{beta:g}"] = combine_lara_sc(scores[prefix].to_numpy(),
                                                                scores[f"{PREFIX}/self_critique"].to_numpy(), beta)
     if set(scores["id"]) != set(split["id"].astype(str)):
         raise ValueError("the LaRA scores and the split cover different ids")
@@ -157,15 +222,20 @@ def recall_prefix(references: pd.DataFrame, recall: dict) -> list[str]:
 
 
 def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict, cdd: dict, self_critique: dict,
+                    responses: dict | None = None, top_k_logprobs: int = TOP_K_LOGPROBS,
+                    system_prompt: str | None = None,
                     batch_size: int = 8, device: str = "auto", dtype: str = "float32",
                     trust_remote_code: bool = False) -> list[pd.DataFrame]:
-    """ReCaLL, CDD and Self-Critique of every evaluated question, one table (``id`` and ``lara/...``
-    columns) per perturbation table (one per seed).
+    """The output-level baselines of every evaluated question (:mod:`mialab.lara.baselines`), one
+    table (``id`` and ``lara/...`` columns) per perturbation table (one per seed).
 
-    The seeds' splits share questions: CDD and Self-Critique answer each distinct question once,
-    and ReCaLL's unconditional likelihood is read once; ReCaLL's prefix is each seed's own
+    The seeds' splits share questions: every generation answers each distinct question once, and
+    ReCaLL's unconditional likelihood is read once; ReCaLL's prefix is each seed's own
     (:func:`recall_prefix` of its reference questions) and scores a question's first ``max_words``
-    words. The model is loaded once; Self-Critique's greedy first answers double as CDD's.
+    words. The model is loaded once. The original greedy answers (``self_critique.max_new_tokens``
+    tokens) are Self-Critique's first answers, the response-level baselines' original responses and,
+    when it decodes as many tokens, CDD's greedy answers; the perturbed greedy answers
+    (``responses.perturbation_prefix`` / ``_suffix`` around the question) feed ``recall_lara_code`` and DIME.
     """
     parts = [_evaluated_and_reference(t) for t in tables]
     questions = pd.concat([q[["id", "text"]] for q, _ in parts]).drop_duplicates()
@@ -175,23 +245,28 @@ def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict
     texts = questions["text"].tolist()
     model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="left", trust_remote_code=trust_remote_code)
     answer_tokens = self_critique.get("max_new_tokens", 256)
-    first = greedy_answers(model, tok, texts, max_new_tokens=answer_tokens, batch_size=batch_size)
-    # CDD's greedy answers are Self-Critique's first answers when both decode as many tokens
-    greedy = first if cdd.get("max_new_tokens", 256) == answer_tokens else None
+    greedy = dict(max_new_tokens=answer_tokens, batch_size=batch_size, top_k=top_k_logprobs, system=system_prompt)
+    first = greedy_answers(model, tok, texts, **greedy)
+    responses = responses or {}
+    wrap = {k: responses[f"perturbation_{k}"] for k in ("prefix", "suffix") if f"perturbation_{k}" in responses}
+    perturbed = greedy_answers(model, tok, [perturbed_question(t, **wrap) for t in texts], **greedy)
     recall_texts = [normalise_question(t, recall.get("max_words")) for t in texts]
     shared = pd.DataFrame({
-        f"{PREFIX}/cdd": cdd_scores(model, tok, texts, **cdd, batch_size=batch_size, greedy=greedy),
+        f"{PREFIX}/cdd": cdd_scores(model, tok, texts, **cdd, batch_size=batch_size, system=system_prompt,
+                                    greedy=first if cdd.get("max_new_tokens", 256) == answer_tokens else None),
         f"{PREFIX}/self_critique": self_critique_scores(model, tok, texts, **self_critique, batch_size=batch_size,
-                                                        first=first),
-        "unconditional": mean_log_likelihood(model, tok, recall_texts, batch_size=batch_size),
-        "recall_text": recall_texts,
+                                                        top_k=top_k_logprobs, system=system_prompt, first=first),
+        **{f"{PREFIX}/{name}": values for name, values in
+           response_scores(first, perturbed, **{k: responses[k] for k in ("min_k",) if k in responses}).items()},
     }, index=questions["id"].to_numpy())
+    unconditional = pd.Series(mean_log_likelihood(model, tok, recall_texts, batch_size=batch_size),
+                              index=shared.index)
+    recall_text = pd.Series(recall_texts, index=shared.index)
     out = []
     for evaluated, references in parts:
-        rows = shared.loc[evaluated["id"].to_numpy()]
-        recall_column = recall_scores(model, tok, rows["recall_text"].tolist(), recall_prefix(references, recall),
-                                      batch_size=batch_size, unconditional=rows["unconditional"].to_numpy())
-        out.append(pd.DataFrame({"id": evaluated["id"].to_numpy(), f"{PREFIX}/recall": recall_column,
-                                 f"{PREFIX}/cdd": rows[f"{PREFIX}/cdd"].to_numpy(),
-                                 f"{PREFIX}/self_critique": rows[f"{PREFIX}/self_critique"].to_numpy()}))
+        ids = evaluated["id"].to_numpy()
+        recall_column = recall_scores(model, tok, recall_text.loc[ids].tolist(), recall_prefix(references, recall),
+                                      batch_size=batch_size, unconditional=unconditional.loc[ids].to_numpy())
+        out.append(pd.concat([pd.DataFrame({"id": ids, f"{PREFIX}/recall": recall_column}),
+                              shared.loc[ids].reset_index(drop=True)], axis=1))
     return out

@@ -46,11 +46,14 @@ def evaluation_pair(completion: str, ground_truth: str, ratio: float, protocol: 
 
 
 def score_rollouts(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float = 0.0, protocol: str = "suffix",
-                   n_min: int = 3, n_max: int | None = None, embedding_model: str | None = None,
-                   embedding_dtype: str = "float32", workers: int = 1) -> pd.DataFrame:
+                   n_min: int = 3, n_max: int | None = None, convention: str = "paper",
+                   embedding_model: str | None = None, embedding_dtype: str = "float32",
+                   workers: int = 1) -> pd.DataFrame:
     """Every metric of every rollout (columns id, sample, metrics...) against its ground-truth suffix.
 
-    ``rollouts`` has columns id, sample, text; ``split`` has id, suffix. ``embedding_model``
+    ``rollouts`` has columns id, sample, text; ``split`` has id, suffix. ``convention``: the lexical
+    metrics' (:func:`mialab.reconstruction.metrics.metrics_from_counts`); under ``code`` the embedding
+    similarity is reported as the released code reports it, ``(1 + cos) / 2``. ``embedding_model``
     (a sentence-transformers name or path, computing in ``embedding_dtype``) adds
     ``embedding_cosine``; None skips it.
     """
@@ -61,10 +64,11 @@ def score_rollouts(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float 
     pairs = [evaluation_pair(text, truth[i], ratio, protocol) for i, text in zip(rollouts["id"], rollouts["text"])]
     candidates = [c for c, _ in pairs]
     references = [r for _, r in pairs]
-    scores = lexical_metrics(candidates, references, n_min=n_min, n_max=n_max, workers=workers)
+    scores = lexical_metrics(candidates, references, n_min=n_min, n_max=n_max, convention=convention,
+                             workers=workers)
     if embedding_model is not None:
-        scores["embedding_cosine"] = embedding_cosine(candidates, references, model=embedding_model,
-                                                      dtype=embedding_dtype)
+        cos = embedding_cosine(candidates, references, model=embedding_model, dtype=embedding_dtype)
+        scores["embedding_cosine"] = (1.0 + cos) / 2.0 if convention == "code" else cos
     return pd.concat([rollouts[["id", "sample"]].reset_index(drop=True), scores], axis=1)
 
 

@@ -51,11 +51,13 @@ from mialab.reconstruction.tokenize import tokenize_words
 DEFAULT_CHUNK_SIZE = 64
 
 
-def encode_texts(candidates: Sequence[str], references: Sequence[str]) -> tuple[list[np.ndarray], list[int], list[int], int]:
+def encode_texts(candidates: Sequence[str], references: Sequence[str],
+                 split_scripts: bool = True) -> tuple[list[np.ndarray], list[int], list[int], int, np.ndarray]:
     """Token ids of each distinct text (one shared vocabulary) and which distinct text every pair uses.
 
     Returns (ids per distinct text, candidate text indices, reference text indices, vocabulary
-    size). Texts are only split on whitespace; the rest of the tokenisation rule (lowercase,
+    size, whitespace words per distinct text). Texts are only split on whitespace; the rest of the
+    tokenisation rule (lowercase,
     scripts without spaces, edge punctuation) runs once per distinct word, and each word's
     tokens are then gathered for all its occurrences.
     """
@@ -66,13 +68,13 @@ def encode_texts(candidates: Sequence[str], references: Sequence[str]) -> tuple[
     n_words = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
     flat = np.fromiter(chain.from_iterable(words), dtype=object, count=int(n_words.sum()))
     word_code, distinct_words = pd.factorize(flat)
-    tokens, per_word = tokenize_words(distinct_words)
+    tokens, per_word = tokenize_words(distinct_words, split_scripts)
     token_id, vocab = pd.factorize(np.array(tokens, dtype=object))
     first_token = np.cumsum(per_word) - per_word
     k = per_word[word_code]  # tokens of each word occurrence
     ids = token_id[np.repeat(first_token[word_code], k) + np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)]
     per_text = np.bincount(np.repeat(np.arange(len(words)), n_words), weights=k, minlength=len(words))
-    return np.split(ids.astype(np.int64), np.cumsum(per_text.astype(np.int64))[:-1]), cand, ref, len(vocab)
+    return np.split(ids.astype(np.int64), np.cumsum(per_text.astype(np.int64))[:-1]), cand, ref, len(vocab), n_words
 
 
 @functools.lru_cache(maxsize=1)
@@ -128,16 +130,52 @@ def _span(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.maximum(hi - lo + 1, 0)
 
 
-def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: int, n_max: int | None) -> np.ndarray:
-    """The ``COUNT_NAMES`` counts of each pair of one chunk, as an int64 array (counts x pairs)."""
+def greedy_matches(ms: np.ndarray, pos_end: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_min: int,
+                   cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """(longest match, covered positions) of the released code's greedy left-to-right scan of each text.
+
+    The scan (``ngram_coverage._find_ngram_matches_optimized``) stands at position ``i``, takes the
+    longest n-gram ``[i, i + L)`` with ``n_min <= L <= cap`` found in the other text (``L = min(ms[i],
+    cap)``, ``ms`` the matching statistics), jumps to ``i + L`` if there is one, else to ``i + 1``.
+    Text ``t`` is ``[starts[t], ends[t])`` of the position array; ``pos_end[i]`` is the end of the text
+    holding ``i``. Only match positions matter, so the visited matches form a chain over them,
+    aggregated by pointer doubling (max and sum of L along each chain).
+    """
+    length = np.minimum(ms, cap)
+    at = np.flatnonzero(length >= n_min)
+    S = len(at)
+    if S == 0:
+        return np.zeros(len(starts), dtype=np.int64), np.zeros(len(starts), dtype=np.int64)
+
+    def first_match(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Index into ``at`` of the first match position in ``[lo, hi)``, or S (none)."""
+        j = np.searchsorted(at, lo)
+        return np.where((j < S) & (at[np.minimum(j, S - 1)] < hi), j, S)
+
+    step = length[at]
+    nxt = np.append(first_match(at + step, pos_end[at]), S)
+    longest, covered = np.append(step, 0), np.append(step, 0)
+    while (nxt[:S] != S).any():
+        longest, covered, nxt = np.maximum(longest, longest[nxt]), covered + covered[nxt], nxt[nxt]
+    first = first_match(starts, ends)
+    return longest[first], covered[first]
+
+
+def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: int, n_max: int | None,
+                 dynamic: bool = False, split_scripts: bool = True) -> np.ndarray:
+    """The ``COUNT_NAMES`` counts of each pair of one chunk, as an int64 array (counts x pairs).
+
+    N-gram range per pair: ``[n_min, n_max]``; ``n_max=None``: up to the pair's LCS; ``dynamic``:
+    up to the longest greedy match of either text in the other (at most ``n_max``; ``n_min`` when
+    none), the released code's ``ADRA_USE_DYNAMIC_MAX_NGRAM`` mode.
+    """
     P = len(candidates)
     if P == 0:
         return np.zeros((len(COUNT_NAMES), 0), dtype=np.int64)
-    ids, cand, ref, V = encode_texts(candidates, references)
+    ids, cand, ref, V, n_words = encode_texts(candidates, references, split_scripts)
     seqs = [rapidfuzz_sequence(a, V) for a in ids]
     lcs = process.cpdist([seqs[i] for i in cand], [seqs[i] for i in ref], scorer=LCSseq.similarity,
                          dtype=np.int64).astype(np.int64)
-    hi_n = lcs if n_max is None else np.full(P, n_max, dtype=np.int64)
 
     # Generalised text: pair p contributes c_p #_p r_p $_p with symbols offset by p * (V + 2), so
     # each pair has its own alphabet and every separator is unique: no common prefix crosses a
@@ -167,8 +205,20 @@ def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: in
     edges = lcp[text_rank[:-1]]  # LCP of consecutive text suffixes (0 across a separator suffix)
 
     above_ref = since_last(is_ref, edges)  # LCP with the closest reference suffix above
-    lcp_prev = np.where(is_ref, above_ref, since_last(~is_ref, edges))
-    matching = np.where(is_ref, 0, np.maximum(above_ref, until_next(is_ref, edges)))  # candidate suffixes only
+    above_cand = since_last(~is_ref, edges)
+    lcp_prev = np.where(is_ref, above_ref, above_cand)
+    # Matching statistics: the longest prefix a suffix shares with any suffix of the other text.
+    matching = np.where(is_ref, np.maximum(above_cand, until_next(~is_ref, edges)),
+                        np.maximum(above_ref, until_next(is_ref, edges)))
+    ms = np.zeros(len(x), dtype=np.int64)
+    ms[pos] = matching
+    cap = int(lengths.max(initial=0)) if n_max is None else n_max
+    seg_start = seg_end - seg_len
+    greedy_longest, greedy_covered = greedy_matches(ms, seg_end[seg], seg_start, seg_end, n_min, cap)
+    if dynamic:
+        hi_n = np.maximum(np.maximum(greedy_longest[0::4], greedy_longest[2::4]), n_min)
+    else:
+        hi_n = lcs if n_max is None else np.full(P, n_max, dtype=np.int64)
 
     first_new = np.maximum(n_min, lcp_prev + 1)  # shortest n-gram starting here not seen earlier in its text
     hi = hi_n[pair]
@@ -182,7 +232,8 @@ def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: in
     new_token = lcp_prev == 0
     uniq, uniq_common = per_pair(new_token), per_pair(new_token & (matching >= 1))
     return np.stack([seg_len[0::4], seg_len[2::4], uniq[:, 0], uniq[:, 1], uniq_common[:, 0], lcs,
-                     ngrams[:, 0], ngrams[:, 1], common[:, 0]])
+                     ngrams[:, 0], ngrams[:, 1], common[:, 0], greedy_covered[0::4], greedy_covered[2::4],
+                     n_words[cand], n_words[ref]])
 
 
 @functools.cache
@@ -198,8 +249,11 @@ def worker_pool(workers: int) -> ProcessPoolExecutor:
 
 
 def lexical_counts(candidates: Sequence[str], references: Sequence[str], *, n_min: int = 3, n_max: int | None = None,
-                   workers: int = 1, chunk_size: int = DEFAULT_CHUNK_SIZE) -> dict[str, np.ndarray]:
+                   dynamic: bool = False, split_scripts: bool = True, workers: int = 1,
+                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> dict[str, np.ndarray]:
     """Integer counts (``COUNT_NAMES``) of every (candidate, reference) pair, as int64 arrays.
+
+    N-gram range and ``dynamic``: :func:`chunk_counts`; ``split_scripts``: the tokeniser's step 3.
 
     ``workers=1`` computes in-process; more spreads chunks of ``chunk_size`` pairs over a
     persistent process pool. Exactly equal to the reference implementation.
@@ -208,6 +262,8 @@ def lexical_counts(candidates: Sequence[str], references: Sequence[str], *, n_mi
         raise ValueError(f"{len(candidates)} candidates but {len(references)} references")
     if n_min < 1 or (n_max is not None and n_max < n_min):
         raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
+    if dynamic and n_max is None:
+        raise ValueError("the dynamic n-gram range needs n_max (the code's search limit, 30)")
     if workers < 1 or chunk_size < 1:
         raise ValueError(f"workers and chunk_size must be >= 1, got {workers}, {chunk_size}")
     candidates, references = list(candidates), list(references)
@@ -219,16 +275,25 @@ def lexical_counts(candidates: Sequence[str], references: Sequence[str], *, n_mi
     cands = [candidates[i:i + chunk_size] for i in starts]
     refs = [references[i:i + chunk_size] for i in starts]
     if workers == 1 or len(cands) <= 1:
-        parts = [chunk_counts(c, r, n_min, n_max) for c, r in zip(cands, refs)]
+        parts = [chunk_counts(c, r, n_min, n_max, dynamic, split_scripts) for c, r in zip(cands, refs)]
     else:
-        parts = list(worker_pool(workers).map(chunk_counts, cands, refs, [n_min] * len(cands), [n_max] * len(cands)))
+        k = len(cands)
+        parts = list(worker_pool(workers).map(chunk_counts, cands, refs, [n_min] * k, [n_max] * k, [dynamic] * k,
+                                              [split_scripts] * k))
     counts = np.concatenate(parts, axis=1) if parts else np.zeros((len(COUNT_NAMES), 0), dtype=np.int64)
     return dict(zip(COUNT_NAMES, counts))
 
 
 def lexical_metrics(candidates: Sequence[str], references: Sequence[str], *, n_min: int = 3, n_max: int | None = None,
-                    workers: int = 1, chunk_size: int = DEFAULT_CHUNK_SIZE) -> pd.DataFrame:
-    """All lexical metrics of Table 16 (plus word counts ``n_cand``, ``n_ref``), one row per pair."""
-    counts = lexical_counts(candidates, references, n_min=n_min, n_max=n_max, workers=workers, chunk_size=chunk_size)
-    metrics = metrics_from_counts(counts)
-    return pd.DataFrame({name: metrics[name] for name in (*LEXICAL_METRICS, "n_cand", "n_ref")})
+                    dynamic: bool = False, convention: str = "paper", workers: int = 1,
+                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> pd.DataFrame:
+    """All lexical metrics of Table 16 (plus word counts ``n_cand``, ``n_ref``), one row per pair.
+
+    ``convention`` (:func:`mialab.reconstruction.metrics.metrics_from_counts`): ``code`` also
+    tokenises as the code's evaluation does (whitespace only, no script splitting).
+    """
+    counts = lexical_counts(candidates, references, n_min=n_min, n_max=n_max, dynamic=dynamic,
+                            split_scripts=convention != "code", workers=workers, chunk_size=chunk_size)
+    metrics = metrics_from_counts(counts, convention)
+    columns = (*LEXICAL_METRICS, "n_cand", "n_ref", "words_cand", "words_ref")
+    return pd.DataFrame({name: metrics[name] for name in columns})

@@ -34,7 +34,7 @@ import numpy as np
 
 # Integer counts from which every lexical metric is a ratio (see reference.reference_counts).
 COUNT_NAMES = ("n_cand", "n_ref", "uniq_cand", "uniq_ref", "uniq_common", "lcs",
-               "ngram_cand", "ngram_ref", "ngram_common")
+               "ngram_cand", "ngram_ref", "ngram_common", "greedy_cand", "greedy_ref", "words_cand", "words_ref")
 
 LEXICAL_METRICS = ("jaccard", "token_overlap_ref", "token_overlap_cand", "lcs_length", "lcs_ratio_ref",
                    "lcs_ratio_cand", "ngram_coverage_ref", "ngram_coverage_cand")
@@ -47,27 +47,41 @@ def safe_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.divide(num, den, out=np.zeros(np.broadcast(num, den).shape), where=den != 0)
 
 
-def metrics_from_counts(counts: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every lexical metric of Table 16 (plus the word counts) from the integer counts."""
+CONVENTIONS = ("code", "paper")
+
+
+def metrics_from_counts(counts: Mapping[str, np.ndarray], convention: str = "paper") -> dict[str, np.ndarray]:
+    """Every lexical metric of Table 16 (plus the word counts) from the integer counts.
+
+    ``paper``: the definitions of the table above (also the released code's *reward*); ``code``: the
+    released code's *evaluation* (``reconstruction_evaluation.py``): token overlap divided by the
+    token count (not the unique-token count) and n-gram coverage = the fraction of positions covered
+    by the greedy left-to-right matches (``greedy_*`` counts) instead of the set ratio.
+    """
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unknown metric convention {convention!r}; known: {', '.join(CONVENTIONS)}")
     common = np.asarray(counts["uniq_common"])
     union = np.asarray(counts["uniq_cand"]) + np.asarray(counts["uniq_ref"]) - common
+    code = convention == "code"
     return {
         "jaccard": safe_ratio(common, union),
-        "token_overlap_ref": safe_ratio(common, counts["uniq_ref"]),
-        "token_overlap_cand": safe_ratio(common, counts["uniq_cand"]),
+        "token_overlap_ref": safe_ratio(common, counts["n_ref" if code else "uniq_ref"]),
+        "token_overlap_cand": safe_ratio(common, counts["n_cand" if code else "uniq_cand"]),
         "lcs_length": np.asarray(counts["lcs"], dtype=np.int64),
         "lcs_ratio_ref": safe_ratio(counts["lcs"], counts["n_ref"]),
         "lcs_ratio_cand": safe_ratio(counts["lcs"], counts["n_cand"]),
-        "ngram_coverage_ref": safe_ratio(counts["ngram_common"], counts["ngram_ref"]),
-        "ngram_coverage_cand": safe_ratio(counts["ngram_common"], counts["ngram_cand"]),
-        "n_cand": np.asarray(counts["n_cand"], dtype=np.int64),
-        "n_ref": np.asarray(counts["n_ref"], dtype=np.int64),
+        "ngram_coverage_ref": (safe_ratio(counts["greedy_ref"], counts["n_ref"]) if code
+                               else safe_ratio(counts["ngram_common"], counts["ngram_ref"])),
+        "ngram_coverage_cand": (safe_ratio(counts["greedy_cand"], counts["n_cand"]) if code
+                                else safe_ratio(counts["ngram_common"], counts["ngram_cand"])),
+        **{k: np.asarray(counts[k], dtype=np.int64) for k in ("n_cand", "n_ref", "words_cand", "words_ref")},
     }
 
 
 def embedding_cosine(candidates: Sequence[str], references: Sequence[str], *, model: str = "all-MiniLM-L6-v2",
-                     batch_size: int = 64, device: str = "cpu", dtype: str = "float32") -> np.ndarray:
-    """Cosine similarity of sentence embeddings, pair by pair; each distinct text is encoded once.
+                     batch_size: int = 64, device: str = "auto", dtype: str = "float32") -> np.ndarray:
+    """Cosine similarity of sentence embeddings, pair by pair; each distinct text is encoded once, on the
+    job's GPU where it has one (mialab.sizing gives the jobs of a >= 1B encoder one), else on the CPU.
 
     ``model`` is any sentence-transformers model name or path (default: offline all-MiniLM-L6-v2;
     the paper uses Qwen3-Embedding-8B). Empty texts score 0 (same convention as the lexical metrics).

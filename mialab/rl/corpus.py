@@ -1,7 +1,8 @@
 """The RL-contamination corpus: a pool's member problems plus filler problems, as GRPO prompts.
 
 As in the LaRA paper's continued-RL setting, the corpus holds the deliberate contamination
-targets (the pool's label-1 rows) and filler problems; the pool's non-members never enter it.
+targets (the pool's label-1 rows, or only one split's: ``members.split_seed``) and filler
+problems; the pool's non-members never enter it.
 Assembly (seeded order, fillers never equal to a pool question) is
 :func:`mialab.data.families.lara.build_rl_corpus`.
 
@@ -74,17 +75,30 @@ def filler_problems(spec: dict, max_words: int | None = None) -> pd.DataFrame:
                          "reference": [r for _, r in pairs]})
 
 
+def split_members(split: pd.DataFrame, pool: pd.DataFrame) -> set[str]:
+    """Ids of the split's members (label 1), each checked to be a member of ``pool``."""
+    ids = set(split.loc[split["label"] == 1, "id"].astype(str))
+    unknown = ids - set(pool.loc[pool["label"] == 1, "id"].astype(str))
+    if unknown:
+        raise ValueError(f"{len(unknown)} member(s) of the split are no members of the pool, "
+                         f"e.g. {sorted(unknown)[:3]}")
+    return ids
+
+
 def build_corpus(pool: pd.DataFrame, fillers: pd.DataFrame, *, size: int, seed: int = 0, question: str = "request",
                  reference: str = "response", max_words: int | None = None, reference_max_words: int | None = None,
-                 template: str = "{question}") -> pd.DataFrame:
-    """The RL corpus (:data:`CORPUS_COLUMNS`): every member of ``pool`` plus fillers up to ``size``.
+                 template: str = "{question}", member_ids: set[str] | None = None) -> pd.DataFrame:
+    """The RL corpus (:data:`CORPUS_COLUMNS`): the members of ``pool`` plus fillers up to ``size``.
 
-    ``prompt`` is ``template`` filled with the question; ``target`` marks the pool's members.
+    ``member_ids`` keeps only those members (a split's, :func:`split_members`: the RL-MIA-style corpus
+    of the evaluated members plus fillers); no filler equals any pool question either way.
+    ``prompt`` is ``template`` filled with the question; ``target`` marks the members.
     ``reference_max_words`` cuts every reference to its first words (what a short completion can
     reach, so a reconstruction reward is not dominated by its length penalty).
     """
+    label = pool["label"] if member_ids is None else pool["label"] * pool["id"].astype(str).isin(member_ids)
     members = pd.DataFrame({"id": pool["id"], "text": pool_questions(pool, question, max_words),
-                            "answer": pool_references(pool, reference), "label": pool["label"],
+                            "answer": pool_references(pool, reference), "label": label,
                             "source": pool["source"]})
     corpus = build_rl_corpus(members, fillers, size=size, seed=seed, problem_column="problem",
                              answer_column="reference")

@@ -34,6 +34,13 @@ class RLPlan:
     def manifest(self, key: str, epoch: int) -> dict:
         return {**self.plan.rl_run(self.model(key)).manifest, "epoch": int(epoch)}
 
+    def member_split(self, key: str) -> list[str]:
+        """The split whose members alone the run trains on (``members.split_seed``), else nothing."""
+        members = self.spec(key)["members"]
+        if "split_seed" not in members:
+            return []
+        return [self.plan.split(members["dataset"], members["split_seed"]).path("split.parquet")]
+
     def previous(self, key: str, epoch: int) -> list[str]:
         """The trainer checkpoint epoch ``epoch`` resumes from (none for the first epoch)."""
         self.model(key)

@@ -11,6 +11,11 @@ Registered rewards (:func:`make_reward` builds one from a config entry):
 - ``answer_match``: 1 when the completion's final answer (the last ``\\boxed{...}``, else the last
   number) equals the reference answer (column ``reference``) after normalisation, else 0. The
   verifiable reward of RL on math problems (AIME answers are integers 0-999).
+- ``math_verify``: the LaRA paper's RL reward (its verl ``reward_impl_version=3``): 1 when the
+  ``math-verify`` package finds the completion's answer equal to ``$reference$``, else 0. With
+  ``think`` (the code's default) the completion is read after ``"<think>\n"`` and only its part
+  after the first ``</think>`` is verified; a completion without ``</think>`` earns 0 (version 4,
+  ``think: false``, verifies the whole completion).
 - ``reconstruction``: an ADRA reconstruction reward (``trio`` or ``ngram``, length-penalised) of
   the completion against the ``reference`` column, computed by
   :func:`mialab.reconstruction.rewards.compute_rewards`. A reward a tiny model can earn: it grows
@@ -104,6 +109,33 @@ def answer_match(reference_column: str = "reference") -> RewardFunction:
         return _checked("answer_match", np.array(values), len(completions))
 
     return answer_match_reward
+
+
+THINK_START, THINK_END = "<think>", "</think>"
+
+
+def math_verified(completion: str, reference: str, think: bool = True) -> bool:
+    """The code's ``labeling_responses`` on one completion (module doc)."""
+    from math_verify import parse, verify
+
+    if think:
+        text = f"{THINK_START}\n{completion}"
+        if THINK_END not in text:
+            return False
+        completion = text.split(THINK_END)[1]
+    return bool(verify(parse(f"${reference}$"), parse(completion)))
+
+
+@register_rl_reward("math_verify")
+def math_verify(reference_column: str = "reference", think: bool = True) -> RewardFunction:
+    """Reward 1.0 when math-verify accepts the completion's answer (:func:`math_verified`), else 0.0."""
+
+    def math_verify_reward(completions: list, **kwargs) -> list[float]:
+        values = [float(math_verified(completion_text(c), str(a), think))
+                  for c, a in zip(completions, kwargs[reference_column], strict=True)]
+        return _checked("math_verify", np.array(values), len(completions))
+
+    return math_verify_reward
 
 
 @register_rl_reward("reconstruction")

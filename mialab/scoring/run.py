@@ -11,7 +11,10 @@ from mialab.scoring.loglik import token_stats
 
 def score_split(model_path: str, split: pd.DataFrame, spec: dict, *,
                 reference_scores: pd.DataFrame | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
-    """A table ``id, label, n_tokens, <method columns>`` (higher = more likely a member).
+    """A table ``id, label, n_tokens, truncated, <method columns>`` (higher = more likely a member).
+
+    ``n_tokens``: the tokens scored; ``truncated``: the text was longer than ``spec["max_length"]``
+    and only its start was scored (``spec["truncation"]``, :mod:`mialab.scoring.loglik`).
 
     ``r_loss`` is added when a reference model's score table for the same split is given; the
     two tables are matched by ``id``, and a missing id is an error. ``trust_remote_code``: the
@@ -36,8 +39,10 @@ def score_splits(model_path: str, splits: list[pd.DataFrame], spec: dict, *,
     tok = load_tokenizer(model_path, padding_side="right", trust_remote_code=trust_remote_code)
     model = load_causal_lm(model_path, dtype=spec["dtype"], device=spec["device"], trust_remote_code=trust_remote_code)
     distinct = texts["text"].tolist()
-    stats = token_stats(model, tok, distinct, batch_size=spec["batch_size"], max_length=spec["max_length"])
-    scored = pd.DataFrame({"id": texts["id"].to_numpy(), "n_tokens": [len(s.logp) + 1 for s in stats]})
+    stats = token_stats(model, tok, distinct, batch_size=spec["batch_size"], max_length=spec["max_length"],
+                        truncation=spec["truncation"], names=texts["id"].tolist())
+    scored = pd.DataFrame({"id": texts["id"].to_numpy(), "n_tokens": [len(s.logp) + 1 for s in stats],
+                           "truncated": [s.truncated for s in stats]})
     for name, col in score_texts(stats, distinct, spec["methods"], spec["k"]).items():
         scored[name] = col
     scored = scored.set_index("id")
@@ -52,4 +57,16 @@ def score_splits(model_path: str, splits: list[pd.DataFrame], spec: dict, *,
                 raise ValueError(f"reference scores lack {len(missing)} id(s) of this split, e.g. {sorted(missing)[:3]}")
             table["r_loss"] = r_loss(table["loss"].to_numpy(), ref.loc[table["id"]].to_numpy())
         out.append(table)
+        warn_truncated(table, spec, f"split {i}")
     return out
+
+
+def warn_truncated(table: pd.DataFrame, spec: dict, what: str) -> None:
+    """A warning on stderr when more than ``scoring.truncation_warn`` of a split's texts were cut."""
+    import sys
+
+    if table["truncated"].mean() > spec["truncation_warn"]:
+        print(f"mialab: warning: {what}: {int(table['truncated'].sum())} of {len(table)} texts are longer than "
+              f"scoring.max_length = {spec['max_length']} tokens and were scored on their first "
+              f"{spec['max_length']} only (scoring.truncation: truncate; sliding_window scores every token)",
+              file=sys.stderr)

@@ -66,7 +66,7 @@ def main() -> None:
                              "label": int(b < 4)} for b in range(8) for s in range(6)])
     # WikiMIA-2024 Hard: 24 articles, each a member and a non-member version
     jsonl("wikimia_24_hard.jsonl", [
-        {"title": f"Article {i}", "date": "2024-01-01", "input": text, "id": f"{i}-{label}", "diff": 0.5, "label": label}
+        {"title": f"Article {i}", "date": "2024-01-01", "input": text, "id": f"a{i}", "diff": 500, "label": label}
         for i in range(24) for label, text in ((1, members[i]), (0, nonmembers[i]))])
     # Dolma3 arXiv members and post-cutoff papers
     jsonl("dolma3_arxiv_members.jsonl", [
@@ -110,6 +110,9 @@ def main() -> None:
     decop("arxivtection.csv", [(t, f"Paper {i // 5}", 1) for i, t in enumerate(members[150:180])]
           + [(t, f"Paper {10 + i // 5}", 0) for i, t in enumerate(nonmembers[150:180])])
     decop("booktection.csv", [(shakespeare(600 + i), f"Book {i // 6}", int(i < 30)) for i in range(60)])
+    # olympiads-ref: proof and answer problems with solutions (AIME 2000-2003 here)
+    jsonl("olympiads_ref.jsonl", [{"problem": r["problem"], "solution": r["solution"], "year": r["year"],
+                                   "exam": "AIME", "problem_type": "Algebra"} for r in aime(2000, 2003)[:48]])
     # LaRA: each model's RL members, the held-out problems, the RL-MIA filler problems (disjoint years)
     jsonl("lara_eurus_members.jsonl", problems(aime(1988, 1989)[:24]))
     jsonl("lara_limr_members.jsonl", problems(aime(1990, 1991)[:24]))

@@ -97,8 +97,14 @@ def request_response_pool(requests: pd.Series, responses: pd.Series, *, family: 
                           ratio: float, max_words: int | None = None, labels=None,
                           extra: dict | None = None) -> pd.DataFrame:
     """Pool rows under the request + response rule: full request plus the first ``ratio`` of the
-    response's words as prefix. ``max_words`` caps the response before cutting."""
+    response's words as prefix (``ratio`` 0: the request alone, the whole response is the suffix).
+    ``max_words`` caps the response before cutting."""
     response = responses.map(lambda s: truncate_words(" ".join(str(s).split()), max_words))
+    if ratio == 0:
+        request = requests.str.strip()
+        pool = pd.DataFrame({"prefix": request.to_numpy(), "suffix": response.to_numpy(),
+                             "text": (request + "\n\n" + response).to_numpy()})
+        return _finish(pool, family=family, source=source, labels=labels, extra=extra)
     cut = response.map(lambda s: split_words(s, ratio))
     pool = pd.DataFrame({
         "prefix": (requests.str.strip() + "\n\n" + cut.str[0]).to_numpy(),

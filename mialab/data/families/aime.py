@@ -4,7 +4,10 @@ Source: one or more JSON/JSONL files or hub ids (an entry may be ``{source, year
 year of a file without a year column) with ``problem``, ``solution``, ``year``,
 ``aime_number``, ``problem_number`` (the DeepScaleR / AIMO shape). Prefix rule: the full problem
 plus the first ``solution_prefix_ratio`` (default 0.25) of the solution's words; the suffix is the
-rest of the solution. ``max_words`` optionally caps the solution (the tiny world uses short texts).
+rest of the solution. ``solution_prefix_ratio: 0``: the prefix is the problem only and the suffix
+the whole solution (the released ADRA code's candidates: its assistant prefix, the reconstruction
+task's ``assistant_prefix_ratio``, then gives the first 25% of the solution once). ``max_words``
+optionally caps the solution (the tiny world uses short texts).
 
 Membership rules:
 - ``years``: ``member_years`` are members, ``nonmember_years`` non-members (the paper: 2021-2024
@@ -95,15 +98,17 @@ def load_pool(spec: dict) -> pd.DataFrame:
 
     ratio = float(spec["solution_prefix_ratio"])
     solution = raw["solution"].map(lambda s: truncate_words(" ".join(str(s).split()), spec.get("max_words")))
-    cut = solution.map(lambda s: split_words(s, ratio))
+    problem = raw["problem"].str.strip()
+    if ratio == 0:
+        prefix, suffix, text = problem, solution, problem + "\n\n" + solution
+    else:
+        cut = solution.map(lambda s: split_words(s, ratio))
+        prefix, suffix = problem + "\n\n" + cut.str[0], cut.str[1]
+        text = prefix + " " + suffix
     pool = pd.DataFrame({
         "id": [f"aime-{y}-{a}-{p}" for y, a, p in zip(raw["year"], raw["aime_number"], raw["problem_number"])],
-        "prefix": raw["problem"].str.strip() + "\n\n" + cut.str[0],
-        "suffix": cut.str[1],
-        "source": raw["_source"],
-        "group": raw["year"].astype(str),
+        "prefix": prefix, "suffix": suffix, "text": text, "source": raw["_source"], "group": raw["year"].astype(str),
     })
-    pool["text"] = pool["prefix"] + " " + pool["suffix"]
     if kind == "years":
         pool["label"] = raw["label"].to_numpy()
     else:

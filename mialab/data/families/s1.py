@@ -9,8 +9,10 @@ one teacher's traces: ``member_teacher`` (``s1``: gemini, ``s1_1``: deepseek) gi
 ``nonmember_teacher`` (default: the other one) the non-members.
 
 Prefix rule: the problem only. Member and non-member share that prefix and differ in the suffix,
-the teacher's trace followed by its attempt (``include_attempt``, default true); ``max_words``
-optionally caps the suffix (whitespace is normalised, as in the other families). Both rows of a
+``target``: the teacher's final ``attempt`` (default: the released code's target, its
+``deepseek_attempt`` / ``gemini_attempt``), its thinking ``trace``, or ``trace_and_attempt`` (the
+trace followed by the attempt, the whole output); ``max_words`` optionally caps the suffix
+(whitespace is normalised, as in the other families). Both rows of a
 problem share ``pair_id``; ``group`` names the teacher. ``text`` is the problem and the suffix
 joined by a blank line.
 """
@@ -28,10 +30,21 @@ from mialab.data.sources import describe, read_table, require_columns
 
 log = logging.getLogger(__name__)
 
-def teacher_rows(raw: pd.DataFrame, *, family: str, teacher: str, columns: list[str], qcol: str, label: int,
-                 include_attempt: bool, max_words: int | None, source: str) -> pd.DataFrame:
-    """One candidate per problem: the problem as prefix, this teacher's output as suffix."""
-    parts = columns if include_attempt else columns[:1]
+TARGETS = {"attempt": slice(1, 2), "trace": slice(0, 1), "trace_and_attempt": slice(0, 2)}
+
+
+def target_columns(columns: list[str], target: str, *, family: str, teacher: str) -> list[str]:
+    """The columns of a teacher's ``[trace, attempt]`` that make the suffix under ``target`` (a schema enum)."""
+    parts = columns[TARGETS[target]]
+    if len(parts) != TARGETS[target].stop - TARGETS[target].start:
+        raise ValueError(f"{family}: target {target!r} needs teacher {teacher!r} to name "
+                         f"[trace column, attempt column], got {columns}")
+    return parts
+
+
+def teacher_rows(raw: pd.DataFrame, *, family: str, teacher: str, parts: list[str], qcol: str, label: int,
+                 max_words: int | None, source: str) -> pd.DataFrame:
+    """One candidate per problem: the problem as prefix, this teacher's ``parts`` columns joined as suffix."""
     suffix = raw[parts].apply(lambda r: " ".join(" ".join(as_text(r[c]).split()) for c in parts), axis=1)
     suffix = suffix.map(lambda s: truncate_words(s, max_words))
     prefix = raw[qcol].astype(str).str.strip()
@@ -53,8 +66,9 @@ def s1_pool(spec: dict, *, family: str) -> pd.DataFrame:
             raise KeyError(f"{family}: unknown or unset teacher {name!r}; known teachers: {sorted(teachers)}")
     if member == nonmember:
         raise ValueError(f"{family}: member and non-member teacher are both {member!r}")
-    qcol, include_attempt = spec["question_column"], bool(spec["include_attempt"])
-    needed = [qcol] + [c for t in (member, nonmember) for c in (teachers[t] if include_attempt else teachers[t][:1])]
+    qcol = spec["question_column"]
+    parts = {t: target_columns(teachers[t], spec["target"], family=family, teacher=t) for t in (member, nonmember)}
+    needed = [qcol] + [c for t in (member, nonmember) for c in parts[t]]
     raw = read_table(src)
     require_columns(raw, needed, source=src)
     raw = drop_blank(raw, needed, family=family)
@@ -62,10 +76,9 @@ def s1_pool(spec: dict, *, family: str) -> pd.DataFrame:
     if repeated.any():
         log.warning("%s: dropped %d repeated problem(s) (a pair needs one row per problem)", family, int(repeated.sum()))
     raw = raw[~repeated].reset_index(drop=True)
-    common = dict(family=family, qcol=qcol, include_attempt=include_attempt, max_words=spec.get("max_words"),
-                  source=describe(src))
-    pool = pd.concat([teacher_rows(raw, teacher=member, columns=teachers[member], label=1, **common),
-                      teacher_rows(raw, teacher=nonmember, columns=teachers[nonmember], label=0, **common)],
+    common = dict(family=family, qcol=qcol, max_words=spec.get("max_words"), source=describe(src))
+    pool = pd.concat([teacher_rows(raw, teacher=member, parts=parts[member], label=1, **common),
+                      teacher_rows(raw, teacher=nonmember, parts=parts[nonmember], label=0, **common)],
                      ignore_index=True)
     return drop_duplicate_texts(pool, family=family)
 

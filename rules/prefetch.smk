@@ -1,0 +1,19 @@
+# Staging (mialab/prefetch.py): `snakemake --profile profiles/slurm prefetch` downloads every hub model
+# and dataset the config names into HF_HOME, on the node Snakemake runs on (a local rule: the login
+# node, which reaches the hub); the compute jobs then read them offline. Not part of `all`: a run never
+# goes online by itself. After emptying HF_HOME, `--forcerun prefetch` fetches again.
+from dataclasses import asdict
+
+from mialab.prefetch import hub_items
+
+
+rule prefetch:
+    output:
+        manifest="results/prefetch/manifest.json",
+    params:
+        repositories=[asdict(item) for item in hub_items(config)],
+    log:
+        "results/logs/prefetch.log",
+    localrule: True
+    script:
+        "../workflow_scripts/prefetch.py"

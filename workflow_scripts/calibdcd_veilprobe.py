@@ -1,0 +1,31 @@
+"""Rule calibdcd_veilprobe: VeilProbe's two mapping models of a (target, pool) and its features of both scopes."""
+
+from mialab.jobs import setup_job
+
+setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
+
+import os
+import time
+
+import pandas as pd
+
+from mialab.calibdcd.mapping import MappingConfig
+from mialab.calibdcd.stages import veilprobe_tables
+from mialab.embeddings import resolve_model_path
+from mialab.io import write_manifest, write_parquet
+from mialab.models.loading import resolve_device
+
+params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
+start = time.perf_counter()
+spec = dict(params.mapping)
+tokenizer = resolve_model_path(spec.pop("tokenizer"))   # the packaged MiniLM: bert-base-uncased's vocabulary
+ids = list(dict.fromkeys(i for p in inputs.calibration for i in pd.read_parquet(p)["id"].astype(str)))
+os.makedirs(output.mapping, exist_ok=True)
+run = veilprobe_tables(pd.read_parquet(inputs.generations), ids, params.views, tokenizer=tokenizer,
+                       mapping=MappingConfig(**spec), batch_size=params.lm["batch_size"],
+                       folders={c: os.path.join(output.mapping, c) for c in ("prefix", "perturbed_prefix")},
+                       device=resolve_device(params.lm["device"]))
+write_parquet(run.original, output.original)
+write_parquet(run.views, output.views)
+write_manifest({**params.manifest, "texts": len(run.original), "calibration": len(ids), "training": run.logs,
+                "seconds": round(time.perf_counter() - start, 1)}, output.manifest, outputs=output)
