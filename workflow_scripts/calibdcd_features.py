@@ -24,8 +24,8 @@ gen = params.generation
 generate = rollout_generator(params.model_path, backend=gen["backend"], backend_options=gen["backend_options"],
                              trust_remote_code=trusts_remote_code(snakemake.config, snakemake.wildcards.model))  # noqa: F821
 run = extract_features(texts, params.views, generate=generate, detectors=params.detectors, lm_options=params.lm)
-detectors = list(params.detectors)
-for det, path in zip(detectors, output.features, strict=True):
+features = [d for d in params.detectors if d != "veilprobe"]  # VeilProbe's come from rule calibdcd_veilprobe
+for det, path in zip(features, output.features, strict=True):
     write_parquet(run.features[det], path)
 write_parquet(run.generations, output.generations)
 write_manifest({**params.manifest, "texts": len(texts), "prompts": int(run.generations["prompt"].nunique()),
