@@ -20,7 +20,7 @@ include: "rules/prefetch.smk"
 include: "rules/calibdcd.smk"
 include: "rules/lara.smk"
 include: "rules/leakage.smk"
-include: "rules/reconstruction.smk"
+include: "rules/n_sampling.smk"
 include: "rules/adra.smk"
 include: "rules/targets.smk"
 

@@ -2,8 +2,8 @@
 
 Prints seconds on one torch thread for a forward of 16 x 256 tokens and a training step of
 8 x 256 (bf16 autocast over fp32 weights), then, in child processes under three
-``GLIBC_TUNABLES`` (none; huge pages only; :data:`mialab.jobs.MALLOC_TUNABLES`, what jobs get),
-:func:`mialab.scoring.loglik.token_stats` of 96 texts (bf16) and ten bf16 training steps, each
+``GLIBC_TUNABLES`` (none; huge pages only; :data:`mialab.core.jobs.MALLOC_TUNABLES`, what jobs get),
+:func:`mialab.lm.logprobs.token_stats` of 96 texts (bf16) and ten bf16 training steps, each
 with its user / sys seconds and minor page faults. Measured on this 2-core Xeon
 (AMX-BF16), idle, on a finished tiny world: forward 0.657 -> 0.272 s (2.4x), training step
 1.073 -> 0.603 s (1.8x); token_stats of these short (~60-token) texts 0.76 -> 0.60 s with huge
@@ -24,8 +24,8 @@ import time
 
 CHILD = """
 import glob, resource, sys, time, torch
-from mialab.models.loading import load_causal_lm, load_tokenizer
-from mialab.scoring.loglik import token_stats
+from mialab.lm.loading import load_causal_lm, load_tokenizer
+from mialab.lm.logprobs import token_stats
 torch.set_num_threads(1)
 path = glob.glob(sys.argv[1] + '/results/models/sft/*/model')[0]
 model, tok = load_causal_lm(path, device='cpu', dtype='bfloat16'), load_tokenizer(path)
@@ -66,7 +66,7 @@ def main() -> None:
     world = ap.parse_args().world
     import torch
 
-    from mialab.models.loading import load_causal_lm
+    from mialab.lm.loading import load_causal_lm
 
     torch.set_num_threads(1)
     path = glob.glob(f"{world}/results/models/sft/*/model")[0]
@@ -85,7 +85,7 @@ def main() -> None:
             opt.step()
             opt.zero_grad()
         print(f"training step 8x256 {'bf16 autocast' if bf16 else 'fp32'}: {timed(step):.3f}s")
-    from mialab.jobs import with_malloc_tunables
+    from mialab.core.jobs import with_malloc_tunables
 
     for tunables in ("", "glibc.malloc.hugetlb=1", with_malloc_tunables("")):
         env = {**os.environ, "GLIBC_TUNABLES": tunables, "OMP_NUM_THREADS": "1"}

@@ -14,7 +14,7 @@ are timed under ADRA's config defaults, the released code's settings (n-gram ran
 greedy match <= 30], whitespace word counts).
 
 Against the released code: when ``--code`` or ``MIA_RL_CODE`` names a local copy of the MIA-RL
-repository (never vendored; :mod:`mialab.reconstruction.released`), its own reward functions
+repository (never vendored; :mod:`mialab.similarity.released`), its own reward functions
 (``lexical._compute_score_single`` with its trio / n-gram profiles, dynamic mode as its training
 runs set it) are timed in this process on one core against the kernel on one core, and the values
 are compared (max |difference|, required <= 1e-9). Without a copy that part says so and is skipped.
@@ -34,11 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from mialab.reconstruction.kernel import lexical_metrics, worker_pool
-from mialab.reconstruction.metrics import COUNT_NAMES, metrics_from_counts
-from mialab.reconstruction.reference import reference_counts
-from mialab.reconstruction.released import ENV, code_rewards, released_code
-from mialab.reconstruction.rewards import compute_rewards, get_reward, sample_distractors
+from mialab.adra.rewards import sample_distractors
+from mialab.similarity.kernel import lexical_metrics, worker_pool
+from mialab.similarity.metrics import COUNT_NAMES, metrics_from_counts
+from mialab.similarity.reference import reference_counts
+from mialab.similarity.released import ENV, code_rewards, released_code
+from mialab.training.rewards import compute_rewards, get_reward
 
 DATA = Path(__file__).resolve().parents[1] / "shared" / "data" / "mimir_ngram7" / "members"
 FALLBACK_DATA = Path("/work/shared/data/mimir_ngram7/members")

@@ -91,7 +91,7 @@ def rollouts(model: str, adapters: str, split_path: str, manifest_path: str) -> 
     from pathlib import Path
 
     from mialab.adra.stages import policy_rollouts
-    from mialab.adra.tasks import Task
+    from mialab.n_sampling.tasks import Task
 
     config = json.loads(Path(manifest_path).read_text())["config"]
     snapshot = sorted(Path(adapters).iterdir())[-1]

@@ -1,19 +1,27 @@
 """mialab: membership inference and data-contamination detection for language models.
 
 The package holds the logic; the Snakemake workflow (``Snakefile``, ``rules/``) and the thin
-entry points in ``workflow_scripts/`` only wire it together. Sub-packages:
+entry points in ``workflow_scripts/`` only wire it together. Its sub-packages are floors
+(:data:`FLOORS`, lowest first); a module imports only from its own package or from a lower floor,
+so the imports have no cycles (``tests/test_layers.py``):
 
-- ``mialab.data``: benchmark families, member/non-member splits (parquet), prefix rules.
-- ``mialab.models``: the tiny world's tokenizer and Llama model, pretraining, SFT contamination.
-- ``mialab.scoring``: token log-probabilities and the passive baselines (Loss, R-Loss, Zlib, Min-K%, Min-K%++).
-- ``mialab.evaluation``: AUROC / TPR at FPR, tables, ROC plots.
-- ``mialab.reconstruction``: reconstruction metrics (token, LCS, n-gram, embedding), the fast
-  batched kernel, rewards (``trio``, ``ngram``, ADRA+ contrastive) and AoN/BoN aggregation.
-- ``mialab.generation``: the rollout engine (``hf`` and ``vllm`` backends).
-- ``mialab.rl``: the GRPO runner (TRL + LoRA) shared by ADRA and the RL-contamination stage.
-- ``mialab.lara``: LaRA perturbations, layer-wise features, RSM / DC / RSI and the detection score.
-- ``mialab.calibdcd``: controlled views, the DPDLLM / VeilProbe detectors and CalibDCD calibration.
-- ``mialab.accounting``: SLURM job accounting (GPU-/CPU-hours per job, stage and dataset).
+- ``core``: io, content hashes, registry, progress, job entry points, the launcher.
+- ``text``: prefix cutting, word tokeniser, protected spans, WordNet, LLM prompt helpers.
+- ``lm``: model loading, batched log-probabilities, generation (``hf``, ``vllm``), embeddings, tiny models.
+- ``similarity``: reconstruction metrics (token, LCS, n-gram, embedding) and their fast kernel.
+- ``data``: benchmark families, member/non-member pools and splits (parquet), corpora, paraphrases.
+- ``checks``: train/evaluation leakage.
+- ``pipeline``: the plan, the config, cluster checks, sizing, rehearsal, prefetch, accounting.
+- ``training``: pretraining, SFT contamination, GRPO (TRL + LoRA) and its rewards.
+- ``evaluation``: AUROC / TPR at FPR with confidence intervals, tables, figures.
+- the methods: ``scoring`` (Loss, R-Loss, Zlib, Min-K%, Min-K%++), ``n_sampling``, then ``adra``
+  (ADRA / ADRA+, evaluated by N-Sampling), ``lara`` and ``calibdcd``.
 """
 
 __version__ = "0.1.0"
+
+#: The floors, lowest first; packages of one floor do not import each other.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("core",), ("text",), ("lm",), ("similarity",), ("data",), ("checks",), ("pipeline",), ("training",),
+    ("evaluation",), ("scoring",), ("n_sampling",), ("adra", "lara", "calibdcd"),
+)

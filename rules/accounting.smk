@@ -1,16 +1,16 @@
 # Job accounting: GPU-/CPU-hours, efficiencies and queue waits of every SLURM job this workflow
 # submitted, per job, stage (rule), dataset and model, and a figure of GPU-hours per stage, from sacct
-# and the SLURM plugin's job logs (mialab.accounting).
+# and the SLURM plugin's job logs (mialab.pipeline.accounting).
 #
 # Config (all optional):
 #   accounting:
 #     since: now-30days        # sacct -S: the oldest submissions counted
 #     after: [<final targets>] # run the accounting once these exist (e.g. the inputs of `all`)
 # Every run through the SLURM executor writes it at its end, failed runs too (the onsuccess and onerror
-# hooks below, mialab.accounting.report_after_run); to refresh it by hand:
+# hooks below, mialab.pipeline.accounting.report_after_run); to refresh it by hand:
 #   snakemake --profile profiles/slurm --forcerun accounting -- accounting
 
-from mialab.accounting import report_after_run
+from mialab.pipeline.accounting import report_after_run
 
 
 rule accounting:

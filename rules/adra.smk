@@ -60,7 +60,7 @@ rule adra_train:
     benchmark:
         "results/benchmarks/adra_train/{model}/{dataset}/{variant}/seed-{seed}/{key}.tsv"
     shell:
-        '"$MIALAB_PYTHON" -m mialab.launch --nproc {params.nproc:q} "$MIALAB_SCRIPTS/adra_train.py"'
+        '"$MIALAB_PYTHON" -m mialab.core.launch --nproc {params.nproc:q} "$MIALAB_SCRIPTS/adra_train.py"'
         " --model {params.model_path:q} {params.trust} --split {input.split:q} {params.baseline}"
         " --manifest {params.manifest:q} --work {params.work:q} --out-adapters {output.adapters:q}"
         " --out-training-set {output.training_set:q} --out-log {output.log:q}"

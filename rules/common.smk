@@ -9,21 +9,21 @@ min_version("9.0")
 
 sys.path.insert(0, workflow.basedir)
 
-from mialab.cluster_checks import check_cluster_arithmetic, check_vllm_installed, visible_gpus
-from mialab.config import check_config, check_config_files, check_yaml_files
+from mialab.pipeline.cluster_checks import check_cluster_arithmetic, check_vllm_installed, visible_gpus
+from mialab.pipeline.config import check_config, check_config_files, check_yaml_files
 from mialab.data.sources import local_paths
-from mialab.integrity import check_stages
-from mialab.jobs import entry_point, export_entry_points, tune_malloc
-from mialab.models.loading import trusts_remote_code
-from mialab.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
-from mialab.sizing import Sizing
-from mialab.workflow import Plan
+from mialab.core.integrity import check_stages
+from mialab.core.jobs import entry_point, export_entry_points, tune_malloc
+from mialab.lm.loading import trusts_remote_code
+from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
+from mialab.pipeline.sizing import Sizing
+from mialab.pipeline.plan import Plan
 
 
 check_yaml_files(workflow.configfiles)  # each file Snakemake read, again: a key given twice fails (YAML keeps the last)
 check_config_files(workflow.config_settings.configfiles)  # before validation: a lone overlay gets the right command
 validate(config, "../schemas/config.schema.yaml")
-if rehearsing(config):  # CPU rehearsal (mialab.rehearsal): the paper config with local data samples, checked as written
+if rehearsing(config):  # CPU rehearsal (mialab.pipeline.rehearsal): the paper config with local data samples, checked as written
     _paper = with_samples(config)
     config.clear()
     config.update(_paper)
@@ -42,7 +42,7 @@ if rehearsing(config):  # ... then at CPU sizes with tiny stand-in models, valid
     config.update(_rehearsed)
     validate(config, "../schemas/config.schema.yaml")
 
-# jobs inherit this: large tensors on huge pages, freed memory reused (mialab.jobs.with_malloc_tunables)
+# jobs inherit this: large tensors on huge pages, freed memory reused (mialab.core.jobs.with_malloc_tunables)
 tune_malloc()
 
 PLAN = (RehearsalPlan if rehearsing(config) else Plan)(config, results="results",
@@ -57,7 +57,7 @@ MODELS = list(config["models"])
 # shell rules run "$MIALAB_PYTHON" and "$MIALAB_SCRIPTS/<script>": this process's, not params
 export_entry_points(workflow.basedir)
 
-# GPUs, CPUs, memory and runtime of each GPU-capable job from the plan (mialab.sizing); a profile's
+# GPUs, CPUs, memory and runtime of each GPU-capable job from the plan (mialab.pipeline.sizing); a profile's
 # set-resources still overrides them per rule
 SIZING = Sizing(config, benchmarks="results/benchmarks")
 
@@ -173,7 +173,7 @@ def dataset_outputs(dataset):
 def all_outputs():
     """The default target's outputs. Called by `rule all`, the last rule parsed, when every plan has
     addressed its stages: a built one whose recorded files changed or vanished fails here, before any job
-    (mialab.integrity.check_stages; Snakemake itself only sees that the folder exists)."""
+    (mialab.core.integrity.check_stages; Snakemake itself only sees that the folder exists)."""
     out = model_dirs(MODELS)
     for ds in DATASETS:
         out += dataset_outputs(ds)

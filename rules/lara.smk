@@ -1,7 +1,7 @@
 # RL contamination (GRPO checkpoints as models of kind `rl`, mialab.rl) and the LaRA stage
 # (layer-wise representation analysis, mialab.lara). Config: `kind: rl` entries under `models:`
 # and the `lara:` section (absent = no LaRA stage); schemas/config.schema.yaml. Stage keys:
-# mialab/rl/plan.py, mialab/lara/plan.py; the LaRA protocol: mialab/lara/stages.py.
+# mialab/training/plan.py, mialab/lara/plan.py; the LaRA protocol: mialab/lara/stages.py.
 #
 # - rl_contaminate (run key, epoch): one epoch of a GRPO run on the member pool's members (or, with
 #   members.split_seed, that split's members only) plus fillers. Epoch 1 starts from the run's `init`
@@ -23,8 +23,8 @@
 # - lara_report (dataset): the comparison table and the layer-wise figure; `snakemake lara` builds
 #   them and everything they need.
 from mialab.lara.plan import LaRAPlan
-from mialab.rl.plan import RLPlan
-from mialab.workflow import seed_part
+from mialab.training.plan import RLPlan
+from mialab.pipeline.plan import seed_part
 
 RL_PLAN = RLPlan(PLAN)
 LARA_PLAN = LaRAPlan(PLAN, config)
@@ -68,7 +68,7 @@ rule rl_contaminate:
     benchmark:
         "results/benchmarks/rl_contaminate/{key}/epoch-{epoch}.tsv"
     shell:
-        '"$MIALAB_PYTHON" -m mialab.launch --nproc {params.nproc:q} "$MIALAB_SCRIPTS/rl_contaminate.py"'
+        '"$MIALAB_PYTHON" -m mialab.core.launch --nproc {params.nproc:q} "$MIALAB_SCRIPTS/rl_contaminate.py"'
         " --init {params.init:q} {params.trust_init} --member-pool {input.member_pool:q} {params.member_split}"
         " --spec {params.spec:q}"
         " --manifest {params.manifest:q} --epoch {wildcards.epoch:q} {params.previous} --work {params.work:q}"

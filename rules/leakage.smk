@@ -1,4 +1,4 @@
-# Leakage and distribution-shift checks of every split (mialab.data.leakage), before any model sees it.
+# Leakage and distribution-shift checks of every split (mialab.checks.leakage), before any model sees it.
 #
 # - leakage_check (dataset): cross-class exact / word n-gram / embedding (faiss over
 #   all-MiniLM-L6-v2) duplicate pairs, the blind baseline (bag-of-n-grams classifier, CV AUROC,

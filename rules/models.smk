@@ -67,6 +67,6 @@ rule sft_contaminate:
     benchmark:
         "results/benchmarks/sft_contaminate/{model}/{key}.tsv"
     shell:
-        '"$MIALAB_PYTHON" -m mialab.launch --nproc {params.nproc:q} "$MIALAB_SCRIPTS/sft_contaminate.py"'
+        '"$MIALAB_PYTHON" -m mialab.core.launch --nproc {params.nproc:q} "$MIALAB_SCRIPTS/sft_contaminate.py"'
         " --init {params.init:q} {params.trust_init} --member-pool {input.member_pool:q} --spec {params.spec:q}"
         " --manifest {params.manifest:q} --out {output.model:q} --threads {threads} > {log:q} 2>&1"

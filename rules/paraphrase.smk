@@ -8,7 +8,7 @@
 #   results/paraphrases/<dataset>/pool/<key>/pool.parquet (PLAN.member_pool(dataset), read by the
 #   training rules through member_pool_file()) for models to train on, evaluated on the original split.
 #
-# Either way the split's manifest records the setting (mialab.workflow.Plan.split), and the
+# Either way the split's manifest records the setting (mialab.pipeline.plan.Plan.split), and the
 # paraphrase stage's manifest records the backend, its options and how many rows changed.
 
 

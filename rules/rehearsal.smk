@@ -1,10 +1,10 @@
-# CPU rehearsal of a paper config (`--config rehearsal=true`, mialab/rehearsal.py; the hook is in
+# CPU rehearsal of a paper config (`--config rehearsal=true`, mialab/pipeline/rehearsal.py; the hook is in
 # rules/common.smk, with its input functions stand_in and stand_ins_of): rule rehearsal_model builds the tiny stand-in of each hub model the config names,
 # an ordinary HF folder (safetensors, a trained tokenizer with the family's special tokens and chat
 # template) that the rehearsed config's `kind: hf` entries point at. A stand-in named outside the
 # models section (e.g. the encoder of Qwen/Qwen3-Embedding-8B) is an input of every models-section
 # stand-in, so every stage that reads it (each also reads a model) runs after it exists.
-from mialab.rehearsal import TOKENIZER_CORPUS
+from mialab.pipeline.rehearsal import TOKENIZER_CORPUS
 
 
 rule rehearsal_model:

@@ -1,5 +1,5 @@
 # Passive baselines (Loss, R-Loss, Zlib, Min-K%, Min-K%++) on every (model, dataset, seed): one job
-# per (model, dataset) scores every seed's split, each distinct text once (mialab.workflow.Plan.score_run).
+# per (model, dataset) scores every seed's split, each distinct text once (mialab.pipeline.plan.Plan.score_run).
 
 
 rule score_baselines:

@@ -20,5 +20,5 @@ fi
 .venv/bin/python -m pip install --quiet torch==2.13.0
 .venv/bin/python -m pip install --quiet -e ".[test]"
 # DeepSpeed compiles its CPU collective op on first use: do it here, not in the first SFT job
-.venv/bin/python -m mialab.launch --build-ops
+.venv/bin/python -m mialab.core.launch --build-ops
 echo "mialab installed in $(pwd)/.venv ($(.venv/bin/python -c 'import torch, transformers, snakemake; print("torch", torch.__version__, "transformers", transformers.__version__, "snakemake", snakemake.__version__)'))"

@@ -16,8 +16,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mialab.core.io import write_text  # noqa: E402
 from mialab.evaluation.readme import replace_section, results_section  # noqa: E402
-from mialab.io import write_text  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURE = "docs/figures/sweep_exposure.png"

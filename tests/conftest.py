@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from mialab.io import write_manifest
 from workflow_helpers import make_workdir, snakemake
+
+from mialab.core.io import write_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 BOOT = REPO / "tests" / "slurm" / "boot.sh"

@@ -1,4 +1,4 @@
-"""Unit tests of mialab.accounting on text captured from the real test SLURM (22.05).
+"""Unit tests of mialab.pipeline.accounting on text captured from the real test SLURM (22.05).
 
 tests/slurm/sacct_22.05.txt is `sacct --parsable2 --noheader --duplicates --format=<SACCT_FIELDS>`
 after one run of tests/slurm/fixture through profiles/slurm (jobs 8-13: make_data x2,
@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mialab import accounting
+from mialab.pipeline import accounting
 
 HERE = Path(__file__).resolve().parent / "slurm"
 SACCT = (HERE / "sacct_22.05.txt").read_text()

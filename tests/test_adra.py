@@ -11,13 +11,19 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from mialab.adra.attack import rollout_metrics, score_table, top_k_mean
 from mialab.adra.report import step_curve, summary, with_steps
-from mialab.adra.rewards import (adra_reward, combine, distractor_references, membership_weights, pair_partners,
-                                 shares_prefix_pairs)
-from mialab.adra.tasks import Task, fit_prefix, known_templates, load_template, prompts, trainer_prompt
+from mialab.adra.rewards import (
+    adra_reward,
+    combine,
+    distractor_references,
+    membership_weights,
+    pair_partners,
+    shares_prefix_pairs,
+)
 from mialab.adra.training import training_set
-from mialab.generation.prompts import prompt_token_ids
+from mialab.lm.prompts import prompt_token_ids
+from mialab.n_sampling.attack import rollout_metrics, score_table, top_k_mean
+from mialab.n_sampling.tasks import Task, fit_prefix, known_templates, load_template, prompts, trainer_prompt
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma tau upsilon phi chi psi "
          "omega river stone cloud field light").split()
@@ -25,7 +31,7 @@ WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicro
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from mialab.models.tiny import train_tokenizer
+    from mialab.lm.tiny import train_tokenizer
 
     return train_tokenizer([" ".join(WORDS)] * 50, vocab_size=300)
 
@@ -70,7 +76,7 @@ def test_adra_reward_scores_each_rollout_against_its_row_references():
 
 def test_embedding_reward_ablation_is_one_plus_cos_over_two_under_the_same_rules():
     """Table 10's embedding reward (the code's embedding.py): (1 + cos) / 2, max over the row's references."""
-    from mialab.reconstruction.metrics import embedding_cosine
+    from mialab.similarity.metrics import embedding_cosine
 
     own, other = "the quick brown fox jumps over the lazy dog", "seven silver swans swam south in spring"
     reward = adra_reward("embedding", embedding_model="all-MiniLM-L6-v2")
@@ -215,9 +221,9 @@ def test_top_k_mean_and_the_report_summary():
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory, tokenizer) -> str:
-    from mialab.models.tiny import init_model, llama_config, save_model
-
     import torch
+
+    from mialab.lm.tiny import init_model, llama_config, save_model
 
     model = init_model(llama_config(len(tokenizer), hidden_size=64, num_layers=2, num_heads=4, tokenizer=tokenizer),
                        seed=0)
@@ -235,7 +241,7 @@ def tiny_model(tmp_path_factory, tokenizer) -> str:
 
 
 def settings(**over):
-    from mialab.rl.grpo import GRPOSettings
+    from mialab.training.grpo import GRPOSettings
 
     base = dict(lr=5e-3, beta=0.005, max_steps=4, num_generations=4, batch_size=8, max_completion_length=8,
                 max_prompt_length=32, save_steps=2, save_total_limit=None, temperature=1.0, top_p=0.95, top_k=50,
@@ -295,7 +301,7 @@ def test_adra_plus_resumed_after_a_crash_ends_with_the_uninterrupted_adapter(tin
 @pytest.mark.slow
 def test_sft_ablation_trains_a_lora_adapter_with_the_grpo_budget(tiny_model, tokenizer, tmp_path):
     from mialab.adra.training import train_policy
-    from mialab.rl.grpo import checkpoint_state
+    from mialab.training.grpo import checkpoint_state
 
     data = training_set(candidates(4), tokenizer, TASK, "adra_sft", chat=False, seed=0).drop(columns="id")
     train_policy(tiny_model, data, "adra_sft", settings(), tmp_path / "w", None, snapshot_steps=[2],
@@ -309,8 +315,8 @@ def test_sft_ablation_trains_a_lora_adapter_with_the_grpo_budget(tiny_model, tok
 def test_rollouts_follow_the_schema_and_are_seeded(tokenizer, tmp_path, cache):
     """N-Sampling rollouts on the hf backend, its N samples sharing a prefill (the tiny world's) or
     with generate's preallocated (static) KV cache."""
-    from mialab.adra.stages import generate
-    from mialab.models.tiny import init_model, llama_config, save_model
+    from mialab.lm.tiny import init_model, llama_config, save_model
+    from mialab.n_sampling.stages import generate
 
     tiny_model = str(tmp_path / "model")  # untrained: the schema and the seeding do not need words
     save_model(init_model(llama_config(len(tokenizer), hidden_size=32, num_layers=1, num_heads=2, tokenizer=tokenizer),
@@ -340,8 +346,8 @@ def test_aime_candidate_gives_a_quarter_of_the_solution_once(tmp_path, pool_rati
     """The code: user turn = problem, assistant prefix = first 25% of the solution, target = the other
     75%. A pool that already cut 25% into the prefix would give 25 + 18 words and leave 57 (43.75% given)."""
     from mialab.data.registry import get_family
-    from mialab.generation.prompts import prompt_text
-    from mialab.reconstruction.evaluation import split_assistant_prefix
+    from mialab.lm.prompts import prompt_text
+    from mialab.text.prefix import split_assistant_prefix
 
     solution = " ".join(f"s{i}" for i in range(100))
     src = tmp_path / "aime.jsonl"

@@ -15,13 +15,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-
-from mialab.adra.plan import INIT, ADRAPlan, NSamplingPlan
-from mialab.config import ConfigError
-from mialab.reconstruction.rewards import minmax_membership_weight
-from mialab.workflow import Plan
 from test_n_sampling_workflow import validated
 from workflow_helpers import REPO, add_stand_ins, default_config, make_workdir, planned_jobs, snakemake, write_config
+
+from mialab.adra.plan import INIT, ADRAPlan
+from mialab.adra.rewards import minmax_membership_weight
+from mialab.n_sampling.plan import NSamplingPlan
+from mialab.pipeline.config import ConfigError
+from mialab.pipeline.plan import Plan
 
 PAPER_CONFIGS = sorted((REPO / "configs" / "paper").glob("adra_*.yaml"))
 OVERLAY = REPO / "configs" / "tiny_adra.yaml"

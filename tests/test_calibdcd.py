@@ -12,16 +12,30 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from mialab.calibdcd.calibrate import (VARIANTS, FitCache, calibrate, fpr_threshold, get_detector, get_variant,
-                                       recovery_analysis, run_calibdcd)
-from mialab.calibdcd.classifiers import PrototypicalClassifier, ProtoNetConfig, make_classifier
+from mialab.calibdcd.calibrate import (
+    VARIANTS,
+    FitCache,
+    calibrate,
+    fpr_threshold,
+    get_detector,
+    get_variant,
+    recovery_analysis,
+    run_calibdcd,
+)
+from mialab.calibdcd.classifiers import ProtoNetConfig, PrototypicalClassifier, make_classifier
 from mialab.calibdcd.correction import apply_correction, correction_matrix, select_correction
 from mialab.calibdcd.features import difference_columns, veilprobe_blocks, veilprobe_vector
 from mialab.calibdcd.frames import feature_frame, view_matrices
-from mialab.calibdcd.shift import (consensus_basis, false_positive_pressure, random_views, score_increase,
-                                   shift_weights, top_views, view_basis)
-from mialab.calibdcd.views import (FAMILY_VIEWS, ORIGINAL, UNIVERSAL_VIEWS, VIEWS, apply_view, controlled_views,
-                                   get_view)
+from mialab.calibdcd.shift import (
+    consensus_basis,
+    false_positive_pressure,
+    random_views,
+    score_increase,
+    shift_weights,
+    top_views,
+    view_basis,
+)
+from mialab.calibdcd.views import FAMILY_VIEWS, ORIGINAL, UNIVERSAL_VIEWS, VIEWS, apply_view, controlled_views, get_view
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -423,7 +437,7 @@ def test_feature_frames_round_trip():
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
 
     animals, themes = ["cat", "dog", "king", "queen", "bird"], ["rain", "sun", "war", "love"]
     corpus = [f"line {i}: the {animals[i % 5]} walks over the hill and sings of {themes[i % 4]} today."
@@ -440,7 +454,7 @@ def tiny_split():
     texts = ["the cat walks over the hill and sings of rain today",
              "a queen sings of love and war over the quiet hill",
              "line 7: the bird walks", "numbers 12 and 7 meet under the sun at noon"]
-    from mialab.data.prefix import split_words
+    from mialab.text.prefix import split_words
 
     parts = [split_words(t, 0.5) for t in texts]
     return pd.DataFrame({"id": [f"t{i}" for i in range(4)], "text": texts, "prefix": [p for p, _ in parts],
@@ -451,7 +465,7 @@ def test_reference_probabilities_match_a_direct_forward_pass(tiny_model):
     import torch
 
     from mialab.calibdcd.reference import packed_rows, reference_probabilities
-    from mialab.models.loading import load_causal_lm, load_tokenizer
+    from mialab.lm.loading import load_causal_lm, load_tokenizer
 
     parts = [["the cat walks", " over the hill and sings of rain today"], ["a queen", ""]]
     batched = reference_probabilities(tiny_model, parts, length=6, batch_size=2, device="cpu")
@@ -523,7 +537,7 @@ def test_mapping_model_training_is_seeded_and_deterministic(tmp_path):
     from safetensors.numpy import load_file
 
     from mialab.calibdcd.mapping import MappingConfig, train_mapping_model
-    from mialab.embeddings import resolve_model_path
+    from mialab.lm.embeddings import resolve_model_path
 
     vocab = resolve_model_path()                       # MiniLM's tokenizer: the bert-base-uncased vocabulary
     pairs = (["the cat walks over", "a queen sings of", "line 7 the bird", "numbers 12 and 7"],
@@ -542,7 +556,7 @@ def test_mapping_features_average_every_layer_over_the_positions(tmp_path):
     from transformers import AutoTokenizer, EncoderDecoderModel
 
     from mialab.calibdcd.mapping import MappingConfig, mapping_features, train_mapping_model
-    from mialab.embeddings import resolve_model_path
+    from mialab.lm.embeddings import resolve_model_path
 
     cfg = MappingConfig(**TINY_MAPPING, epochs=1)
     path = str(tmp_path / "m")

@@ -10,19 +10,33 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from workflow_helpers import REPO, default_config, job_stats, make_workdir, planned_jobs, snakemake
 
 from mialab.calibdcd.calibrate import VARIANTS, run_calibdcd
 from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_view_features
 from mialab.calibdcd.frames import feature_frame
 from mialab.calibdcd.plan import VIEWS_SCOPE, CalibDCDPlan
-from mialab.calibdcd.report import (ablations, beside_baselines, main_results, main_results_long, markdown, recovery,
-                                    run_rows)
-from mialab.calibdcd.stages import (attach_labels, calibrate_variants, extract_features, partition_around_split,
-                                    scope_texts, score_column, veilprobe_tables)
+from mialab.calibdcd.report import (
+    ablations,
+    beside_baselines,
+    main_results,
+    main_results_long,
+    markdown,
+    recovery,
+    run_rows,
+)
+from mialab.calibdcd.stages import (
+    attach_labels,
+    calibrate_variants,
+    extract_features,
+    partition_around_split,
+    scope_texts,
+    score_column,
+    veilprobe_tables,
+)
 from mialab.calibdcd.views import ORIGINAL, apply_view, controlled_views
-from mialab.config import ConfigError
-from mialab.workflow import Plan
-from workflow_helpers import REPO, default_config, job_stats, make_workdir, planned_jobs, snakemake
+from mialab.pipeline.config import ConfigError
+from mialab.pipeline.plan import Plan
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -71,7 +85,7 @@ def test_scope_texts_carry_no_label_and_keep_the_order_asked():
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
-    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
 
     corpus = [f"line {i}: the {w} walks over the hill and sings of {t} today."
               for i, (w, t) in enumerate(zip(["cat", "dog", "king", "queen", "bird"] * 20, ["rain", "sun", "war", "love"] * 25))]
@@ -132,7 +146,7 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
 def test_veilprobe_tables_train_on_the_original_query_and_read_every_scopes_queries(tmp_path):
     from mialab.calibdcd.features import veilprobe_vector
     from mialab.calibdcd.mapping import MappingConfig, mapping_features
-    from mialab.embeddings import resolve_model_path
+    from mialab.lm.embeddings import resolve_model_path
 
     ids, prefixes = ["a", "b", "c"], ["the cat walks over", "a queen sings of", "line 7: the bird"]
     perturbed = ["the dog walks over", "a king sings of", "line 9: the bird"]
@@ -358,8 +372,8 @@ def test_unknown_calibdcd_model_is_named():
 # --- chat post-training (sft kind, format: chat) ---------------------------------------------------------
 
 def test_chat_pairs_render_with_the_template_and_cap_only_the_answer(tmp_path):
-    from mialab.models.sft import build_post_training_corpus, read_chat_pairs, render_chat
-    from mialab.models.tiny import train_tokenizer
+    from mialab.lm.tiny import train_tokenizer
+    from mialab.training.sft import build_post_training_corpus, read_chat_pairs, render_chat
 
     table = tmp_path / "qa.jsonl"
     pd.DataFrame({"q": ["What is  two plus two?", "Name a colour please now"], "a": ["It is four, of course.", "Red."],

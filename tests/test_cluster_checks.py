@@ -1,4 +1,4 @@
-"""Plan-time checks of the cluster arithmetic (mialab.cluster_checks): each check fails on a config
+"""Plan-time checks of the cluster arithmetic (mialab.pipeline.cluster_checks): each check fails on a config
 that breaks it (a paper or the default config with one number changed), names the key and the
 numbers, and the default config passes."""
 
@@ -13,10 +13,16 @@ import pytest
 import yaml
 from snakemake.resources import ParsedResource
 from snakemake.utils import validate
-
-from mialab.cluster_checks import check_cluster_arithmetic, model_table, profile_gpus, shards_heads, visible_gpus
-from mialab.config import ConfigError
 from workflow_helpers import REPO, default_config, make_workdir, snakemake
+
+from mialab.pipeline.cluster_checks import (
+    check_cluster_arithmetic,
+    model_table,
+    profile_gpus,
+    shards_heads,
+    visible_gpus,
+)
+from mialab.pipeline.config import ConfigError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

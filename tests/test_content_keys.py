@@ -8,12 +8,12 @@ import shutil
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
-
-from mialab.integrity import DamagedOutputError, check_stages
-from mialab.io import write_manifest
-from mialab.lara.features import shard_fingerprint
-from mialab.workflow import Plan, source_fingerprint
 from workflow_helpers import REPO, foundation_config, make_workdir, planned_jobs, snakemake
+
+from mialab.core.integrity import DamagedOutputError, check_stages
+from mialab.core.io import write_manifest
+from mialab.lara.features import shard_fingerprint
+from mialab.pipeline.plan import Plan, source_fingerprint
 
 
 def hf_folder(path, seed):

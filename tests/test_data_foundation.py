@@ -4,9 +4,9 @@ import pandas as pd
 import pytest
 
 from mialab.data.membership import random_partition
-from mialab.data.prefix import split_words
 from mialab.data.registry import get_family
 from mialab.data.schema import SplitSchemaError, validate_split
+from mialab.text.prefix import split_words
 
 WIKIMIA = "resources/data/wikimia/WikiMIA_length64.parquet"
 AIME = ["resources/data/aime/aime_1983_2023.json", "resources/data/aime/aime_2024.json"]

@@ -18,10 +18,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workflow_helpers import (
+    REPO,
+    add_stand_ins,
+    checkout_copy,
+    command_config,
+    dry_run_as_documented,
+    job_stats,
+    planned_wildcards,
+)
 
-from mialab.config import ConfigError, check_config_files, check_sections
-from workflow_helpers import (REPO, add_stand_ins, checkout_copy, command_config, dry_run_as_documented, job_stats,
-                              planned_wildcards)
+from mialab.pipeline.config import ConfigError, check_config_files, check_sections
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 CONFIGS = [REPO / "config.yaml", *sorted((REPO / "configs").rglob("*.yaml")),

@@ -38,7 +38,7 @@ def test_rule_commands_run_the_jobs_own_interpreter():
 def test_vllm_configured_but_missing_is_named_by_its_key(tmp_path):
     import yaml
 
-    from mialab.cluster_checks import vllm_problems
+    from mialab.pipeline.cluster_checks import vllm_problems
 
     cfg = yaml.safe_load((REPO / "configs" / "paper" / "adra_aime.yaml").read_text())
     python = tmp_path / "bin" / "python"

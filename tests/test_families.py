@@ -10,12 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from mialab.core.io import write_parquet
 from mialab.data.families.calibdcd import calibdcd_partition
-from mialab.data.families.lara import build_rl_corpus
 from mialab.data.registry import get_family
+from mialab.data.rl_corpus import build_rl_corpus
 from mialab.data.sampling import sample_split
 from mialab.data.schema import validate_split
-from mialab.io import write_parquet
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"  # the benchmark copies beside the repository
@@ -158,7 +158,7 @@ def test_wikimia_24_hard_filters_and_pairs_by_title_and_id_as_the_code(tmp_path)
     assert len(pool("wikimia_24_hard", source=str(src))) == 4  # by title: T has 4 rows, dropped; U and V kept
     coded = pool("wikimia_24_hard", source=str(src), pair_column=["title", "id"], diff_threshold=400)
     assert len(coded) == 6 and coded["pair_id"].nunique() == 3
-    from mialab.models.tiny import train_tokenizer
+    from mialab.lm.tiny import train_tokenizer
 
     train_tokenizer([" ".join("abcdefgh")] * 20, vocab_size=300).save_pretrained(tmp_path / "tok")
     short = pool("wikimia_24_hard", source=str(src), pair_column=["title", "id"], diff_threshold=400,
@@ -168,7 +168,7 @@ def test_wikimia_24_hard_filters_and_pairs_by_title_and_id_as_the_code(tmp_path)
 
 def test_dolma3_arxiv_truncates_in_tokens_as_the_code(tmp_path):
     # The code: the first 2048 tokens of a tokenizer, decoded; here 12 tokens of a tiny BPE tokenizer.
-    from mialab.models.tiny import train_tokenizer
+    from mialab.lm.tiny import train_tokenizer
 
     spec = dict(source=str(FIX / "dolma3_arxiv_members.jsonl"),
                 nonmember_source=str(FIX / "dolma3_arxiv_nonmembers.jsonl"))
@@ -221,7 +221,7 @@ def test_tulu3_single_turn_sources_and_length_cap():
 
 
 def test_tulu3_counts_tokens_with_a_tokenizer(tmp_path):
-    from mialab.models.tiny import train_tokenizer
+    from mialab.lm.tiny import train_tokenizer
 
     texts = pd.read_json(FIX / "bookmia.jsonl", lines=True)["snippet"].tolist()
     train_tokenizer(texts, vocab_size=280).save_pretrained(tmp_path)

@@ -7,7 +7,7 @@ import os
 import pandas as pd
 import pytest
 
-from mialab.generation.engine import (
+from mialab.lm.engine import (
     FINISH_REASONS,
     ROLLOUT_COLUMNS,
     SamplingConfig,
@@ -18,8 +18,8 @@ from mialab.generation.engine import (
     validate_rollouts,
     write_rollouts,
 )
-from mialab.generation.prompts import fill_template, prompt_text, prompt_token_ids
-from mialab.generation.vllm_backend import default_venv, strip_stop
+from mialab.lm.prompts import fill_template, prompt_text, prompt_token_ids
+from mialab.lm.vllm_backend import default_venv, strip_stop
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -33,7 +33,7 @@ SPLIT = pd.DataFrame({
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
     """A tiny random Llama (vocab <= 512, hidden 64, 2 layers) with the tiny chat template."""
-    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
 
     texts = [" ".join(SPLIT["prefix"] + " " + SPLIT["suffix"])] * 50
     tok = train_tokenizer(texts, vocab_size=512, min_frequency=1)
@@ -45,7 +45,7 @@ def tiny_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
-    from mialab.models.loading import load_tokenizer
+    from mialab.lm.loading import load_tokenizer
 
     return load_tokenizer(tiny_model, padding_side="left")
 
@@ -157,8 +157,8 @@ def test_shared_prefill_samples_what_generate_samples_from_n_prefills(tiny_model
     a single token), and the same step logits up to float rounding."""
     import torch
 
-    from mialab.generation.hf_backend import generate_sharing_prefill, left_pad
-    from mialab.models.loading import load_causal_lm
+    from mialab.lm.hf_backend import generate_sharing_prefill, left_pad
+    from mialab.lm.loading import load_causal_lm
 
     model = load_causal_lm(tiny_model, device="cpu", dtype="float32")
     ids, mask = left_pad([[1, 40, 41, 42, 43, 44, 45], [1, 50, 51], [7]], pad_id=2)

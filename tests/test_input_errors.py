@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 import yaml
 from snakemake.utils import validate
+from workflow_helpers import REPO, default_config, make_workdir, snakemake
 
-from mialab.config import ConfigError, check_config, load_yaml
 from mialab.data.mixing import check_filler
 from mialab.data.registry import config_schema, get_family, known_families
 from mialab.data.sampling import sample_split
 from mialab.data.sources import read_table
-from workflow_helpers import REPO, default_config, make_workdir, snakemake
+from mialab.pipeline.config import ConfigError, check_config, load_yaml
 
 SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 
@@ -73,7 +73,7 @@ def test_defaults_come_from_the_schema():
 @pytest.mark.parametrize("path", [REPO / "config.yaml", *sorted((REPO / "configs" / "paper").glob("*.yaml"))],
                          ids=lambda p: p.stem)
 def test_existing_configs_pass_the_closed_pool_schema(path):
-    from mialab.config import check_pool_keys
+    from mialab.pipeline.config import check_pool_keys
 
     check_pool_keys(validated(yaml.safe_load(path.read_text()))["datasets"])
 
@@ -251,7 +251,7 @@ def test_split_error_advises_a_config_key_of_the_dataset():
 
 
 def test_wordnet_cache_folder_is_configurable(monkeypatch, tmp_path):
-    from mialab.lara.wordnet import cache_dir
+    from mialab.text.wordnet import cache_dir
 
     monkeypatch.setenv("MIALAB_WORDNET_CACHE", str(tmp_path / "wn"))
     assert cache_dir() == tmp_path / "wn"

@@ -1,4 +1,4 @@
-"""mialab.jobs: the glue every workflow script starts with."""
+"""mialab.core.jobs: the glue every workflow script starts with."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 PROBE = """
 import sys
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 setup_job(None, {threads})
 print("torch" in sys.modules)
 import torch
@@ -29,7 +29,7 @@ def test_setup_job_repins_an_already_started_torch():
 
 
 def test_malloc_tunables_are_added_once_and_keep_the_users_settings():
-    from mialab.jobs import MALLOC_TUNABLES, with_malloc_tunables
+    from mialab.core.jobs import MALLOC_TUNABLES, with_malloc_tunables
 
     ours = ":".join(f"{k}={v}" for k, v in MALLOC_TUNABLES.items())
     assert with_malloc_tunables(None) == ours
@@ -62,7 +62,7 @@ def test_malloc_tunables_serve_large_blocks_from_a_heap_that_is_kept_for_the_nex
     mapped on its own and unmapped on free (every step faults its pages in again)."""
     import os
 
-    from mialab.jobs import with_malloc_tunables
+    from mialab.core.jobs import with_malloc_tunables
 
     def heap(tunables):
         env = {**os.environ, "GLIBC_TUNABLES": tunables}
@@ -80,7 +80,7 @@ def test_training_launches_build_ops_in_this_environment_with_its_own_ninja(monk
     environment, and this environment's bin directory (its ninja) first on PATH, once."""
     import os
 
-    from mialab import launch
+    from mialab.core import launch
 
     bindir = os.path.dirname(sys.executable)
     monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", bindir, "/bin"]))

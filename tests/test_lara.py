@@ -14,22 +14,44 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from mialab.lara.baselines import (cdd_distance, cdd_peakedness, cdd_scores, dime_score, greedy_answers,
-                                   mean_log_likelihood, min_k_plus_plus_response, min_k_response, perturbed_question,
-                                   ppl_response, recall_lara_code, recall_score, recall_scores, response_scores,
-                                   self_critique_scores, self_critique_similarity)
-from mialab.lara.blanking import (BLANK, blank_important, blank_numbers_entities, count_blanks, replace_one_number,
-                                  word_spans)
+from mialab.lara.baselines import (
+    cdd_distance,
+    cdd_peakedness,
+    cdd_scores,
+    dime_score,
+    greedy_answers,
+    mean_log_likelihood,
+    min_k_plus_plus_response,
+    min_k_response,
+    perturbed_question,
+    ppl_response,
+    recall_lara_code,
+    recall_score,
+    recall_scores,
+    response_scores,
+    self_critique_scores,
+    self_critique_similarity,
+)
+from mialab.lara.blanking import blank_important, blank_numbers_entities, count_blanks, replace_one_number, word_spans
 from mialab.lara.combine import beta_sweep, combine_lara_sc, percentile_rank
 from mialab.lara.construction import build_perturbations, role_name
-from mialab.lara.detection import (MAD_TO_SD, MEAN_AD_TO_SD, align, detection_scores, fit_reference, layer_windows,
-                                   robust_z, signed_log)
+from mialab.lara.detection import (
+    MAD_TO_SD,
+    MEAN_AD_TO_SD,
+    align,
+    detection_scores,
+    fit_reference,
+    layer_windows,
+    robust_z,
+    signed_log,
+)
 from mialab.lara.features import extract_features, extract_layer_features, layer_features, load_features
-from mialab.lara.llm import parse_list
-from mialab.lara.lm import Generation, generate, load_lm, text_generator, token_logprobs, topk_step_stats
-from mialab.lara.metrics import (compute_metrics, directional_collapse, group_rows, local_variability, rsi, rsm)
+from mialab.lara.metrics import compute_metrics, directional_collapse, group_rows, local_variability, rsi, rsm
 from mialab.lara.neighbours import find_neighbours, retrieval_neighbours
 from mialab.lara.paraphrase import paraphrase_variants
+from mialab.lm.causal import Generation, generate, load_lm, text_generator, token_logprobs, topk_step_stats
+from mialab.text.llm_prompts import parse_list
+from mialab.text.spans import BLANK
 
 QUESTIONS = [
     "Find the number of positive integers less than 1000 that are divisible by 7.",
@@ -51,7 +73,7 @@ def structure_kept(original: str, blanked: str) -> bool:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
-    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
 
     tok = train_tokenizer(QUESTIONS * 20, vocab_size=512)
     model = init_model(llama_config(len(tok), hidden_size=64, num_layers=2, num_heads=4, tokenizer=tok), seed=0)

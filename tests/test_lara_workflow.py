@@ -8,18 +8,26 @@ import copy
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.metrics import roc_auc_score
+from workflow_helpers import REPO, default_config, make_workdir, planned_jobs
 
-from mialab.config import ConfigError, check_config
 from mialab.data.registry import get_family
+from mialab.data.rl_corpus import pool_questions
 from mialab.data.sampling import sample_split
 from mialab.lara.plan import LaRAPlan
-from mialab.lara.stages import (EVALUATED, REFERENCE, aligned_features, backend_specs, known_nonmembers,
-                                perturbation_table, score_table, stage_questions)
-from sklearn.metrics import roc_auc_score
-from mialab.rl.corpus import pool_questions
-from mialab.rl.plan import RLPlan
-from mialab.workflow import Plan
-from workflow_helpers import REPO, default_config, make_workdir, planned_jobs
+from mialab.lara.stages import (
+    EVALUATED,
+    REFERENCE,
+    aligned_features,
+    backend_specs,
+    known_nonmembers,
+    perturbation_table,
+    score_table,
+    stage_questions,
+)
+from mialab.pipeline.config import ConfigError, check_config
+from mialab.pipeline.plan import Plan
+from mialab.training.plan import RLPlan
 
 AIME_POOL = {"family": "aime", "source": [str(REPO / "resources/data/aime/aime_1983_2023.json"),
                                           str(REPO / "resources/data/aime/aime_2024.json")],

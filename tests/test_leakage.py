@@ -9,9 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mialab.data.leakage import (LeakageError, blind_baseline, check_split, embedding_near_duplicates,
-                                 exact_duplicates, length_report, ngram_near_duplicates)
-from mialab.data import leakage
+from mialab.checks import leakage
+from mialab.checks.leakage import (
+    LeakageError,
+    blind_baseline,
+    check_split,
+    embedding_near_duplicates,
+    exact_duplicates,
+    length_report,
+    ngram_near_duplicates,
+)
 from mialab.data.membership import random_partition
 from mialab.data.registry import get_family
 from mialab.data.sampling import sample_split

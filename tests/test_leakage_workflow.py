@@ -19,15 +19,23 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from snakemake.utils import validate
+from test_n_sampling_workflow import validated
+from workflow_helpers import (
+    REPO,
+    default_config,
+    foundation_config,
+    make_workdir,
+    planned_jobs,
+    snakemake,
+    write_config,
+)
 
-from mialab.data import leakage
+from mialab.checks import leakage
 from mialab.data.paraphrase import APPLY_TO, EXPERIMENTS
 from mialab.data.registry import get_family
 from mialab.data.sampling import sample_split
-from mialab.workflow import PARAPHRASE_EXPERIMENTS, Plan
-from snakemake.utils import validate
-from test_n_sampling_workflow import validated
-from workflow_helpers import REPO, default_config, foundation_config, make_workdir, planned_jobs, snakemake, write_config
+from mialab.pipeline.plan import PARAPHRASE_EXPERIMENTS, Plan
 
 WIKIMIA = REPO / "resources" / "data" / "wikimia" / "WikiMIA_length64.parquet"
 # the model-free jobs run one at a time, each on one thread (this machine is shared)

@@ -9,12 +9,12 @@ import copy
 import pandas as pd
 import pytest
 from snakemake.utils import validate
-
-from mialab.adra.attack import metric_names
-from mialab.adra.plan import NSamplingPlan
-from mialab.config import ConfigError
-from mialab.workflow import Plan
 from workflow_helpers import REPO, default_config, make_workdir, planned_jobs, snakemake
+
+from mialab.n_sampling.attack import metric_names
+from mialab.n_sampling.plan import NSamplingPlan
+from mialab.pipeline.config import ConfigError
+from mialab.pipeline.plan import Plan
 
 
 def validated(cfg: dict) -> dict:

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from mialab.lara.plan import LaRAPlan
-from mialab.workflow import Plan
 from test_documented_commands import check_command, jobs_line
 from test_n_sampling_workflow import validated
 from workflow_helpers import REPO
+
+from mialab.lara.plan import LaRAPlan
+from mialab.pipeline.plan import Plan
 
 CONFIGS = sorted((REPO / "configs" / "paper").glob("*.yaml"))
 TINY_WORLD_RULES = ("train_tokenizer", "pretrain_model")  # config.yaml's own models; no paper config trains one

@@ -8,8 +8,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mialab.data.paraphrase import (candidate_edits, common_synonym, get_paraphraser, llm_paraphraser,
-                                    load_paraphrase_template, paraphrase_setting, paraphrase_split)
+from mialab.data.paraphrase import (
+    candidate_edits,
+    common_synonym,
+    get_paraphraser,
+    llm_paraphraser,
+    load_paraphrase_template,
+    paraphrase_setting,
+    paraphrase_split,
+)
 from mialab.data.registry import get_family
 from mialab.data.sampling import sample_split
 
@@ -119,7 +126,7 @@ def test_templates_and_generic_llm_backend():
 
 
 def test_hf_backend_with_a_tiny_llama(tmp_path, wikimia_texts):
-    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
 
     tok = train_tokenizer(wikimia_texts, vocab_size=300)
     save_model(init_model(llama_config(len(tok), hidden_size=32, num_layers=1, num_heads=2, tokenizer=tok), seed=0),

@@ -1,4 +1,4 @@
-"""Staging (mialab.prefetch, rule prefetch): every hub model and dataset a config names is fetched into
+"""Staging (mialab.pipeline.prefetch, rule prefetch): every hub model and dataset a config names is fetched into
 HF_HOME from a hub (here a local one, tests/fake_hub.py: no outside network), and the jobs then read
 them offline; an exported HF_HUB_OFFLINE=0 is kept."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from fake_hub import serve
-from mialab.generation.vllm_backend import VLLMBackend
-from mialab.prefetch import HubItem, hub_items, prefetch
 from workflow_helpers import REPO, foundation_config, make_workdir, snakemake
+
+from mialab.lm.vllm_backend import VLLMBackend
+from mialab.pipeline.prefetch import HubItem, hub_items, prefetch
 
 
 def paper(name: str) -> dict:

@@ -8,22 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mialab.reconstruction.evaluation import aggregate_rollouts, evaluation_pair, score_rollouts, split_assistant_prefix
-from mialab.reconstruction.kernel import lexical_counts, lexical_metrics
-from mialab.reconstruction.metrics import (COUNT_NAMES, CONVENTIONS, LEXICAL_METRICS, embedding_cosine,
-                                          metrics_from_counts)
-from mialab.reconstruction.reference import greedy_scan, lcs_length_dp, reference_counts
-from mialab.reconstruction.released import code_rewards, released_code
-from mialab.reconstruction.rewards import (
-    compute_rewards,
-    contrastive_reward,
-    get_reward,
-    known_rewards,
-    length_penalty,
-    minmax_membership_weight,
-    sample_distractors,
-)
-from mialab.reconstruction.tokenize import tokenize_words, word_tokens
+from mialab.adra.rewards import contrastive_reward, minmax_membership_weight, sample_distractors
+from mialab.n_sampling.evaluation import aggregate_rollouts, evaluation_pair, score_rollouts
+from mialab.similarity.kernel import lexical_counts, lexical_metrics
+from mialab.similarity.metrics import CONVENTIONS, COUNT_NAMES, LEXICAL_METRICS, embedding_cosine, metrics_from_counts
+from mialab.similarity.reference import greedy_scan, lcs_length_dp, reference_counts
+from mialab.similarity.released import code_rewards, released_code
+from mialab.text.prefix import split_assistant_prefix
+from mialab.text.words import tokenize_words, word_tokens
+from mialab.training.rewards import compute_rewards, get_reward, known_rewards, length_penalty
 
 RATIOS = [m for m in LEXICAL_METRICS if m != "lcs_length"]
 
@@ -378,7 +371,7 @@ def test_embedding_cosine():
 
 
 def test_embeddings_in_bfloat16_stay_close_to_float32_and_unknown_dtypes_are_rejected():
-    from mialab.embeddings import encode
+    from mialab.lm.embeddings import encode
 
     texts = ["the cat sat on the mat", "a kitten sleeps on a rug", "stock markets fell sharply",
              "Find the number of positive integers less than 1000 that are divisible by 7."]

@@ -1,4 +1,4 @@
-"""CPU rehearsal of the paper configs (mialab.rehearsal, `--config rehearsal=true`): tiny stand-in models
+"""CPU rehearsal of the paper configs (mialab.pipeline.rehearsal, `--config rehearsal=true`): tiny stand-in models
 of the same families and chat templates, local data samples with the same columns, CPU sizes; every
 other setting the paper config's."""
 
@@ -13,14 +13,28 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
-from mialab.config import data_paths
-from mialab.data.registry import get_family
-from mialab.rehearsal import (DATA_KEYS, DEVICES, MODEL_KEYS, SHRINK, RehearsalError, RehearsalPlan, build_stand_in,
-                              changes, matches, rehearse, stand_in_paths, stand_in_spec, table, with_samples)
-from mialab.workflow import Plan
 from test_n_sampling_workflow import validated
 from workflow_helpers import REPO, job_stats, make_workdir, planned_wildcards, snakemake
+
+from mialab.data.registry import get_family
+from mialab.pipeline.config import data_paths
+from mialab.pipeline.plan import Plan
+from mialab.pipeline.rehearsal import (
+    DATA_KEYS,
+    DEVICES,
+    MODEL_KEYS,
+    SHRINK,
+    RehearsalError,
+    RehearsalPlan,
+    build_stand_in,
+    changes,
+    matches,
+    rehearse,
+    stand_in_paths,
+    stand_in_spec,
+    table,
+    with_samples,
+)
 
 CONFIGS = sorted((REPO / "configs" / "paper").glob("*.yaml"))
 IDS = [p.stem for p in CONFIGS]
@@ -234,7 +248,7 @@ def test_stand_in_is_a_tiny_hf_folder_of_its_family(hub, tmp_path):
         ids = tok(text, add_special_tokens=False)["input_ids"]
         assert all(tok.convert_tokens_to_ids(t) in ids for t in special), special  # one token each, never split
     if spec.get("encoder"):
-        from mialab.embeddings import encode
+        from mialab.lm.embeddings import encode
 
         # an empty text (a rollout of only eos) still pools a token: the eos the family's tokenizer appends
         assert encode(["a text", ""], model=str(tmp_path)).shape == (2, spec["size"]["hidden_size"])

@@ -14,9 +14,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from test_rl import DATA, SETTINGS, assert_same_weights, distinct_characters, stop_at, tiny_model, weights  # noqa: F401
 
-from mialab.io import atomic_directory, remove_stale_temporaries, write_json
-from mialab.models.checkpoints import check_steps, latest_checkpoint
-from mialab.rl.grpo import GRPOSettings, checkpoint_state, last_checkpoint, run_grpo, steps_per_epoch
+from mialab.core.io import atomic_directory, remove_stale_temporaries, write_json
+from mialab.training.checkpoints import check_steps, latest_checkpoint
+from mialab.training.grpo import GRPOSettings, checkpoint_state, last_checkpoint, run_grpo, steps_per_epoch
 
 
 class Killed(Exception):
@@ -58,7 +58,7 @@ def mode(path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
-# --- mialab.io ---------------------------------------------------------------------------------
+# --- mialab.core.io ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750)])
 def test_outputs_moved_into_place_get_the_modes_the_umask_allows(tmp_path, umask, file_mode, dir_mode):
     old = os.umask(umask)
@@ -94,8 +94,8 @@ def test_a_model_is_published_only_after_every_configured_step():
 
 # --- pretraining -------------------------------------------------------------------------------
 def _pretrain(tmp_path, name: str, checkpoints=None, every: int = 0):
-    from mialab.models.pretrain import pretrain
-    from mialab.models.tiny import init_model, llama_config
+    from mialab.lm.tiny import init_model, llama_config
+    from mialab.training.pretrain import pretrain
 
     model = init_model(llama_config(64, hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=16), 0)
     blocks = np.random.default_rng(1).integers(0, 64, size=(10, 16))
@@ -106,7 +106,7 @@ def _pretrain(tmp_path, name: str, checkpoints=None, every: int = 0):
 
 
 def test_pretraining_killed_after_a_checkpoint_resumes_to_the_same_bytes(tmp_path, monkeypatch):
-    from mialab.models import pretrain
+    from mialab.training import pretrain
 
     full, full_losses = _pretrain(tmp_path, "full")
     checkpoints = tmp_path / "checkpoints"
@@ -128,8 +128,8 @@ def test_pretrain_job_removes_a_stale_temporary_and_its_checkpoints_and_records_
     import runpy
     from types import SimpleNamespace
 
-    from mialab.jobs import THREAD_VARIABLES
-    from mialab.models import pretrain
+    from mialab.core.jobs import THREAD_VARIABLES
+    from mialab.training import pretrain
 
     (tmp_path / "filler.txt").write_text("\n\n".join(f"paragraph {i} " + "word " * (i % 7 + 20) for i in range(40)))
     out = tmp_path / "base" / "model"
@@ -156,7 +156,7 @@ def test_pretrain_job_removes_a_stale_temporary_and_its_checkpoints_and_records_
 @pytest.fixture
 def one_process_group(monkeypatch):
     """The environment torchrun gives a single training process, with DeepSpeed's CPU accelerator."""
-    from mialab.launch import job_environment
+    from mialab.core.launch import job_environment
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -178,7 +178,7 @@ def _sft_job(tiny_model, tmp_path, monkeypatch, name: str) -> Path:
     import pandas as pd
     import torch
 
-    from mialab.jobs import THREAD_VARIABLES
+    from mialab.core.jobs import THREAD_VARIABLES
 
     pool, filler = tmp_path / "pool.parquet", tmp_path / "filler.parquet"
     pd.DataFrame({"text": [f"member {i}: " + "word " * (i + 2) for i in range(6)], "label": [1, 0] * 3}).to_parquet(pool)
@@ -202,7 +202,7 @@ def test_sft_job_killed_after_a_deepspeed_checkpoint_resumes_to_the_same_bytes(t
                                                                                one_process_group):
     import json
 
-    from mialab.models import sft
+    from mialab.training import sft
 
     full = _sft_job(tiny_model, tmp_path, monkeypatch, "full")
     manifest = json.loads((full.parent / "manifest.json").read_text())
@@ -260,7 +260,7 @@ def test_a_mid_epoch_checkpoint_is_trained_on_not_published_as_the_epoch(tiny_mo
 def test_how_often_a_model_checkpoints_does_not_change_its_key():
     from workflow_helpers import default_config
 
-    from mialab.workflow import Plan
+    from mialab.pipeline.plan import Plan
 
     config = default_config()
     before = {name: Plan(config).model(name).key for name in ("base", "sft")}

@@ -11,11 +11,26 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from mialab.data.registry import get_family
-from mialab.rl.corpus import (build_corpus, filler_problems, pool_questions, pool_references, split_members,
-                              split_request)
-from mialab.rl.grpo import (GRPOSettings, checkpoint_state, epoch_seed, export_checkpoint, grpo_config, last_checkpoint,
-                             run_grpo, truncate_prompt, vllm_generation)
-from mialab.rl.rewards import final_answer, make_reward, normalise_answer
+from mialab.data.rl_corpus import (
+    build_corpus,
+    filler_problems,
+    pool_questions,
+    pool_references,
+    split_members,
+    split_request,
+)
+from mialab.training.grpo import (
+    GRPOSettings,
+    checkpoint_state,
+    epoch_seed,
+    export_checkpoint,
+    grpo_config,
+    last_checkpoint,
+    run_grpo,
+    truncate_prompt,
+    vllm_generation,
+)
+from mialab.training.rewards import final_answer, make_reward, normalise_answer
 
 PROBLEMS = [
     "Find the number of positive integers less than 1000 that are divisible by 7.",
@@ -30,7 +45,7 @@ AIME = ["resources/data/aime/aime_1983_2023.json", "resources/data/aime/aime_202
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
-    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
 
     tok = train_tokenizer(PROBLEMS * 20, vocab_size=512)
     model = init_model(llama_config(len(tok), hidden_size=64, num_layers=2, num_heads=4, tokenizer=tok), seed=0)

@@ -7,9 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from mialab.scoring.baselines import (check_methods, lowest_k_mean, min_k, min_k_plus_plus, r_loss, score_texts,
-                                      zlib_score)
-from mialab.scoring.loglik import TokenStats, stats_from_logits
+from mialab.lm.logprobs import TokenStats, stats_from_logits
+from mialab.scoring.baselines import (
+    check_methods,
+    lowest_k_mean,
+    min_k,
+    min_k_plus_plus,
+    r_loss,
+    score_texts,
+    zlib_score,
+)
 
 
 def _direct_stats(logits: np.ndarray, ids: np.ndarray):
@@ -77,7 +84,7 @@ def test_score_texts_columns_and_unknown_method():
 
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory):
-    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
 
     corpus = [f"line {i}: the {w} walks over the hill and sings of {t} today."
               for i, (w, t) in enumerate(zip(["cat", "dog", "king", "queen"] * 25, ["rain", "sun", "war", "love"] * 25))]
@@ -126,7 +133,7 @@ LONG = ["the cat walks over the hill and sings of rain today " * 4, "the dog sin
 
 @pytest.fixture(scope="module")
 def lm(tiny_lm):
-    from mialab.models.loading import load_causal_lm, load_tokenizer
+    from mialab.lm.loading import load_causal_lm, load_tokenizer
 
     return load_causal_lm(tiny_lm, dtype="float32", device="cpu"), load_tokenizer(tiny_lm)
 
@@ -140,7 +147,7 @@ def _direct_logp(model, ids: list[int], begin: int, end: int) -> np.ndarray:
 
 
 def test_sliding_windows_predict_every_token_once_with_mimir_contexts():
-    from mialab.scoring.loglik import sliding_windows
+    from mialab.lm.logprobs import sliding_windows
 
     for n, length in [(5, 8), (8, 8), (9, 8), (40, 8), (41, 7), (100, 16)]:
         windows = sliding_windows(n, length)
@@ -154,7 +161,7 @@ def test_sliding_windows_predict_every_token_once_with_mimir_contexts():
 
 
 def test_sliding_window_scores_equal_a_direct_per_token_computation(lm):
-    from mialab.scoring.loglik import sliding_windows, token_stats
+    from mialab.lm.logprobs import sliding_windows, token_stats
 
     model, tok = lm
     length = 12
@@ -168,7 +175,7 @@ def test_sliding_window_scores_equal_a_direct_per_token_computation(lm):
 
 
 def test_truncate_scores_the_first_tokens_counts_them_and_matches_the_tokenizer_path(lm):
-    from mialab.scoring.loglik import stats_from_logits, token_stats
+    from mialab.lm.logprobs import stats_from_logits, token_stats
 
     model, tok = lm
     length = 12
@@ -190,7 +197,7 @@ def test_truncate_scores_the_first_tokens_counts_them_and_matches_the_tokenizer_
 
 
 def test_error_mode_names_the_text_before_the_model_runs(lm):
-    from mialab.scoring.loglik import token_stats
+    from mialab.lm.logprobs import token_stats
 
     model, tok = lm
 

@@ -16,7 +16,6 @@ import jsonschema
 import pandas as pd
 import pytest
 import yaml
-
 from workflow_helpers import REPO, foundation_config, make_workdir, snakemake
 
 AIME = REPO / "resources/data/aime/aime_1983_2023.json"
@@ -30,7 +29,7 @@ def sub_schema(schema: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
-    from mialab.models.tiny import init_model, llama_config, save_model, train_tokenizer
+    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
 
     tok = train_tokenizer([f"line {i}: the cat walks over the hill today." for i in range(50)], vocab_size=300)
     model = init_model(llama_config(len(tok), hidden_size=16, num_layers=1, num_heads=2, tokenizer=tok), seed=0)
@@ -58,7 +57,7 @@ def planted(tiny_model: str, dest: Path, marker: Path, *, into: str = "config.js
 # -- a model folder's own code -------------------------------------------------------------------
 @pytest.mark.parametrize("into", ["config.json", "tokenizer_config.json"])
 def test_planted_auto_map_module_does_not_run(tiny_model, tmp_path, into):
-    from mialab.models.loading import RemoteCodeRefused, load_causal_lm, load_tokenizer
+    from mialab.lm.loading import RemoteCodeRefused, load_causal_lm, load_tokenizer
 
     marker = tmp_path / "marker"
     path = planted(tiny_model, tmp_path / "evil model", marker, into=into)
@@ -74,7 +73,7 @@ def test_trust_remote_code_opt_in_reaches_transformers(tiny_model, tmp_path):
     folder's module (run in a subprocess with its own module cache, so nothing leaks into this one)."""
     marker = tmp_path / "marker"
     path = planted(tiny_model, tmp_path / "model", marker)
-    code = ("import sys; from mialab.models.loading import load_causal_lm; "
+    code = ("import sys; from mialab.lm.loading import load_causal_lm; "
             "print(type(load_causal_lm(sys.argv[1], device='cpu', trust_remote_code=True)).__name__)")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
     done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, env=env, cwd=REPO)
@@ -84,8 +83,8 @@ def test_trust_remote_code_opt_in_reaches_transformers(tiny_model, tmp_path):
 
 
 def test_trust_comes_from_the_config_by_model_name_and_not_from_the_stage_key():
-    from mialab.models.loading import trusts_remote_code
-    from mialab.workflow import Plan
+    from mialab.lm.loading import trusts_remote_code
+    from mialab.pipeline.plan import Plan
 
     cfg = foundation_config()
     for spec in cfg["models"].values():
@@ -105,9 +104,9 @@ def test_schema_trust_remote_code_is_a_boolean_per_model():
 
 
 def test_backend_options_cannot_turn_on_remote_code(tiny_model, tmp_path):
-    from mialab.generation.engine import start_backend
-    from mialab.generation.vllm_backend import VLLMBackend
-    from mialab.models.loading import RemoteCodeRefused
+    from mialab.lm.engine import start_backend
+    from mialab.lm.loading import RemoteCodeRefused
+    from mialab.lm.vllm_backend import VLLMBackend
 
     with pytest.raises(ValueError, match="backend_options.trust_remote_code"):
         start_backend("hf", tiny_model, {"trust_remote_code": True})
@@ -121,7 +120,7 @@ def test_backend_options_cannot_turn_on_remote_code(tiny_model, tmp_path):
 
 
 def test_vllm_worker_refuses_code_loading_engine_arguments():
-    from mialab.generation.vllm_worker import check_engine_args
+    from mialab.lm.vllm_worker import check_engine_args
 
     check_engine_args({"tensor_parallel_size": 8, "dtype": "bfloat16", "max_model_len": 4096})
     with pytest.raises(ValueError, match="trust_remote_code not allowed"):
@@ -141,7 +140,7 @@ def test_model_path_with_command_substitution_and_space_is_quoted(tiny_model, tm
     cfg["models"] = {"ext": {"kind": "hf", "path": weird}, "sft": {**sft, "init": "ext"}}
     wd = make_workdir(tmp_path / "wd", cfg)
     out = snakemake(wd, "-n", "-p", "--forceall", "models").stdout
-    (cmd,) = [line.strip() for line in out.splitlines() if "-m mialab.launch" in line and "sft_contaminate" in line]
+    (cmd,) = [line.strip() for line in out.splitlines() if "-m mialab.core.launch" in line and "sft_contaminate" in line]
     args = shlex.split(cmd)
     assert args[args.index("--init") + 1] == weird
     (wd / "results/logs/sft_contaminate/sft").mkdir(parents=True)

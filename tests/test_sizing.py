@@ -1,4 +1,4 @@
-"""Cluster resources from the plan (mialab.sizing): every job asks for the GPUs its code uses, CPUs,
+"""Cluster resources from the plan (mialab.pipeline.sizing): every job asks for the GPUs its code uses, CPUs,
 memory and runtime from the model size, the GPUs and earlier runs, and a single node; a dry run of
 every paper config under profiles/slurm shows it."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 from snakemake.utils import validate
-
-from mialab.cluster_checks import check_cluster_arithmetic
-from mialab.config import ConfigError
-from mialab.sizing import Sizing
 from workflow_helpers import REPO, add_stand_ins, checkout_copy, command_config, default_config, dry_run_as_documented
+
+from mialab.pipeline.cluster_checks import check_cluster_arithmetic
+from mialab.pipeline.config import ConfigError
+from mialab.pipeline.sizing import Sizing
 
 SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 CONFIGS = sorted((REPO / "configs" / "paper").glob("*.yaml"))

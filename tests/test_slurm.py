@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import boot_slurm
-from mialab import accounting
+
+from mialab.pipeline import accounting
 
 pytestmark = pytest.mark.slow
 

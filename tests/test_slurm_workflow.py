@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import REPO, VENV_BIN
 from workflow_helpers import foundation_config, make_workdir
 
@@ -33,7 +32,7 @@ def reduced_config() -> dict:
     cfg["models"]["sft"]["train"]["epochs"] = 1
     cfg["tokenizer"]["vocab_size"] = 1024
     # the test node's eight GPUs are fake: a training job runs one CPU process (what `auto` finds there),
-    # and the plan-time checks (mialab.cluster_checks) must not count eight
+    # and the plan-time checks (mialab.pipeline.cluster_checks) must not count eight
     cfg["launch"] = {"nproc": 1}
     return cfg
 
@@ -68,7 +67,7 @@ def test_tiny_world_completes_through_slurm(slurm_world):
 
 
 def test_jobs_get_the_gpus_their_code_uses(slurm_world):
-    """sacct's AllocTRES (alloc_gpus) per job against mialab.sizing's plan: the one-process training job
+    """sacct's AllocTRES (alloc_gpus) per job against mialab.pipeline.sizing's plan: the one-process training job
     (launch.nproc 1) and forward passes one GPU each, CPU-only pretraining and evaluation none."""
     jobs = slurm_world["jobs"].set_index("rule")
     for rule in ("sft_contaminate", "score_baselines"):
@@ -161,7 +160,7 @@ def test_a_requeued_training_job_resumes_to_the_same_model(slurm_env, tmp_path):
 
 
 def test_adra_aime_paper_config_rehearses_through_slurm(slurm_env):
-    """configs/paper/adra_aime.yaml as a CPU rehearsal (`--config rehearsal=true`, mialab.rehearsal) through
+    """configs/paper/adra_aime.yaml as a CPU rehearsal (`--config rehearsal=true`, mialab.pipeline.rehearsal) through
     `profiles/slurm`: the plan-time checks see the paper config on the test node's GPUs, every job from the
     stand-ins to the report is a SLURM job, and the reports of the paper's tables are written."""
     import yaml

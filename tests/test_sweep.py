@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from workflow_helpers import REPO, default_config, foundation_config
 
 from mialab.evaluation.sweep import SweepError, exposure_config, onset, sweep_figure, sweep_markdown, sweep_table
-from mialab.workflow import Plan
-from workflow_helpers import REPO, default_config, foundation_config
+from mialab.pipeline.plan import Plan
 
 SWEEP = yaml.safe_load((REPO / "configs" / "sweep_exposure.yaml").read_text())
 

@@ -5,10 +5,10 @@ import re
 import time
 
 import pytest
-
-from mialab.config import ConfigError, check_config
-from mialab.workflow import Plan
 from workflow_helpers import default_config, foundation_config, make_workdir, planned_jobs, snakemake
+
+from mialab.pipeline.config import ConfigError, check_config
+from mialab.pipeline.plan import Plan
 
 
 def test_default_dag(tmp_path):

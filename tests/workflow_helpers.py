@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import update_config
 
-from mialab.config import data_paths
+from mialab.pipeline.config import data_paths
 
 REPO = Path(__file__).resolve().parents[1]
 

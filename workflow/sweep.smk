@@ -17,7 +17,7 @@ from snakemake.utils import Paramspace, update_config, validate
 sys.path.insert(0, str(Path(workflow.basedir).parent))
 
 from mialab.evaluation.sweep import exposure_config, sweep_figure, sweep_markdown, sweep_table
-from mialab.io import atomic_path, write_parquet, write_text
+from mialab.core.io import atomic_path, write_parquet, write_text
 
 validate(config, "../schemas/sweep.schema.yaml")
 SPACE = Paramspace(pd.DataFrame({"r": [int(r) for r in config["exposure"]]}))

@@ -1,4 +1,4 @@
-"""Thin CLI over :mod:`mialab.accounting`.
+"""Thin CLI over :mod:`mialab.pipeline.accounting`.
 
   report:   per-job, per-stage, per-dataset and per-model cost and efficiency of this workflow's SLURM
             jobs (sacct; scontrol for whether the cluster tracks GPUs)
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mialab import accounting  # noqa: E402
+from mialab.pipeline import accounting  # noqa: E402
 
 
 def report(args: argparse.Namespace) -> None:

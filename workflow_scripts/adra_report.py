@@ -1,14 +1,14 @@
 """Rule adra_report: per dataset, every reconstruction attack's AUROC summary (top-5 mean, a fixed
 primary metric, the best metric) beside the best passive baseline, and AUROC against the RL step."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
 from mialab.adra.report import markdown, per_seed_aurocs, step_curve, step_figure, summary, with_steps
-from mialab.io import atomic_path, write_text
+from mialab.core.io import atomic_path, write_text
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 dataset = snakemake.wildcards.dataset  # noqa: F821

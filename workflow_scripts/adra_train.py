@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mialab.io import atomic_directory, write_manifest, write_parquet
-from mialab.jobs import setup_job
+from mialab.core.io import atomic_directory, write_manifest, write_parquet
+from mialab.core.jobs import setup_job
 
 
 def main() -> None:

@@ -1,12 +1,12 @@
 """Rule build_pool: read a raw corpus through its family and write every candidate as parquet."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821 (injected by Snakemake)
 
+from mialab.core.io import write_manifest, write_parquet
 from mialab.data.registry import get_family
 from mialab.data.schema import validate_split
-from mialab.io import write_manifest, write_parquet
 
 spec = snakemake.params.spec  # noqa: F821
 dataset = snakemake.wildcards.dataset  # noqa: F821

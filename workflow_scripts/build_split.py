@@ -1,14 +1,14 @@
 """Rule build_split: draw one seed's balanced member/non-member split from a pool."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
+from mialab.core.io import write_manifest, write_parquet
 from mialab.data.sampling import sample_split
 from mialab.data.schema import validate_split
-from mialab.io import write_manifest, write_parquet
 
 wc, params = snakemake.wildcards, snakemake.params  # noqa: F821
 name = f"dataset {wc.dataset!r} seed {wc.seed}"

@@ -1,14 +1,14 @@
 """Rule calibdcd_calibrate: CalibDCD (every variant) for every detector and seed of a (model, dataset);
 a (detector, seed)'s score table for the evaluation."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
 from mialab.calibdcd.stages import attach_labels, calibrate_variants
-from mialab.io import write_json, write_manifest, write_parquet
+from mialab.core.io import write_json, write_manifest, write_parquet
 
 wc, params, inputs, output = snakemake.wildcards, snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 spec, seeds = params.spec, list(params.seeds)

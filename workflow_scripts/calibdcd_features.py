@@ -1,6 +1,6 @@
 """Rule calibdcd_features: the target's outputs under a scope's views and the detectors' features."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
@@ -10,8 +10,8 @@ import pandas as pd
 
 from mialab.calibdcd.lm import rollout_generator
 from mialab.calibdcd.stages import extract_features, scope_texts
-from mialab.io import write_manifest, write_parquet
-from mialab.models.loading import trusts_remote_code
+from mialab.core.io import write_manifest, write_parquet
+from mialab.lm.loading import trusts_remote_code
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 start = time.perf_counter()

@@ -1,13 +1,13 @@
 """Rule calibdcd_partition: one seed's supervised split and known non-members D-cal, around its common split."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
 from mialab.calibdcd.stages import partition_around_split
-from mialab.io import write_manifest, write_parquet
+from mialab.core.io import write_manifest, write_parquet
 
 wc, spec = snakemake.wildcards, snakemake.params.spec  # noqa: F821
 pool = pd.read_parquet(snakemake.input.pool)  # noqa: F821

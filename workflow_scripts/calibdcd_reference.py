@@ -1,6 +1,6 @@
 """Rule calibdcd_reference: DPDLLM's reference model, fine-tuned on every text of a pool."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
@@ -9,7 +9,7 @@ import time
 import pandas as pd
 
 from mialab.calibdcd.reference import FinetuneConfig, finetune_reference
-from mialab.io import write_manifest
+from mialab.core.io import write_manifest
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 start = time.perf_counter()

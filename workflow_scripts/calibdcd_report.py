@@ -1,6 +1,6 @@
 """Rule calibdcd_report: the CalibDCD paper's tables (main results, ablations, recovery) for this run."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 
 from mialab.calibdcd import report as tables
+from mialab.core.io import write_text
 from mialab.evaluation.metrics import fpr_column
 from mialab.evaluation.stage import evaluate_tables
-from mialab.io import write_text
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 tpr5 = fpr_column(0.05)

@@ -1,6 +1,6 @@
 """Rule calibdcd_veilprobe: VeilProbe's two mapping models of a (target, pool) and its features of both scopes."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
@@ -11,9 +11,9 @@ import pandas as pd
 
 from mialab.calibdcd.mapping import MappingConfig
 from mialab.calibdcd.stages import veilprobe_tables
-from mialab.embeddings import resolve_model_path
-from mialab.io import write_manifest, write_parquet
-from mialab.models.loading import resolve_device
+from mialab.core.io import write_manifest, write_parquet
+from mialab.lm.embeddings import resolve_model_path
+from mialab.lm.loading import resolve_device
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 start = time.perf_counter()

@@ -1,16 +1,16 @@
 """Rule evaluate_dataset: AUROC and TPR@FPR of every method and model on one dataset, the headline
 rows (bootstrap intervals, paired tests), low-FPR ROC plots of the headline methods."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
+from mialab.core.io import atomic_path, write_parquet
 from mialab.evaluation.headline import headline_table
 from mialab.evaluation.report import roc_figure
 from mialab.evaluation.stage import evaluate_tables, merge_tables, summarise
-from mialab.io import atomic_path, write_parquet
 
 params = snakemake.params  # noqa: F821
 dataset = snakemake.wildcards.dataset  # noqa: F821

@@ -1,6 +1,6 @@
 """Rule lara_baselines: ReCaLL, CDD and Self-Critique of the evaluated questions, a table per seed."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
@@ -8,9 +8,9 @@ import time
 
 import pandas as pd
 
-from mialab.io import write_manifest, write_parquet
+from mialab.core.io import write_manifest, write_parquet
 from mialab.lara.stages import baseline_scores
-from mialab.models.loading import trusts_remote_code
+from mialab.lm.loading import trusts_remote_code
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 start = time.perf_counter()

@@ -1,7 +1,7 @@
 """Rule lara_features: mean-pooled hidden states of every distinct text of the seeds' perturbation
 tables (resumable shards)."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
@@ -10,10 +10,10 @@ import time
 
 import pandas as pd
 
-from mialab.io import write_manifest
+from mialab.core.io import write_manifest
 from mialab.lara.features import extract_features
 from mialab.lara.stages import distinct_texts
-from mialab.models.loading import trusts_remote_code
+from mialab.lm.loading import trusts_remote_code
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 spec = params.spec

@@ -1,7 +1,7 @@
 """Rule lara_perturbations: each seed's split questions, known non-members and their perturbations
 (model-free; one job per dataset, so the retrieval encoder loads once)."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
@@ -9,9 +9,9 @@ import time
 
 import pandas as pd
 
-from mialab.io import write_manifest, write_parquet
-from mialab.lara.lm import text_generator
+from mialab.core.io import write_manifest, write_parquet
 from mialab.lara.stages import REFERENCE, backend_specs, perturbation_table, stage_questions
+from mialab.lm.causal import text_generator
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 spec = params.spec

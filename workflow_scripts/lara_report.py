@@ -1,12 +1,12 @@
 """Rule lara_report: LaRA's comparison table and the layer-wise figure of one dataset."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
-from mialab.io import atomic_path, write_text
+from mialab.core.io import atomic_path, write_text
 from mialab.lara.report import lara_markdown, lara_summary, layer_figure
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821

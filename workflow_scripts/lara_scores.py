@@ -1,6 +1,6 @@
 """Rule lara_scores: RSM / DC / RSI per layer, the LaRA detection score, LaRA + Self-Critique (a table per seed)."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
@@ -8,7 +8,7 @@ import os
 
 import pandas as pd
 
-from mialab.io import write_manifest, write_parquet
+from mialab.core.io import write_manifest, write_parquet
 from mialab.lara.features import load_features
 from mialab.lara.stages import question_metrics, score_table
 

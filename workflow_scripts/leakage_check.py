@@ -1,14 +1,14 @@
 """Rule leakage_check: duplicate, blind-baseline and length checks of every seed's split of a dataset."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
-from mialab.data.leakage import report_row, run_check, split_embeddings
+from mialab.checks.leakage import report_row, run_check, split_embeddings
+from mialab.core.io import write_json, write_manifest, write_parquet
 from mialab.data.schema import validate_split
-from mialab.io import write_json, write_manifest, write_parquet
 
 wc, params, inputs, output = snakemake.wildcards, snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 seeds = [int(s) for s in params.seeds]

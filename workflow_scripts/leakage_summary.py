@@ -1,13 +1,13 @@
 """Rule leakage_summary: every split's checks in one markdown and csv table, with warnings."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
-from mialab.data.leakage import summary_markdown, warnings_of
-from mialab.io import write_text
+from mialab.checks.leakage import summary_markdown, warnings_of
+from mialab.core.io import write_text
 
 table = pd.concat([pd.read_parquet(p) for p in snakemake.input.tables], ignore_index=True)  # noqa: F821
 table = table.sort_values(["dataset", "seed"]).reset_index(drop=True)

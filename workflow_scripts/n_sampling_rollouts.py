@@ -2,7 +2,7 @@
 per seed, each under its own sampling seed), from the target model (N-Sampling), its untrained copy
 sampled like ADRA, or a trained ADRA policy snapshot."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
@@ -12,10 +12,10 @@ import time
 import pandas as pd
 
 from mialab.adra.stages import policy_rollouts
-from mialab.adra.tasks import Task
-from mialab.generation.engine import write_rollouts
-from mialab.io import write_manifest
-from mialab.models.loading import trusts_remote_code
+from mialab.core.io import write_manifest
+from mialab.lm.engine import write_rollouts
+from mialab.lm.loading import trusts_remote_code
+from mialab.n_sampling.tasks import Task
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 config = params.manifest["config"]

@@ -2,14 +2,14 @@
 candidate (AoN, BoN) into the attack's score table (columns ``<method>/<metric>@<aon|bon>``), for each
 split (one per seed) and its rollouts."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
-from mialab.adra.stages import score
-from mialab.io import write_manifest, write_parquet
+from mialab.core.io import write_manifest, write_parquet
+from mialab.n_sampling.stages import score
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 rows = []

@@ -1,14 +1,14 @@
 """Rules paraphrase (a split) and paraphrase_pool (a pool's members): the paraphrased setting of one split or pool."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
+from mialab.core.io import write_manifest, write_parquet
 from mialab.data.paraphrase import paraphrase_members, paraphrase_setting, paraphraser_for
 from mialab.data.schema import validate_split
-from mialab.io import write_manifest, write_parquet
 
 params, output, wc = snakemake.params, snakemake.output, snakemake.wildcards  # noqa: F821
 paraphraser = paraphraser_for(params.spec, family=params.family)

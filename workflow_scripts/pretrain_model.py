@@ -1,6 +1,6 @@
 """Rule pretrain_model: the tiny base model (or the no-members control) from scratch."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
@@ -8,13 +8,13 @@ import shutil
 
 import pandas as pd
 
+from mialab.core.io import atomic_directory, remove_stale_temporaries, write_manifest
 from mialab.data.mixing import check_filler
 from mialab.data.sources import read_text
-from mialab.io import atomic_directory, remove_stale_temporaries, write_manifest
-from mialab.models.checkpoints import check_steps, checkpoint_root
-from mialab.models.loading import load_tokenizer
-from mialab.models.pretrain import build_corpus, filler_documents, pack_blocks, pretrain
-from mialab.models.tiny import init_model, llama_config, save_model
+from mialab.lm.loading import load_tokenizer
+from mialab.lm.tiny import init_model, llama_config, save_model
+from mialab.training.checkpoints import check_steps, checkpoint_root
+from mialab.training.pretrain import build_corpus, filler_documents, pack_blocks, pretrain
 
 spec = snakemake.params.spec  # noqa: F821
 out = snakemake.output  # noqa: F821

@@ -1,12 +1,12 @@
-"""Rule rehearsal_model: the tiny stand-in of one hub model (mialab.rehearsal.build_stand_in)."""
+"""Rule rehearsal_model: the tiny stand-in of one hub model (mialab.pipeline.rehearsal.build_stand_in)."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
-from mialab.io import atomic_directory, write_manifest
-from mialab.models.tokenizer_corpus import corpus_texts
-from mialab.rehearsal import TOKENIZER_CORPUS, build_stand_in
+from mialab.core.io import atomic_directory, write_manifest
+from mialab.pipeline.rehearsal import TOKENIZER_CORPUS, build_stand_in
+from mialab.training.tokenizer_corpus import corpus_texts
 
 manifest = snakemake.params.manifest  # noqa: F821
 with atomic_directory(snakemake.output.model) as tmp:  # noqa: F821

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from mialab.io import atomic_directory, remove_stale_temporaries, write_manifest, write_parquet
-from mialab.jobs import setup_job
-from mialab.models.checkpoints import check_steps
-from mialab.rl.corpus import build_corpus, filler_problems, split_members
-from mialab.rl.grpo import GRPOSettings, export_checkpoint, run_grpo
-from mialab.rl.rewards import make_reward
+from mialab.core.io import atomic_directory, remove_stale_temporaries, write_manifest, write_parquet
+from mialab.core.jobs import setup_job
+from mialab.data.rl_corpus import build_corpus, filler_problems, split_members
+from mialab.training.checkpoints import check_steps
+from mialab.training.grpo import GRPOSettings, export_checkpoint, run_grpo
+from mialab.training.rewards import make_reward
 
 
 def main() -> None:

@@ -1,13 +1,13 @@
 """Rule score_baselines: passive membership scores of one model on every seed's split of a dataset."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
-from mialab.io import write_manifest, write_parquet
-from mialab.models.loading import trusts_remote_code
+from mialab.core.io import write_manifest, write_parquet
+from mialab.lm.loading import trusts_remote_code
 from mialab.scoring.run import score_splits
 
 params, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: F821

@@ -7,12 +7,12 @@ import shutil
 
 import pandas as pd
 
+from mialab.core.io import atomic_directory, remove_stale_temporaries, write_manifest
+from mialab.core.jobs import setup_job
 from mialab.data.corpus import read_corpus
-from mialab.io import atomic_directory, remove_stale_temporaries, write_manifest
-from mialab.jobs import setup_job
-from mialab.models.checkpoints import check_steps, checkpoint_root
-from mialab.models.loading import load_tokenizer
-from mialab.models.sft import build_post_training_corpus, build_sft_corpus, read_chat_pairs, render_chat, run_sft
+from mialab.lm.loading import load_tokenizer
+from mialab.training.checkpoints import check_steps, checkpoint_root
+from mialab.training.sft import build_post_training_corpus, build_sft_corpus, read_chat_pairs, render_chat, run_sft
 
 
 def main() -> None:

@@ -1,16 +1,16 @@
 """Rule summarize: the headline table and forest plot, then every method as the appendix (parquet,
 markdown, csv for the report)."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import pandas as pd
 
+from mialab.core.io import atomic_path, write_parquet, write_text
+from mialab.evaluation.headline import headline_markdown
 from mialab.evaluation.metrics import fpr_column
 from mialab.evaluation.report import forest_figure, markdown_table, truncation_warnings
-from mialab.evaluation.headline import headline_markdown
-from mialab.io import atomic_path, write_parquet, write_text
 
 inp, out, params = snakemake.input, snakemake.output, snakemake.params  # noqa: F821
 targets, boot = params.fpr_targets, params.bootstrap
@@ -35,7 +35,7 @@ markdown += ("\n## Appendix: every method and ablation\n\nAUROC and TPR at FPR â
              "(best, top-5) are optimistic.\n\n" + markdown_table(summary, metrics))
 leakage = list(inp.get("leakage", []))
 if leakage:
-    from mialab.data.leakage import split_checks_markdown
+    from mialab.checks.leakage import split_checks_markdown
 
     checks = pd.concat([pd.read_parquet(p) for p in leakage], ignore_index=True)
     markdown += ("\n## Split checks\n\nPer dataset, without any model: the blind baseline (cross-validated AUROC "

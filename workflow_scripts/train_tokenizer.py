@@ -1,12 +1,12 @@
 """Rule train_tokenizer: byte-level BPE on the configured corpora (all classes alike)."""
 
-from mialab.jobs import setup_job
+from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
-from mialab.io import atomic_directory, write_manifest
-from mialab.models.tokenizer_corpus import corpus_texts
-from mialab.models.tiny import train_tokenizer
+from mialab.core.io import atomic_directory, write_manifest
+from mialab.lm.tiny import train_tokenizer
+from mialab.training.tokenizer_corpus import corpus_texts
 
 spec = snakemake.params.spec  # noqa: F821
 tok = train_tokenizer(corpus_texts(spec["corpora"]), vocab_size=spec["vocab_size"])

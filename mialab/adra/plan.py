@@ -1,11 +1,5 @@
-"""N-Sampling's and ADRA's content-addressed stage instances for a config (``rules/reconstruction.smk``,
-``rules/adra.smk``), built with :meth:`mialab.workflow.Plan.stage`. Pure: reads the config, runs nothing.
-
-N-Sampling (config ``n_sampling``; absent = not run), one job per (model, dataset) of ``targets`` and
-stage, over every seed (a table per seed in ``<key>/seed-<s>/``):
-- rollouts: upstream the model and the splits; the dataset's task, N, backend, and each seed's sampling
-  (every evaluation seed samples its own rollouts);
-- scores: upstream the rollouts and the splits (labels joined last); the metric settings.
+"""ADRA's content-addressed stage instances for a config (``rules/adra.smk``), built with
+:meth:`mialab.pipeline.plan.Plan.stage` over :class:`mialab.n_sampling.plan.NSamplingPlan`. Pure.
 
 ADRA (config ``adra``; needs ``n_sampling``, whose tasks, N and metrics it shares), per target:
 - train (model, dataset, variant, seed): upstream the model, the split and, for ADRA+, the passive
@@ -25,113 +19,15 @@ import functools
 import re
 
 from mialab.adra import FINAL, VARIANTS
-from mialab.adra.tasks import Task, known_templates, rollout_seed
-from mialab.config import ConfigError
-from mialab.workflow import Plan, Stage, seed_part
+from mialab.n_sampling.plan import NSamplingPlan, targets_of
+from mialab.n_sampling.tasks import rollout_seed
+from mialab.pipeline.config import ConfigError
+from mialab.pipeline.plan import Stage
 
-STAGE_VERSIONS: dict[str, int] = {"n_sampling/rollouts": 3, "n_sampling/scores": 3, "adra/train": 2,
+STAGE_VERSIONS: dict[str, int] = {"adra/train": 2,
                                   "adra/rollouts": 2, "adra/scores": 2}
 INIT = "init"
 POLICY = re.compile(rf"^(?:{INIT}|(?P<variant>{'|'.join(VARIANTS)})-(?:step(?P<step>[1-9]\d*)|{FINAL}))$")
-
-
-def targets_of(section: dict | None) -> list[tuple[str, str]]:
-    """(model, dataset) pairs a section's ``targets`` name, in config order."""
-    return [(t["model"], t["dataset"]) for t in section["targets"]] if section else []
-
-
-class NSamplingPlan:
-    """N-Sampling stage instances (``config['n_sampling']``)."""
-
-    def __init__(self, plan: Plan, config: dict):
-        self.plan = plan
-        self.config = config
-        self.spec = config.get("n_sampling")
-        self.check()
-
-    def check(self) -> None:
-        """Cross-references: every target is evaluated, has a task with a known template; chat models exist."""
-        if not self.spec:
-            return
-        models, evaluated = self.config["models"], set(self.plan.evaluated_pairs())
-        for m, d in self.pairs():
-            if m not in models:
-                raise ConfigError(f"n_sampling.targets: unknown model {m!r}; configured: {', '.join(models)}")
-            if (m, d) not in evaluated:
-                raise ConfigError(f"n_sampling.targets: model {m!r} is not evaluated on dataset {d!r} "
-                                  f"(unknown dataset, or see models.{m}.datasets)")
-            if d not in self.spec["tasks"]:
-                raise ConfigError(f"n_sampling.tasks: no task for dataset {d!r} (a target of n_sampling)")
-        for d, task in self.spec["tasks"].items():
-            if task["template"] not in known_templates():
-                raise ConfigError(f"n_sampling.tasks.{d}.template: unknown template {task['template']!r}; "
-                                  f"known: {', '.join(known_templates())}")
-        for m in self.spec["chat_models"]:
-            if m not in models:
-                raise ConfigError(f"n_sampling.chat_models: unknown model {m!r}; configured: {', '.join(models)}")
-
-    def pairs(self) -> list[tuple[str, str]]:
-        return targets_of(self.spec)
-
-    def datasets(self) -> list[str]:
-        return list(dict.fromkeys(d for _, d in self.pairs()))
-
-    def task(self, dataset: str) -> Task:
-        return Task.from_config(self.spec["tasks"][dataset])
-
-    def chat(self, model: str) -> bool:
-        return model in self.spec["chat_models"]
-
-    def sampling(self, seed: int) -> dict:
-        """SamplingConfig fields of N-Sampling's rollouts for evaluation seed ``seed`` (no max_new_tokens)."""
-        s = self.spec["sampling"]
-        return {"n": self.spec["n"], "temperature": s["temperature"], "top_p": s["top_p"], "top_k": s["top_k"],
-                "seed": rollout_seed(s["seed"], seed)}
-
-    def generation(self) -> dict:
-        """The backend slice of the config (it determines the samples)."""
-        return {"backend": self.spec["backend"], "backend_options": self.spec["backend_options"]}
-
-    @functools.lru_cache(maxsize=None)
-    def rollout_run(self, model: str, dataset: str) -> Stage:
-        """The rollouts job of a target: every seed's split, each sampled under its own seed, one model load."""
-        seeds = self.plan.seeds()
-        return self.plan.stage("n_sampling/rollouts", STAGE_VERSIONS["n_sampling/rollouts"], [model, dataset], {
-            "model": model, "dataset": dataset, "seeds": seeds,
-            "config": {"task": self.spec["tasks"][dataset], "chat": self.chat(model),
-                       "sampling": {str(s): self.sampling(s) for s in seeds}, **self.generation()},
-            "upstream": {"model": self.plan.model(model).key,
-                         "splits": {str(s): self.plan.split(dataset, s).key for s in seeds}},
-        })
-
-    def rollouts(self, model: str, dataset: str, seed: int) -> Stage:
-        """Seed ``seed``'s part of :meth:`rollout_run`."""
-        return seed_part(self.rollout_run(model, dataset), seed)
-
-    @functools.lru_cache(maxsize=None)
-    def score_run(self, model: str, dataset: str) -> Stage:
-        """The scores job of a target: every seed's rollouts, one embedding-model load."""
-        seeds = self.plan.seeds()
-        return self.plan.stage("n_sampling/scores", STAGE_VERSIONS["n_sampling/scores"], [model, dataset], {
-            "model": model, "dataset": dataset, "seeds": seeds, "config": self.metrics_config(dataset),
-            "upstream": {"rollouts": self.rollout_run(model, dataset).key,
-                         "splits": {str(s): self.plan.split(dataset, s).key for s in seeds}},
-        })
-
-    def scores(self, model: str, dataset: str, seed: int) -> Stage:
-        """Seed ``seed``'s part of :meth:`score_run`."""
-        return seed_part(self.score_run(model, dataset), seed)
-
-    def metrics_config(self, dataset: str) -> dict:
-        """What scoring rollouts reads: the metric settings, N and the task's assistant-prefix ratio."""
-        return {**self.spec["metrics"], "n": self.spec["n"],
-                "ratio": self.spec["tasks"][dataset]["assistant_prefix_ratio"]}
-
-    def scores_file(self, model: str, dataset: str, seed: int) -> str | None:
-        """N-Sampling's score table of a target (a SCORE_PROVIDER), else None."""
-        if (model, dataset) not in self.pairs():
-            return None
-        return self.scores(model, dataset, int(seed)).path("scores.parquet")
 
 
 class ADRAPlan:

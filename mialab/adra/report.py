@@ -18,8 +18,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from mialab.adra.attack import method_of, top_k_mean
 from mialab.evaluation.stage import evaluate_tables
+from mialab.n_sampling.attack import method_of, top_k_mean
 
 PASSIVE = "passive"
 STEP = re.compile(r"^(?P<variant>[a-z_]+)@step(?P<step>\d+)$")

@@ -2,7 +2,7 @@
 
 Every training row carries ``references`` (suffix-only targets; index 0 is the candidate's own),
 a ``rule`` and, for ADRA+, a membership ``weight`` w. With s_j the reconstruction score (``trio``
-or ``ngram`` with length penalty tau, :mod:`mialab.reconstruction.rewards`) of the rollout
+or ``ngram`` with length penalty tau, :mod:`mialab.training.rewards`) of the rollout
 against reference j:
 
 - ``own``: r = s_0 (ADRA);
@@ -20,21 +20,96 @@ penalty by default), under the same rules.
 The weights w come from a passive baseline's membership scores of the same candidates, min-max
 normalised jointly and oriented so that lower w = more member-like (a likely member is rewarded for
 its own suffix, a likely non-member also for resembling other candidates). Labels are never read.
+
+ADRA+ scores each rollout against the true suffix and K distractor suffixes and rewards
+``p * max(c_all) + (1 - p) * max(c_dis)`` with ``p = 1 - w``, where ``w`` in [0, 1] is the
+min-max normalised passive membership score (lower ``w`` = more member-like). A likely member
+is rewarded for reconstructing its own suffix best; a likely non-member is rewarded for
+resembling other candidates, which sharpens the member / non-member contrast.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from mialab.reconstruction.metrics import embedding_cosine
-from mialab.reconstruction.rewards import (DEFAULT_TAU, compute_rewards, contrastive_reward,
-                                           minmax_membership_weight, sample_distractors)
-from mialab.rl.rewards import completion_text
+from mialab.similarity.metrics import embedding_cosine
+from mialab.training.rewards import DEFAULT_TAU, completion_text, compute_rewards
 
 RULES = ("own", "max", "contrastive")
+
+
+def contrastive_reward(scores: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """ADRA+ reward ``p * max(c_all) + (1 - p) * max(c_dis)``, ``p = 1 - w``.
+
+    ``scores[..., 0]`` is the rollout's score against its true suffix and ``scores[..., 1:]``
+    against the K >= 1 distractors; ``w`` (broadcast over the leading axes) is the membership
+    weight in [0, 1]. Example: scores [0.8, 0.5, 0.3], w = 0.9 -> 0.1 * 0.8 + 0.9 * 0.5 = 0.53.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    if scores.ndim < 1 or scores.shape[-1] < 2:
+        raise ValueError(f"need scores against the true suffix and >= 1 distractor, got shape {scores.shape}")
+    if not (np.isfinite(scores).all() and np.isfinite(w).all()):
+        raise ValueError("contrastive reward got NaN/inf scores or weights")
+    if ((w < 0) | (w > 1)).any():
+        raise ValueError("membership weight w must lie in [0, 1]")
+    p = 1.0 - w
+    return p * scores.max(axis=-1) + (1.0 - p) * scores[..., 1:].max(axis=-1)
+
+
+def minmax_membership_weight(scores: Sequence[float], higher_is_member: bool = True) -> np.ndarray:
+    """Min-max normalise passive membership scores jointly into weights ``w`` in [0, 1].
+
+    Oriented so that lower ``w`` = more member-like: with ``higher_is_member`` the highest
+    score gets 0. All scores equal carries no information: every weight is 0.5.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if not np.isfinite(s).all():
+        raise ValueError("membership scores contain NaN/inf")
+    if s.size == 0:
+        return s
+    lo, hi = s.min(), s.max()
+    if hi == lo:
+        return np.full_like(s, 0.5)
+    w = (s - lo) / (hi - lo)
+    return 1.0 - w if higher_is_member else w
+
+
+def sample_distractors(ids: Sequence[Hashable], k: int, *, seed: int, forced: Mapping[Hashable, Hashable] | None = None,
+                       replace: bool = False) -> list[list[Hashable]]:
+    """K distractor ids per candidate, uniform over the *other* candidates, seeded.
+
+    Without replacement by default (the released code's ``rng.sample``; K is capped at the number
+    of other candidates, as there); ``replace=True`` draws i.i.d. ``forced`` maps a candidate id to a
+    distractor it must get first (e.g. the paired article of WikiMIA-24 Hard); the remaining K - 1
+    are drawn from the rest. A candidate is never its own distractor.
+    """
+    ids = list(ids)
+    n = len(ids)
+    if len(set(ids)) != n:
+        raise ValueError("candidate ids must be unique")
+    if k < 1 or n < 2:
+        raise ValueError(f"need k >= 1 and at least 2 candidates, got k={k}, {n} candidates")
+    forced = dict(forced or {})
+    position = {c: i for i, c in enumerate(ids)}
+    for c, d in forced.items():
+        if c not in position or d not in position or c == d:
+            raise ValueError(f"forced distractor {d!r} for {c!r} must be another known candidate")
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, c in enumerate(ids):
+        first = [position[forced[c]]] if c in forced else []
+        others = np.array([j for j in range(n) if j != i and j not in first])
+        want = k - len(first)
+        if replace:
+            drawn = others[rng.integers(0, len(others), size=want)] if len(others) else others[:0]
+        else:
+            drawn = rng.choice(others, size=min(want, len(others)), replace=False) if len(others) else others
+        out.append([ids[j] for j in [*first, *drawn.tolist()]])
+    return out
 
 
 def combine(scores: np.ndarray, rule: str, weight: float) -> float:
@@ -54,7 +129,7 @@ def adra_reward(metric: str = "trio", tau: float = DEFAULT_TAU, n_min: int = 3, 
     """A GRPO reward ``(completions, references, rule, weight, **kwargs) -> list[float]`` (TRL's signature).
 
     All (rollout, reference) pairs of a batch go through the batched kernel in one call; the n-gram
-    range and word counting are :func:`mialab.reconstruction.rewards.compute_rewards`'.
+    range and word counting are :func:`mialab.training.rewards.compute_rewards`'.
     """
 
     def reconstruction_reward(completions: list, references: list, rule: list, weight: list, **kwargs) -> list[float]:

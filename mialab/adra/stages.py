@@ -1,8 +1,7 @@
-"""What each N-Sampling / ADRA workflow job does, as plain functions of tables and paths.
+"""What each ADRA workflow job does, as plain functions of tables and paths.
 
-- :func:`generate`: N rollouts per candidate of each split from a model (N-Sampling, ADRA evaluation);
-- :func:`policy_rollouts`: the same from a trained policy (a LoRA snapshot merged into its model);
-- :func:`score`: per-rollout metrics and the attack's score table;
+- :func:`policy_rollouts`: N-Sampling's rollouts (:func:`mialab.n_sampling.stages.generate`) from a
+  trained policy (a LoRA snapshot merged into its model);
 - :func:`train`: ADRA / ADRA+ / SFT-ablation training on the unlabelled candidates of a split.
 """
 
@@ -14,34 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from mialab.adra.attack import rollout_metrics, score_table
 from mialab.adra.rewards import adra_reward, membership_weights
-from mialab.adra.tasks import Task, fitted_split
-from mialab.generation.engine import SamplingConfig, run_rollouts_many
-from mialab.rl.grpo import GRPOSettings, export_checkpoint
-
-
-def unlabelled(split: pd.DataFrame) -> pd.DataFrame:
-    """The candidates of a split without their membership labels (what an attack may see)."""
-    return split.drop(columns=["label"])
-
-
-def generate(model_path: str, splits: list[pd.DataFrame], task: Task, *, chat: bool, samplings: list[dict],
-             backend: str, backend_options: dict, trust_remote_code: bool = False) -> list[pd.DataFrame]:
-    """Rollouts (rollout schema) of every candidate of each split, split ``i`` sampled with ``samplings[i]``
-    (SamplingConfig fields): the task's prompts, one engine start for all splits.
-
-    Each split gets the rollouts it would get alone (the hf backend seeds every batch from its
-    sampling seed): jobs over several seeds only save the model loads.
-    """
-    from mialab.models.loading import load_tokenizer
-
-    tokenizer = load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code)
-    return run_rollouts_many([fitted_split(unlabelled(split), tokenizer, task, chat=chat) for split in splits],
-                             [SamplingConfig(**s, max_new_tokens=task.max_new_tokens) for s in samplings],
-                             model=model_path, backend=backend, template=task.template_text(), chat=chat,
-                             assistant_prefix_ratio=task.assistant_prefix_ratio, backend_options=backend_options,
-                             trust_remote_code=trust_remote_code)
+from mialab.n_sampling.stages import generate, unlabelled
+from mialab.n_sampling.tasks import Task
+from mialab.training.grpo import GRPOSettings, export_checkpoint
 
 
 def policy_rollouts(model_path: str, snapshot: str | os.PathLike | None, splits: list[pd.DataFrame], task: Task,
@@ -55,13 +30,6 @@ def policy_rollouts(model_path: str, snapshot: str | os.PathLike | None, splits:
         return generate(tmp, splits, task, trust_remote_code=trust_remote_code, **generation)
 
 
-def score(rollouts: pd.DataFrame, split: pd.DataFrame, method: str, metrics: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-rollout metrics, score table) of an attack; ``metrics`` = the scores stage config."""
-    m = dict(metrics)
-    per_rollout = rollout_metrics(rollouts, split, ratio=m.pop("ratio"), n=m.pop("n"), **m)
-    return per_rollout, score_table(per_rollout, split, method)
-
-
 def train(model_path: str, split: pd.DataFrame, config: dict, work_dir: str | os.PathLike,
           snapshot_dir: str | os.PathLike, *, baseline_scores: pd.DataFrame | None = None,
           device: str = "auto", trust_remote_code: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -71,7 +39,7 @@ def train(model_path: str, split: pd.DataFrame, config: dict, work_dir: str | os
     score table of the same candidates; only its ``id`` and weight column are read.
     """
     from mialab.adra.training import train_policy, training_set  # TRL/peft: only the training jobs pay for them
-    from mialab.models.loading import load_tokenizer
+    from mialab.lm.loading import load_tokenizer
 
     variant = config["variant"]
     candidates = unlabelled(split)

@@ -11,11 +11,11 @@ The training set is the evaluation candidates themselves, members and non-member
 - ``adra_sft``: the paper's ablation, supervised LoRA fine-tuning on the candidates' own suffixes
   with the same budget (optimizer steps, prompts per step, learning rate, LoRA) instead of RL.
 
-Prompts are the task's (:mod:`mialab.adra.tasks`), so training and evaluation see the same text;
+Prompts are the task's (:mod:`mialab.n_sampling.tasks`), so training and evaluation see the same text;
 the reward and the SFT target are the suffix without the words the prompt gives away.
 
 Checkpoints: the trainer writes one every ``save_steps`` optimizer steps into a work folder and a
-rerun resumes from the last one (:func:`mialab.rl.grpo.run_grpo`; the SFT ablation likewise). The
+rerun resumes from the last one (:func:`mialab.training.grpo.run_grpo`; the SFT ablation likewise). The
 policies of the requested intermediate steps are copied out as they are saved (adapter and
 tokenizer, no optimizer state), since the trainer keeps only the last few checkpoints.
 """
@@ -33,9 +33,9 @@ from transformers import TrainerCallback
 
 from mialab.adra import FINAL, VARIANTS
 from mialab.adra.rewards import distractor_references, pair_partners, shares_prefix_pairs
-from mialab.adra.tasks import Task, fitted_split, prompts, target, trainer_prompt
-from mialab.io import atomic_directory
-from mialab.rl.grpo import GRPOSettings, checkpoint_state, last_checkpoint, lora_config, run_grpo
+from mialab.core.io import atomic_directory
+from mialab.n_sampling.tasks import Task, fitted_split, prompts, target, trainer_prompt
+from mialab.training.grpo import GRPOSettings, checkpoint_state, last_checkpoint, lora_config, run_grpo
 
 TRAINER_STATE_FILES = ("optimizer.pt", "scheduler.pt", "training_args.bin")
 
@@ -148,7 +148,7 @@ def run_sft_ablation(model_path: str, data: pd.DataFrame, settings: GRPOSettings
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from mialab.models.loading import load_causal_lm, load_tokenizer, resolve_device
+    from mialab.lm.loading import load_causal_lm, load_tokenizer, resolve_device
 
     s = settings
     cpu = resolve_device(device) == "cpu"

@@ -28,12 +28,25 @@ import pandas as pd
 
 from mialab.calibdcd.checks import require_finite, require_matrix
 from mialab.calibdcd.classifiers import Classifier, make_classifier
-from mialab.calibdcd.correction import (LAMBDAS, RANKS, TOLERANCE, apply_correction, correction_objective,
-                                        select_correction)
+from mialab.calibdcd.correction import (
+    LAMBDAS,
+    RANKS,
+    TOLERANCE,
+    apply_correction,
+    correction_objective,
+    select_correction,
+)
 from mialab.calibdcd.features import veilprobe_blocks
 from mialab.calibdcd.frames import view_matrices
-from mialab.calibdcd.shift import (consensus_basis, false_positive_pressure, random_views, score_increase,
-                                   shift_weights, top_views, view_basis)
+from mialab.calibdcd.shift import (
+    consensus_basis,
+    false_positive_pressure,
+    random_views,
+    score_increase,
+    shift_weights,
+    top_views,
+    view_basis,
+)
 from mialab.calibdcd.views import ORIGINAL
 
 TAU = 0.95

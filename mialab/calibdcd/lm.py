@@ -1,4 +1,4 @@
-"""Model-driven parts of the detectors, with transformers (batched, loaded via ``mialab.models.loading``).
+"""Model-driven parts of the detectors, with transformers (batched, loaded via ``mialab.lm.loading``).
 
 - :func:`rollout_generator`: a ``generate(prompts, *, max_new_tokens, temperature, seed) ->
   continuations`` callable on the project's rollout engine; any callable with that signature can
@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from mialab.models.loading import load_causal_lm, load_tokenizer
+from mialab.lm.loading import load_causal_lm, load_tokenizer
 
 
 def rollout_generator(model_path: str, *, backend: str = "hf", backend_options: dict | None = None,
@@ -30,12 +30,12 @@ def rollout_generator(model_path: str, *, backend: str = "hf", backend_options: 
     """``generate(prompts, *, max_new_tokens, temperature, seed) -> continuations`` on the project's
     rollout engine (one continuation per prompt; ``temperature`` 0: greedy).
 
-    Starts ``backend`` (``hf`` or ``vllm``, :mod:`mialab.generation.engine`) once on ``model_path``;
+    Starts ``backend`` (``hf`` or ``vllm``, :mod:`mialab.lm.engine`) once on ``model_path``;
     each prompt string is tokenised as the engine does (BOS added unless already there) and its
     continuation is returned decoded, special tokens and the stop token dropped.
     """
-    from mialab.generation.engine import SamplingConfig, start_backend, stop_token_ids
-    from mialab.generation.prompts import prompt_token_ids
+    from mialab.lm.engine import SamplingConfig, start_backend, stop_token_ids
+    from mialab.lm.prompts import prompt_token_ids
 
     tok = load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code)
     engine = start_backend(backend, model_path, backend_options, trust_remote_code=trust_remote_code)

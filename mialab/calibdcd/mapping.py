@@ -73,7 +73,7 @@ def train_mapping_model(tokenizer: str, inputs: Sequence[str], outputs: Sequence
     import torch
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
-    from mialab.io import atomic_directory
+    from mialab.core.io import atomic_directory
 
     if len(inputs) != len(outputs) or not inputs:
         raise ValueError(f"need aligned, non-empty (input, output) pairs, got {len(inputs)} and {len(outputs)}")

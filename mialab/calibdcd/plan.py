@@ -1,5 +1,5 @@
 """CalibDCD's content-addressed stage instances for a config (``rules/calibdcd.smk``), built with
-:meth:`mialab.workflow.Plan.stage`. Pure: reads the config, runs nothing.
+:meth:`mialab.pipeline.plan.Plan.stage`. Pure: reads the config, runs nothing.
 
 - reference (dataset): DPDLLM's reference model fine-tuned on every pool text (no label read);
   upstream the pool and the base reference model;
@@ -21,9 +21,9 @@ import functools
 import os
 
 from mialab.calibdcd.views import ORIGINAL, controlled_views
-from mialab.config import check_names
+from mialab.pipeline.config import check_names
+from mialab.pipeline.plan import Plan, Stage, seed_part
 from mialab.scoring.baselines import column_name
-from mialab.workflow import Plan, Stage, seed_part
 
 STAGE_VERSIONS: dict[str, int] = {"partition": 1, "reference": 1, "features": 3, "veilprobe": 1, "scores": 3}  # bump when a stage's output changes
 LM_KEYS = ("reference_model", "key_token_model")

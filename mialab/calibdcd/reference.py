@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from mialab.calibdcd.lm import logprob_batches
-from mialab.models.loading import load_causal_lm, load_tokenizer
+from mialab.lm.loading import load_causal_lm, load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def finetune_reference(base_model: str, texts: Sequence[str], output: str, *, le
     import torch
     import torch.nn.functional as F
 
-    from mialab.io import atomic_directory
+    from mialab.core.io import atomic_directory
 
     if not texts:
         raise ValueError("no text to fine-tune the DPDLLM reference model on")

@@ -14,7 +14,7 @@ turn (the generation boundary); the two views of a family differ only in that bo
 - ``llama``: Llama-3.1-Instruct, a compact user/assistant header vs the official header (system
   turn with the knowledge-cutoff lines).
 - ``deepseek``: DeepSeek-R1-Distill, with or without the reasoning opener ``<think>\\n``.
-- ``tiny``: the tiny world's own chat template (``mialab.models.tiny.TINY_CHAT_TEMPLATE``), the
+- ``tiny``: the tiny world's own chat template (``mialab.lm.tiny.TINY_CHAT_TEMPLATE``), the
   text as a user turn followed by the assistant header, or the text as the start of the
   assistant turn (``continue_final_message``).
 
@@ -47,7 +47,7 @@ def _tiny_view(name: str, messages_role: str, **render_kwargs) -> View:
     """Render the tiny world's chat template around a sentinel and keep what surrounds it."""
     import jinja2
 
-    from mialab.models.tiny import TINY_CHAT_TEMPLATE
+    from mialab.lm.tiny import TINY_CHAT_TEMPLATE
 
     template = jinja2.Environment().from_string(TINY_CHAT_TEMPLATE)
     rendered = template.render(messages=[{"role": messages_role, "content": _SENTINEL}], **render_kwargs)

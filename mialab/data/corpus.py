@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mialab.data.prefix import truncate_words
 from mialab.data.sources import read_table, require_columns
-
+from mialab.text.prefix import truncate_words
 
 # ``where`` conditions: a fixed set of comparisons, so a config string is never evaluated
 OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,

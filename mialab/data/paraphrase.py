@@ -5,7 +5,7 @@ by name (:func:`get_paraphraser`):
 
 - ``offline`` (the tiny world; no model): seeded lexical and light syntactic rewriting.
   Synonyms come from WordNet 3.0 (Debian's ``wordnet-base``, read by NLTK through
-  :mod:`mialab.lara.wordnet`). A word is replaced only when the choice is safe: lower-case, not a
+  :mod:`mialab.text.wordnet`). A word is replaced only when the choice is safe: lower-case, not a
   stop word, not possibly an inflected form of another word ("found" may be "find"), all its
   senses in one part of speech ("study" is noun and verb: skipped), and replaced by the lemma of
   its most frequent sense that SemCor counts most often in that sense (at least ``min_count``).
@@ -14,7 +14,7 @@ by name (:func:`get_paraphraser`):
   supporters" -> "supporters and members"). LaTeX/math spans, numbers and capitalised words
   (names) are never touched. Each eligible edit is applied with probability ``rate``, at least
   one per text that has any, seeded by ``(seed, text)`` so equal inputs give equal outputs.
-- ``hf``: an instruction model loaded with transformers (:mod:`mialab.lara.lm`), batched.
+- ``hf``: an instruction model loaded with transformers (:mod:`mialab.lm.causal`), batched.
 - ``vllm``: the same through vLLM (needs the ``vllm`` package and a GPU).
 
 The LLM backends fill a prompt template, ``resources/prompts/paraphrase/<name>.txt`` with an
@@ -41,13 +41,14 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from mialab.core.paths import PROMPTS
+from mialab.core.registry import Registry
 from mialab.data.schema import validate_split
-from mialab.lara.blanking import MATH_SPAN
-from mialab.lara.llm import Generate
-from mialab.registry import Registry
-from mialab.lara.wordnet import DEBIAN_WORDNET, load_wordnet
+from mialab.text.llm_prompts import Generate
+from mialab.text.spans import MATH_SPAN
+from mialab.text.wordnet import DEBIAN_WORDNET, load_wordnet
 
-PROMPT_DIR = Path(__file__).resolve().parents[2] / "resources" / "prompts" / "paraphrase"
+PROMPT_DIR = PROMPTS / "paraphrase"
 TEMPLATE_KIND = {"aime": "math", "olympiad_math": "math", "lara_rl": "math", "s1": "reasoning",
                  "s1_1": "reasoning", "tulu3": "chat"}
 
@@ -229,7 +230,7 @@ def hf_paraphraser(*, model: str, family: str | None = None, template: str | Non
                    temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 1024,
                    batch_size: int = 8, seed: int = 0, device: str = "auto", dtype: str = "bfloat16") -> Paraphraser:
     """An instruction model through transformers (chat template when the tokenizer has one)."""
-    from mialab.lara.lm import format_prompt, generate, load_lm
+    from mialab.lm.causal import format_prompt, generate, load_lm
 
     lm, tok = load_lm(model, device=device, dtype=dtype, padding_side="left")
 

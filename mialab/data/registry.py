@@ -16,17 +16,15 @@ import copy
 import functools
 import importlib
 import pkgutil
-from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 import yaml
 
-from mialab.registry import Registry
+from mialab.core.paths import SCHEMA
+from mialab.core.registry import Registry
 
 LoadPool = Callable[[dict], pd.DataFrame]
-
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
 def _import_all() -> None:

@@ -3,7 +3,7 @@
 In the config a source is a local path when written as a plain string, and a hub dataset only
 when written ``{hub: org/name}`` (optionally with ``revision``, ``split``, ``subset``): nothing is
 guessed from the string, so a mistyped path fails as a missing path (before any job, in
-:func:`mialab.config.check_config`) instead of as an unreachable hub id. Hub datasets are read
+:func:`mialab.pipeline.config.check_config`) instead of as an unreachable hub id. Hub datasets are read
 with ``datasets.load_dataset``, which honours ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``.
 Read errors name the file and, where it applies, the row, column or byte offset.
 """

@@ -28,7 +28,7 @@ Modules, in pipeline order:
   Self-Critique, its "Recall" (``recall_lara_code``), response PPL / Min-K% / Min-K%++, DIME.
 - :mod:`.combine`: LaRA + Self-Critique rank mixture and its beta sweep.
 
-Support: :mod:`.lm` (log-probabilities, generation with entropies and top-k statistics, a
-``generate`` callable over an instruction model on the hf or vLLM engine), :mod:`.llm` (prompt templates in ``resources/prompts/lara``, list parsing,
-re-prompting), :mod:`.wordnet` (offline WordNet 3.0 via NLTK), :mod:`.registry`.
+Shared tools it uses live below it: :mod:`mialab.lm` (log-probabilities, generation with entropies,
+an instruction model as a ``generate`` callable), :mod:`mialab.text` (prompt templates in
+``resources/prompts/lara``, list parsing, WordNet).
 """

@@ -1,11 +1,11 @@
 """Output-level baselines compared in the LaRA paper, as its released code defines them, and ReCaLL.
 
 Each has a pure scoring function (hand-checkable) and a model-driven one (transformers, batched,
-on a model and tokenizer from :func:`mialab.lara.lm.load_lm` with left padding). All scores are
+on a model and tokenizer from :func:`mialab.lm.causal.load_lm` with left padding). All scores are
 oriented higher = more likely member (the code's ``get_direction() = -1`` scores are negated).
 
 The LaRA code (``generate_full_data.py``, ``detectors/*.py``) reads every baseline but ReCaLL off
-greedy responses decoded with vLLM's top-50 log-probabilities (:func:`mialab.lara.lm.topk_step_stats`):
+greedy responses decoded with vLLM's top-50 log-probabilities (:func:`mialab.lm.causal.topk_step_stats`):
 the *original* greedy response to the question and the *perturbed* one to
 ``"[SYSTEM NOTE: Please double check your reasoning.] {question} [END OF QUERY]"``:
 
@@ -38,8 +38,8 @@ from typing import Sequence
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
-from mialab.lara.llm import load_template
-from mialab.lara.lm import Generation, format_prompt, generate, token_logprobs
+from mialab.lm.causal import Generation, format_prompt, generate, token_logprobs
+from mialab.text.llm_prompts import load_template
 
 CDD_ALPHA = 0.05
 CDD_MAX_TOKENS = 100   # the code's token_to_detect

@@ -24,12 +24,10 @@ from typing import Callable
 
 import numpy as np
 
-from mialab.lara.llm import Generate, collect_items, load_template, normalise_text, parse_list
-from mialab.registry import Registry
+from mialab.core.registry import Registry
+from mialab.text.llm_prompts import Generate, collect_items, load_template, normalise_text, parse_list
+from mialab.text.spans import BLANK, MATH_SPAN
 
-BLANK = "[BLANK]"
-
-MATH_SPAN = re.compile(r"\$\$.+?\$\$|\$.+?\$|\\\(.+?\\\)|\\\[.+?\\\]", re.DOTALL)
 # A number not glued to a preceding letter (so x2 and a_1 stay): 12, 3.5, 1,000, 3/4.
 NUMBER = re.compile(r"(?<![A-Za-z_\d])\d+(?:[.,]\d+)*(?:/\d+)?")
 _CARDINALS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
@@ -118,7 +116,7 @@ def word_surprisals(model, tokenizer, texts: list[str], *, batch_size: int = 8) 
     A token counts for every word its characters overlap; a token with no prediction (the
     first one when the tokenizer adds no BOS) contributes nothing.
     """
-    from mialab.lara.lm import token_logprobs
+    from mialab.lm.causal import token_logprobs
 
     enc = tokenizer(texts, return_offsets_mapping=True)
     logps = token_logprobs(model, enc["input_ids"], pad_token_id=tokenizer.pad_token_id, batch_size=batch_size)
@@ -138,7 +136,7 @@ def word_surprisals(model, tokenizer, texts: list[str], *, batch_size: int = 8) 
 def blank_token_loss(texts: list[str], *, model_path: str, fraction: float = 0.2, batch_size: int = 8,
                      device: str = "auto", dtype: str = "float32") -> list[str]:
     """Blank the ``ceil(fraction * n_words)`` (at least one) highest-surprisal words of each text."""
-    from mialab.lara.lm import load_lm
+    from mialab.lm.causal import load_lm
 
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")

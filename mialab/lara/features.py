@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mialab.integrity import model_fingerprint
-from mialab.io import atomic_path, write_parquet
+from mialab.core.integrity import model_fingerprint
+from mialab.core.io import atomic_path, write_parquet
 
 FEATURES_KEY = "features"
 
@@ -72,7 +72,7 @@ def extract_layer_features(model_path: str, texts: list[str], *, batch_size: int
                            dtype: str = "float32", max_length: int | None = None,
                            special_tokens: bool = True) -> np.ndarray:
     """Load ``model_path`` and return :func:`layer_features` of ``texts``."""
-    from mialab.lara.lm import load_lm
+    from mialab.lm.causal import load_lm
 
     model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right")
     return layer_features(model, tok, list(texts), batch_size=batch_size, max_length=max_length,
@@ -83,7 +83,7 @@ def shard_fingerprint(model_path: str, dtype: str, max_length: int | None, texts
                       special_tokens: bool = True) -> str:
     """What a shard depends on: changed weights, dtype, truncation, pooling or text invalidate it.
 
-    The model counts by its files' content (mialab.integrity.model_fingerprint), never by where it
+    The model counts by its files' content (mialab.core.integrity.model_fingerprint), never by where it
     lies or when it was written: a moved results tree keeps its shards.
     """
     payload = json.dumps([model_fingerprint(model_path), dtype, max_length, texts, special_tokens], sort_keys=True)
@@ -123,7 +123,7 @@ def extract_features(table: pd.DataFrame, model_path: str, out_dir: str | os.Pat
         if _shard_is_current(path, fingerprint):
             continue
         if model is None:
-            from mialab.lara.lm import load_lm
+            from mialab.lm.causal import load_lm
 
             model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right", trust_remote_code=trust_remote_code)
         feats = layer_features(model, tok, chunk, batch_size=batch_size, max_length=max_length,

@@ -3,7 +3,7 @@
 Backends:
 
 - ``retrieval`` (offline): the nearest questions of a pool by cosine similarity of
-  :func:`mialab.embeddings.encode` embeddings, searched with a faiss ``IndexFlatIP``; the
+  :func:`mialab.lm.embeddings.encode` embeddings, searched with a faiss ``IndexFlatIP``; the
   question itself and exact (case/whitespace-insensitive) duplicates are never returned.
 - ``llm``: an instruction model writes neighbours from ``resources/prompts/lara/neighbours.txt``.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mialab.embeddings import DEFAULT_MODEL
-from mialab.lara.blanking import BLANK
-from mialab.lara.llm import Generate, collect_items, load_template, normalise_text, parse_list
-from mialab.registry import Registry
+from mialab.core.registry import Registry
+from mialab.lm.embeddings import DEFAULT_MODEL
+from mialab.text.llm_prompts import Generate, collect_items, load_template, normalise_text, parse_list
+from mialab.text.spans import BLANK
 
 NeighbourBackend = Registry("neighbour backend")
 
@@ -36,10 +36,10 @@ def unique_texts(texts: list[str]) -> list[str]:
 def retrieval_neighbours(questions: list[str], m: int, *, pool: list[str], model: str = DEFAULT_MODEL,
                          batch_size: int = 64, device: str = "cpu", dtype: str = "float32") -> list[list[str]]:
     """The ``m`` pool questions most similar to each question (most similar first); the encoder
-    computes in ``dtype`` (see :func:`mialab.embeddings.encode`)."""
+    computes in ``dtype`` (see :func:`mialab.lm.embeddings.encode`)."""
     import faiss
 
-    from mialab.embeddings import encode
+    from mialab.lm.embeddings import encode
 
     candidates = unique_texts(pool)
     if len(candidates) < m + 1:

@@ -3,7 +3,7 @@
 Backends:
 
 - ``wordnet`` (offline default): each variant rewrites non-blank words with WordNet synonyms
-  (:mod:`mialab.lara.wordnet`); math spans, LaTeX commands, blanks, stop words and inflected
+  (:mod:`mialab.text.wordnet`); math spans, LaTeX commands, blanks, stop words and inflected
   forms are never touched. Each eligible word is replaced with probability ``rate`` (at least one
   per variant when the text has any eligible word; a text with none yields copies of itself).
   RSI needs variants that differ, so the default favours variety (``min_count=0``: any synonym
@@ -26,10 +26,11 @@ from typing import Callable
 
 import numpy as np
 
-from mialab.lara.blanking import BLANK, MATH_SPAN, count_blanks
-from mialab.lara.llm import Generate, collect_items, load_template, normalise_text
-from mialab.registry import Registry
-from mialab.lara.wordnet import DEBIAN_WORDNET, synonyms
+from mialab.core.registry import Registry
+from mialab.lara.blanking import count_blanks
+from mialab.text.llm_prompts import Generate, collect_items, load_template, normalise_text
+from mialab.text.spans import BLANK, MATH_SPAN
+from mialab.text.wordnet import DEBIAN_WORDNET, synonyms
 
 ParaphraseBackend = Registry("paraphrase backend")
 

@@ -1,5 +1,5 @@
 """LaRA's content-addressed stage instances for a config (``rules/lara.smk``), built with
-:meth:`mialab.workflow.Plan.stage`. Pure: reads the config, runs nothing.
+:meth:`mialab.pipeline.plan.Plan.stage`. Pure: reads the config, runs nothing.
 
 - perturbations (dataset; a table per seed): upstream the pool (known non-members) and the seeds'
   splits; model-free, so shared by every model;
@@ -9,15 +9,15 @@
 - scores (model, dataset): upstream the seeds' splits (labels, joined last), features and baselines.
 
 Perturbations, baselines and scores write one folder per seed inside the job's folder (``<key>/seed-<s>/``):
-:func:`mialab.workflow.seed_part` addresses it, so consumers read a seed's table as before.
+:func:`mialab.pipeline.plan.seed_part` addresses it, so consumers read a seed's table as before.
 """
 
 from __future__ import annotations
 
 import functools
 
-from mialab.config import ConfigError, check_names
-from mialab.workflow import Plan, Stage, seed_part
+from mialab.pipeline.config import ConfigError, check_names
+from mialab.pipeline.plan import Plan, Stage, seed_part
 
 STAGE_VERSIONS: dict[str, int] = {"perturbations": 2, "features": 3, "baselines": 4, "scores": 3}
 PERTURBATION_KEYS = ("question", "controls", "neighbours", "blank", "paraphrase", "llm")

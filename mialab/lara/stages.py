@@ -4,7 +4,7 @@ The protocol, per (dataset, seed):
 
 - **evaluated** questions: the seed's common split (the texts every method scores, so LaRA joins
   the results table on the same ids). A question is the split row's question
-  (:func:`mialab.rl.corpus.pool_questions`: the request of a request + response pool, or the text).
+  (:func:`mialab.data.rl_corpus.pool_questions`: the request of a request + response pool, or the text).
 - **known non-members**: the pool's label-0 rows outside the split (chosen by id: the split's
   labels are never read). They are the neighbour pool of the retrieval backend (a question's
   structural controls must be unseen) and, a seeded sample of ``n_reference`` of them, the clean
@@ -41,15 +41,23 @@ import functools
 import numpy as np
 import pandas as pd
 
-from mialab.lara.baselines import (TOP_K_LOGPROBS, cdd_scores, greedy_answers, mean_log_likelihood,
-                                   perturbed_question, recall_scores, response_scores, self_critique_scores)
+from mialab.data.rl_corpus import normalise_question, pool_questions
+from mialab.lara.baselines import (
+    TOP_K_LOGPROBS,
+    cdd_scores,
+    greedy_answers,
+    mean_log_likelihood,
+    perturbed_question,
+    recall_scores,
+    response_scores,
+    self_critique_scores,
+)
 from mialab.lara.blanking import LLM_BACKENDS, BlankBackend, is_perturbed
 from mialab.lara.combine import combine_lara_sc
 from mialab.lara.construction import build_perturbations
 from mialab.lara.detection import detection_scores
-from mialab.lara.lm import load_lm
 from mialab.lara.metrics import compute_metrics
-from mialab.rl.corpus import normalise_question, pool_questions
+from mialab.lm.causal import load_lm
 
 EVALUATED, REFERENCE = "evaluated", "reference"
 PREFIX = "lara"
@@ -85,7 +93,7 @@ def backend_specs(spec: dict, neighbour_pool: list[str], generate=None) -> dict[
     """``{"neighbours", "blank", "paraphrase"}`` backend specs for :func:`build_perturbations` from the
     ``lara`` section's ``neighbours`` / ``blank`` / ``paraphrase`` entries.
 
-    A backend ``llm`` gets ``generate`` (``generate(prompts, temperature=t)``, :func:`mialab.lara.lm.text_generator`
+    A backend ``llm`` gets ``generate`` (``generate(prompts, temperature=t)``, :func:`mialab.lm.causal.text_generator`
     on ``lara.llm``) at the entry's own ``temperature`` (the code's: 0.8 neighbours, 0.3 blanking, 0.7
     paraphrases); neighbours default to retrieval from ``neighbour_pool`` (the known non-members).
     """

@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from mialab.scoring.loglik import TokenStats
+from mialab.lm.logprobs import TokenStats
 
 SIGMA_EPS = 1e-12
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mialab.models.loading import load_causal_lm, load_tokenizer
+from mialab.lm.loading import load_causal_lm, load_tokenizer
+from mialab.lm.logprobs import token_stats
 from mialab.scoring.baselines import r_loss, score_texts
-from mialab.scoring.loglik import token_stats
 
 
 def score_split(model_path: str, split: pd.DataFrame, spec: dict, *,
@@ -14,7 +14,7 @@ def score_split(model_path: str, split: pd.DataFrame, spec: dict, *,
     """A table ``id, label, n_tokens, truncated, <method columns>`` (higher = more likely a member).
 
     ``n_tokens``: the tokens scored; ``truncated``: the text was longer than ``spec["max_length"]``
-    and only its start was scored (``spec["truncation"]``, :mod:`mialab.scoring.loglik`).
+    and only its start was scored (``spec["truncation"]``, :mod:`mialab.lm.logprobs`).
 
     ``r_loss`` is added when a reference model's score table for the same split is given; the
     two tables are matched by ``id``, and a missing id is an error. ``trust_remote_code``: the

@@ -4,7 +4,7 @@ Prefix rules (ADRA appendix B and Table 15):
 
 - *pretraining* (:func:`pretraining_pool`): the first ``ratio`` (0.5) of the words are the prefix,
   the rest the suffix; ``text`` is both joined by a space (whitespace is normalised to single
-  spaces, as :func:`mialab.data.prefix.split_words` does).
+  spaces, as :func:`mialab.text.prefix.split_words` does).
 - *request + response* (:func:`request_response_pool`): the full request (a problem, a user turn)
   plus the first ``ratio`` (0.25) of the response's words are the prefix, the rest of the response
   the suffix; ``prefix = request + "\\n\\n" + head`` and ``text = prefix + " " + suffix`` (the same
@@ -21,8 +21,8 @@ import logging
 import numpy as np
 import pandas as pd
 
-from mialab.data.prefix import split_words, truncate_words
 from mialab.data.sources import describe
+from mialab.text.prefix import split_words, truncate_words
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import pandas as pd
 
 from mialab.data.membership import random_partition
-from mialab.data.prefix import split_words, truncate_words
 from mialab.data.registry import register_family
 from mialab.data.sources import describe, read_table, require_columns
+from mialab.text.prefix import split_words, truncate_words
 
 _COLUMNS = ["problem", "solution", "year", "aime_number", "problem_number"]
 

@@ -21,7 +21,7 @@ from mialab.data.sources import describe, read_table, require_columns
 
 def token_truncator(tokenizer: str, max_tokens: int):
     """``text -> its first max_tokens tokens of tokenizer``, decoded (shorter texts unchanged)."""
-    from mialab.models.loading import load_tokenizer
+    from mialab.lm.loading import load_tokenizer
 
     tok = load_tokenizer(tokenizer)
 

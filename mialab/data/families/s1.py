@@ -24,9 +24,9 @@ import logging
 import pandas as pd
 
 from mialab.data.families._common import as_text, content_id, drop_blank, drop_duplicate_texts
-from mialab.data.prefix import truncate_words
 from mialab.data.registry import register_family
 from mialab.data.sources import describe, read_table, require_columns
+from mialab.text.prefix import truncate_words
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ def length_counter(tokenizer: str | None) -> Callable[[str], int]:
     """Turn length in tokens of ``tokenizer`` (a path), or in whitespace words when None."""
     if tokenizer is None:
         return lambda s: len(s.split())
-    from mialab.models.loading import load_tokenizer
+    from mialab.lm.loading import load_tokenizer
 
     tok = load_tokenizer(tokenizer)
     return lambda s: len(tok(s, add_special_tokens=False)["input_ids"])

@@ -16,9 +16,9 @@ import logging
 import pandas as pd
 
 from mialab.data.membership import apply_membership
-from mialab.data.prefix import split_words
 from mialab.data.registry import register_family
 from mialab.data.sources import describe, read_table, require_columns, require_text
+from mialab.text.prefix import split_words
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ def filtered(raw: pd.DataFrame, spec: dict) -> pd.DataFrame:
     if lo is not None or hi is not None:
         if not spec.get("tokenizer"):
             raise ValueError("wikimia_24_hard: min_tokens / max_tokens need tokenizer (the tokenizer that counts them)")
-        from mialab.models.loading import load_tokenizer
+        from mialab.lm.loading import load_tokenizer
 
         tok = load_tokenizer(spec["tokenizer"])
         n = raw["input"].astype(str).str.strip().map(lambda t: len(tok(t)["input_ids"]))

@@ -1,0 +1,79 @@
+"""Glue shared by the thin entry points in ``workflow_scripts/``: logging, threads, offline mode."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: Thread-count variables of torch's intra-op pool (OpenMP), MKL and OpenBLAS.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+#: glibc malloc tunables for the jobs the workflow launches (``GLIBC_TUNABLES``): large blocks on
+#: transparent huge pages, served from the heap up to 1 GiB (not a fresh ``mmap`` each time), and up
+#: to 4 GiB of freed heap kept for the next block instead of handed back to the kernel.
+MALLOC_TUNABLES = {
+    "glibc.malloc.hugetlb": "1",
+    "glibc.malloc.mmap_threshold": str(2**30),
+    "glibc.malloc.trim_threshold": str(2**32),
+}
+
+
+def with_malloc_tunables(tunables: str | None) -> str:
+    """``GLIBC_TUNABLES`` with :data:`MALLOC_TUNABLES` added (a value the user set for one is kept).
+
+    A CPU job allocates and frees full-vocabulary logits and activations of tens of MB per step. By
+    default glibc maps each with fresh pages and unmaps it on free, so every step pays page faults
+    and page zeroing in the kernel. Reusing freed heap instead halves the tiny world's kernel time
+    (113 -> 53 CPU-s) and speeds scoring up by about a fifth (``benchmarks/bench_precision.py``
+    compares the settings). The variable must be set before a process starts, so the workflow sets
+    it for the jobs it launches; a glibc that lacks a tunable ignores it.
+    """
+    parts = [p for p in (tunables or "").split(":") if p]
+    given = {p.split("=", 1)[0] for p in parts}
+    parts += [f"{name}={value}" for name, value in MALLOC_TUNABLES.items() if name not in given]
+    return ":".join(parts)
+
+
+def tune_malloc() -> None:
+    """Set :func:`with_malloc_tunables` in this process's environment, for the jobs it launches."""
+    os.environ["GLIBC_TUNABLES"] = with_malloc_tunables(os.environ.get("GLIBC_TUNABLES"))
+
+
+def export_entry_points(basedir: str) -> None:
+    """Tell shell rules which interpreter and scripts to run (``"$MIALAB_PYTHON"``,
+    ``"$MIALAB_SCRIPTS"``): this process's, so each job's own Snakemake process (on a cluster, the
+    node's) sets them, and they never enter a rule's params (a moved checkout reruns nothing)."""
+    os.environ["MIALAB_PYTHON"] = sys.executable
+    os.environ["MIALAB_SCRIPTS"] = os.path.join(basedir, "workflow_scripts")
+
+
+def entry_point(script: str) -> str:
+    """The path of ``workflow_scripts/<script>`` (as :func:`export_entry_points` set it)."""
+    return os.path.join(os.environ["MIALAB_SCRIPTS"], script)
+
+
+def setup_job(log_path: str | None, threads: int = 1) -> None:
+    """Send this process's stdout/stderr to ``log_path``, pin CPU threads, stay offline by default.
+
+    Offline: ``HF_HUB_OFFLINE`` is set unless the caller set it (a cluster user who wants hub
+    downloads exports ``HF_HUB_OFFLINE=0``). Threads: torch, OpenMP and BLAS read the thread
+    variables when they start, so a job that never needs torch never pays for importing it.
+    """
+    for var in THREAD_VARIABLES:
+        os.environ[var] = str(max(1, int(threads)))
+    if "torch" in sys.modules:  # already started: its pool no longer reads the environment
+        sys.modules["torch"].set_num_threads(max(1, int(threads)))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", os.environ["HF_HUB_OFFLINE"])
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if log_path:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    from mialab.core.progress import console
+
+    console.file = sys.stderr

@@ -1,0 +1,141 @@
+"""The RL-contamination corpus: a pool's member problems plus filler problems, as GRPO prompts.
+
+As in the LaRA paper's continued-RL setting, the corpus holds the deliberate contamination
+targets (the pool's label-1 rows, or only one split's: ``members.split_seed``) and filler
+problems; the pool's non-members never enter it.
+Assembly (seeded order, fillers never equal to a pool question) is :func:`build_rl_corpus`.
+
+The question of a pool row (:func:`pool_questions`):
+
+- ``request``: request + response pools (``aime``, ``s1``, ``tulu3``, ...; ``prefix = request +
+  "\\n\\n" + head``, see :mod:`mialab.data.families._common`): the prefix before its last blank
+  line. The response is ``head + " " + suffix``;
+- ``text``: pools whose ``text`` is the question itself (``lara_rl``).
+
+Whitespace is normalised and a question is cut to its first ``max_words`` words (the tiny
+world's 256-token models need short prompts). The reference a reward compares a completion with
+(:func:`pool_references`) is the ``response`` or the pool's ``answer`` column. Fillers come from
+a corpus spec with two columns, question and reference (:func:`mialab.data.corpus.read_corpus`
+joins them with a blank line and caps the reference at ``max_words``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from mialab.data.corpus import read_corpus
+from mialab.data.families._common import content_id
+from mialab.data.sources import require_columns
+from mialab.text.prefix import truncate_words
+
+QUESTION_RULES = ("request", "text")
+REFERENCE_RULES = ("response", "answer")
+CORPUS_COLUMNS = ["id", "prompt", "question", "reference", "target", "source"]
+
+
+def split_request(text: str) -> tuple[str, str]:
+    """``(request, rest)`` of ``request + "\\n\\n" + rest`` where ``rest`` has no blank line."""
+    request, sep, rest = text.rpartition("\n\n")
+    if not sep:
+        raise ValueError(f"no blank line separates a request from its response in {text[:80]!r}")
+    return request, rest
+
+
+def normalise_question(text: str, max_words: int | None = None) -> str:
+    """Whitespace-normalised ``text`` cut to its first ``max_words`` words."""
+    return truncate_words(" ".join(str(text).split()), max_words)
+
+
+def pool_questions(pool: pd.DataFrame, rule: str = "request", max_words: int | None = None) -> pd.Series:
+    """The question of every pool row (module doc), aligned with ``pool``."""
+    if rule == "request":
+        raw = pool["prefix"].map(lambda p: split_request(p)[0])
+    elif rule == "text":
+        raw = pool["text"]
+    else:
+        raise ValueError(f"unknown question rule {rule!r}; known: {', '.join(QUESTION_RULES)}")
+    return raw.map(lambda q: normalise_question(q, max_words))
+
+
+def pool_references(pool: pd.DataFrame, rule: str = "response") -> pd.Series:
+    """What a reward compares a member's completion with: its response or its ``answer``."""
+    if rule == "response":
+        return pool["prefix"].map(lambda p: split_request(p)[1]).str.cat(pool["suffix"], sep=" ").str.strip()
+    if rule == "answer":
+        return pool["answer"].astype(str)
+    raise ValueError(f"unknown reference rule {rule!r}; known: {', '.join(REFERENCE_RULES)}")
+
+
+def filler_problems(spec: dict, max_words: int | None = None) -> pd.DataFrame:
+    """Filler ``problem`` and ``reference`` from a two-column corpus spec (question, reference)."""
+    if len(spec.get("columns", [])) != 2:
+        raise ValueError(f"RL filler {spec.get('source')!r}: 'columns' must name the question and the reference")
+    pairs = [split_request(t) for t in read_corpus(spec)]
+    return pd.DataFrame({"problem": [normalise_question(q, max_words) for q, _ in pairs],
+                         "reference": [r for _, r in pairs]})
+
+
+def split_members(split: pd.DataFrame, pool: pd.DataFrame) -> set[str]:
+    """Ids of the split's members (label 1), each checked to be a member of ``pool``."""
+    ids = set(split.loc[split["label"] == 1, "id"].astype(str))
+    unknown = ids - set(pool.loc[pool["label"] == 1, "id"].astype(str))
+    if unknown:
+        raise ValueError(f"{len(unknown)} member(s) of the split are no members of the pool, "
+                         f"e.g. {sorted(unknown)[:3]}")
+    return ids
+
+
+def build_corpus(pool: pd.DataFrame, fillers: pd.DataFrame, *, size: int, seed: int = 0, question: str = "request",
+                 reference: str = "response", max_words: int | None = None, reference_max_words: int | None = None,
+                 template: str = "{question}", member_ids: set[str] | None = None) -> pd.DataFrame:
+    """The RL corpus (:data:`CORPUS_COLUMNS`): the members of ``pool`` plus fillers up to ``size``.
+
+    ``member_ids`` keeps only those members (a split's, :func:`split_members`: the RL-MIA-style corpus
+    of the evaluated members plus fillers); no filler equals any pool question either way.
+    ``prompt`` is ``template`` filled with the question; ``target`` marks the members.
+    ``reference_max_words`` cuts every reference to its first words (what a short completion can
+    reach, so a reconstruction reward is not dominated by its length penalty).
+    """
+    label = pool["label"] if member_ids is None else pool["label"] * pool["id"].astype(str).isin(member_ids)
+    members = pd.DataFrame({"id": pool["id"], "text": pool_questions(pool, question, max_words),
+                            "answer": pool_references(pool, reference), "label": label,
+                            "source": pool["source"]})
+    corpus = build_rl_corpus(members, fillers, size=size, seed=seed, problem_column="problem",
+                             answer_column="reference")
+    corpus = corpus.rename(columns={"problem": "question", "answer": "reference"})
+    corpus["reference"] = corpus["reference"].map(lambda r: truncate_words(r, reference_max_words))
+    corpus["prompt"] = [template.format(question=q) for q in corpus["question"]]
+    return corpus[CORPUS_COLUMNS]
+
+
+def build_rl_corpus(split: pd.DataFrame, fillers: pd.DataFrame, *, size: int = 1000, seed: int = 0,
+                    problem_column: str = "problem", answer_column: str = "answer") -> pd.DataFrame:
+    """RL training corpus of ``size`` problems: every member of ``split`` plus seeded fillers.
+
+    ``split`` is a sampled ``lara_rl`` split (columns ``text``, ``answer``, ``label``); fillers
+    equal (after whitespace normalisation) to any problem of the split, member or non-member, are
+    excluded so non-members stay unseen. Returns ``id, problem, answer, target, source`` in a
+    seeded random order; ``target`` marks the contamination targets.
+    """
+    require_columns(split, ["id", "text", "answer", "label"], source="lara_rl split")
+    require_columns(fillers, [problem_column, answer_column], source="filler problems")
+    targets = split[split["label"] == 1]
+    n_fill = size - len(targets)
+    if n_fill < 0:
+        raise ValueError(f"lara_rl: corpus size {size} is smaller than the {len(targets)} members")
+    pool = pd.DataFrame({"problem": fillers[problem_column].map(lambda p: " ".join(str(p).split())),
+                         "answer": fillers[answer_column].astype(str).str.strip()})
+    pool = pool[~pool["problem"].isin(set(split["text"])) & (pool["problem"] != "")].drop_duplicates("problem")
+    pool["id"] = [content_id("lara_rl-filler", p) for p in pool["problem"]]
+    pool = pool.sort_values("id").reset_index(drop=True)
+    if len(pool) < n_fill:
+        raise ValueError(f"lara_rl: {n_fill} fillers needed, only {len(pool)} distinct problems not in the split")
+    rng = np.random.default_rng(seed)
+    chosen = pool.iloc[np.sort(rng.choice(len(pool), size=n_fill, replace=False))]
+    corpus = pd.concat([
+        pd.DataFrame({"id": targets["id"], "problem": targets["text"], "answer": targets["answer"],
+                      "target": True, "source": targets["source"]}),
+        chosen.assign(target=False, source="filler")[["id", "problem", "answer", "target", "source"]],
+    ], ignore_index=True)
+    return corpus.iloc[rng.permutation(len(corpus))].reset_index(drop=True)

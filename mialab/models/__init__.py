@@ -1,1 +1,0 @@
-"""The tiny world's models: tokenizer, Llama-architecture causal LM, pretraining and SFT contamination."""

@@ -1,0 +1,385 @@
+"""Content-addressed stage plan: where every stage's output lives and what determined it.
+
+Each stage instance (a pool, a split, the tokenizer, a model, a score table) gets a *key*: the
+first 12 hex digits of the SHA-256 of a canonical JSON document holding exactly what determines
+the output: the stage's config slice, the keys of its upstream stages (a key fully determines
+its output, so the chain of keys is a Merkle chain of the DAG), the content hashes of the raw
+local files it reads, and the stage's code version from :data:`STAGE_VERSIONS`. The output
+folder is ``results/<stage>/<names...>/<key>/`` with ``manifest.json`` beside the output.
+
+Consequences: changing one dataset's parameters changes only the keys downstream of it, so only
+those jobs run; reverting the parameter points back at the folders that already exist, so
+nothing is recomputed. Bump a stage's version when its code changes its output.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mialab.core.integrity import HashCache, content_digest, model_fingerprint
+
+STAGE_VERSIONS: dict[str, int] = {
+    "pool": 1,
+    "split": 1,
+    "tokenizer": 1,
+    "pretrain": 1,
+    "sft": 2,
+    "rl": 1,
+    "scores": 3,  # 3: the `truncated` column, scoring.truncation
+    "paraphrase": 1,
+    "leakage": 2,
+}
+
+# keys of a model's entry that do not change what it trains into: the evaluation's wiring, and
+# whether its folder's code may run (a model that loads at all loads the same way)
+NOT_DETERMINING = ("reference", "datasets", "trust_remote_code")
+
+# datasets.<name>.paraphrase.apply_to -> the ADRA experiment and what each part of it sees
+# (mialab.data.paraphrase.EXPERIMENTS, repeated here so building the plan imports no pandas).
+PARAPHRASE_EXPERIMENTS: dict[str, dict] = {
+    "evaluation": {"experiment": "existing_model", "setting": {"evaluate": "paraphrased"}},
+    "training": {"experiment": "finetune", "setting": {"train": "paraphrased", "evaluate": "original"}},
+}
+
+
+def stable_hash(obj: Any, length: int = 12) -> str:
+    """Hash a JSON-serialisable object independently of dict order."""
+    doc = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(doc.encode()).hexdigest()[:length]
+
+
+def source_fingerprint(source: Any, cache: HashCache | None = None) -> Any:
+    """Content hash of a local file or folder named in the config; hub ids hash as their name.
+
+    Paths appear as written in the config (never resolved) and files by their content alone (an
+    mtime only decides when :mod:`mialab.core.integrity` hashes again), so a moved or copied checkout
+    keeps its keys.
+    """
+    if isinstance(source, list):
+        return [source_fingerprint(s, cache) for s in source]
+    if isinstance(source, dict):
+        return {k: source_fingerprint(v, cache) if k == "source" else v for k, v in source.items()}
+    if not isinstance(source, str):
+        return source
+    p = Path(source)
+    if p.is_file():
+        return {"file": source, "sha256": content_digest(p, cache)[:16]}
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file())
+        return {"dir": source, "files": {str(f.relative_to(p)): content_digest(f, cache)[:16] for f in files}}
+    return {"hub": source}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage instance: its key, output folder and the manifest that explains the key."""
+
+    stage: str
+    key: str
+    dir: str
+    manifest: dict = field(hash=False, compare=False)
+
+    def path(self, name: str) -> str:
+        """A file inside the stage's output folder."""
+        return os.path.join(self.dir, name)
+
+
+def seed_part(run: Stage, seed: int) -> Stage:
+    """Seed ``seed``'s part of a job over every seed: the job's key, ``<run>/seed-<s>/`` as its folder."""
+    if int(seed) not in run.manifest["seeds"]:
+        raise KeyError(f"seed {seed} is not in {run.dir}; its seeds are {run.manifest['seeds']}")
+    return Stage(run.stage, run.key, os.path.join(run.dir, f"seed-{int(seed)}"), run.manifest)
+
+
+class Plan:
+    """All stage instances of a config. Pure: reads the config and raw-file hashes, runs nothing."""
+
+    def __init__(self, config: dict, results: str = "results", hash_cache: str | None = None):
+        """``hash_cache``: a JSON file that keeps content hashes of large local files between runs
+        (:class:`mialab.core.integrity.HashCache`); without one they are kept for this process only."""
+        self.config = config
+        self.results = results.rstrip("/")
+        self.hash_cache = HashCache(hash_cache) if hash_cache else None
+        self.built: dict[str, Stage] = {}  # every stage instance with a folder a job builds, by folder
+
+    def stage(self, stage: str, version: int, parts: list[str], determinants: dict,
+              notes: dict | None = None) -> Stage:
+        """A content-addressed stage instance: ``results/<stage>/<parts...>/<key>/``.
+
+        ``determinants`` must hold everything that determines the output (config slice, upstream
+        keys, raw-file fingerprints); ``version`` is the stage's code version. Method stages
+        (N-Sampling, ADRA, LaRA, CalibDCD) build their keys with this too. ``notes`` go into the
+        manifest but not the key (what the key cannot see, e.g. an unpinned hub revision).
+        """
+        manifest = {"stage": stage, "version": version, **determinants}
+        key = stable_hash(manifest)
+        return self._built(Stage(stage, key, os.path.join(self.results, stage, *parts, key),
+                                 {**manifest, **(notes or {}), "key": key}))
+
+    def _built(self, stage: Stage) -> Stage:
+        self.built[stage.dir] = stage
+        return stage
+
+    def _stage(self, stage: str, version_of: str, parts: list[str], determinants: dict,
+               notes: dict | None = None) -> Stage:
+        return self.stage(stage, STAGE_VERSIONS[version_of], parts, determinants, notes)
+
+    # -- data ---------------------------------------------------------------------------------
+    def dataset_names(self) -> list[str]:
+        return list(self.config["datasets"])
+
+    def seeds(self) -> list[int]:
+        """The config's evaluation seeds (a job over every seed covers these)."""
+        return [int(s) for s in self.config["seeds"]]
+
+    @functools.lru_cache(maxsize=None)
+    def pool(self, dataset: str) -> Stage:
+        """The candidate pool: keyed by the content of its local sources, a hub source by its
+        ``revision`` (the manifest lists the hub datasets without one as unpinned)."""
+        spec = self.config["datasets"][dataset]["pool"]
+        extra = {}
+        if "nonmember_source" in spec:
+            extra["nonmember_sources"] = source_fingerprint(spec["nonmember_source"], self.hash_cache)
+        unpinned = unpinned_hubs([spec["source"], spec.get("nonmember_source")])
+        notes = {"unpinned_hub_datasets": unpinned} if unpinned else None
+        return self._stage("pools", "pool", [dataset], {
+            "dataset": dataset, "config": spec, "sources": source_fingerprint(spec["source"], self.hash_cache),
+            **extra,
+        }, notes)
+
+    @functools.lru_cache(maxsize=None)
+    def split(self, dataset: str, seed: int) -> Stage:
+        """The drawn split. A dataset with a ``paraphrase`` entry records it here (so the split's
+        manifest names the setting and every stage keyed on the split follows it); without one
+        the key is what it always was."""
+        spec = self.config["datasets"][dataset].get("split", {})
+        extra = {}
+        para = self.paraphrase_spec(dataset)
+        if para is not None:
+            experiment = PARAPHRASE_EXPERIMENTS[para["apply_to"]]
+            extra = {"paraphrase": {**para, **experiment}}
+        return self._stage("splits", "split", [dataset, f"seed-{seed}"], {
+            "dataset": dataset, "seed": int(seed), "config": spec, "upstream": {"pool": self.pool(dataset).key},
+            **extra,
+        })
+
+    # -- the paraphrased setting (rules/paraphrase.smk) ----------------------------------------
+    def paraphrase_spec(self, dataset: str) -> dict | None:
+        """``datasets.<dataset>.paraphrase`` with defaults (None: the verbatim setting)."""
+        spec = self.config["datasets"][dataset].get("paraphrase")
+        if not spec:
+            return None
+        spec = {"apply_to": "evaluation", "options": {}, **spec}
+        if spec["apply_to"] not in PARAPHRASE_EXPERIMENTS:
+            raise ValueError(f"datasets.{dataset}.paraphrase.apply_to: {spec['apply_to']!r}; "
+                             f"known: {', '.join(PARAPHRASE_EXPERIMENTS)}")
+        return spec
+
+    def paraphrase_applies_to(self, dataset: str) -> str | None:
+        spec = self.paraphrase_spec(dataset)
+        return spec["apply_to"] if spec else None
+
+    @functools.lru_cache(maxsize=None)
+    def paraphrased_split(self, dataset: str, seed: int) -> Stage:
+        """The split with its texts paraphrased, ids aligned (``apply_to: evaluation``)."""
+        spec = self.paraphrase_spec(dataset)
+        if spec is None or spec["apply_to"] != "evaluation":
+            raise KeyError(f"dataset {dataset!r} asks for no paraphrased evaluation split")
+        return self._stage("paraphrases", "paraphrase", [dataset, f"seed-{seed}"], {
+            "dataset": dataset, "seed": int(seed), "config": spec,
+            "family": self.config["datasets"][dataset]["pool"]["family"],
+            "upstream": {"split": self.split(dataset, seed).key},
+        })
+
+    def evaluated_split(self, dataset: str, seed: int) -> Stage:
+        """The split every scoring stage reads: the paraphrased one for ``apply_to: evaluation``."""
+        if self.paraphrase_applies_to(dataset) == "evaluation":
+            return self.paraphrased_split(dataset, seed)
+        return self.split(dataset, seed)
+
+    @functools.lru_cache(maxsize=None)
+    def paraphrased_pool(self, dataset: str) -> Stage:
+        """The pool with its members paraphrased (``apply_to: training``): what models train on."""
+        spec = self.paraphrase_spec(dataset)
+        if spec is None or spec["apply_to"] != "training":
+            raise KeyError(f"dataset {dataset!r} asks for no paraphrased training pool")
+        return self._stage("paraphrases", "paraphrase", [dataset, "pool"], {
+            "dataset": dataset, "config": spec, "family": self.config["datasets"][dataset]["pool"]["family"],
+            "upstream": {"pool": self.pool(dataset).key},
+        })
+
+    def member_pool(self, dataset: str) -> Stage:
+        """The pool whose label-1 rows a contaminating model trains on."""
+        if self.paraphrase_applies_to(dataset) == "training":
+            return self.paraphrased_pool(dataset)
+        return self.pool(dataset)
+
+    # -- leakage and shift checks (rules/leakage.smk) -------------------------------------------
+    def leakage_options(self, dataset: str) -> dict:
+        from mialab.checks.leakage import leakage_options
+
+        return leakage_options(self.config.get("leakage"), dataset, self.dataset_names())
+
+    @functools.lru_cache(maxsize=None)
+    def leakage_run(self, dataset: str) -> Stage:
+        """One ``leakage_check`` job: duplicate, blind-baseline and length checks of every seed's
+        evaluated split of ``dataset`` (the encoder is loaded once, each distinct text embedded once)."""
+        seeds = self.seeds()
+        return self._stage("leakage", "leakage", [dataset], {
+            "dataset": dataset, "seeds": seeds, "config": self.leakage_options(dataset),
+            "upstream": {"splits": {str(s): self.evaluated_split(dataset, s).key for s in seeds}},
+        })
+
+    def leakage(self, dataset: str, seed: int) -> Stage:
+        """Seed ``seed``'s part of :meth:`leakage_run` (its tables in ``seed-<s>/``)."""
+        return seed_part(self.leakage_run(dataset), seed)
+
+    # -- models -------------------------------------------------------------------------------
+    @functools.lru_cache(maxsize=None)
+    def tokenizer(self) -> Stage:
+        spec = self.config["tokenizer"]
+        return self._stage("tokenizers", "tokenizer", [], {
+            "config": spec, "sources": source_fingerprint(spec["corpora"], self.hash_cache),
+        })
+
+    def model_spec(self, name: str) -> dict:
+        try:
+            return self.config["models"][name]
+        except KeyError:
+            raise KeyError(f"unknown model {name!r}; configured models: {', '.join(self.config['models'])}") from None
+
+    @functools.lru_cache(maxsize=None)
+    def model(self, name: str) -> Stage:
+        """A trained model's folder, or for ``kind: hf`` the given path / hub id (nothing to build)."""
+        spec = self.model_spec(name)
+        kind = spec["kind"]
+        if kind == "hf":
+            return self._given_model(spec)
+        members = {m["dataset"]: self.member_pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
+        if kind == "pretrain":
+            upstream = {"tokenizer": self.tokenizer().key, "member_pools": members}
+            extra = {"filler": source_fingerprint(spec["filler"], self.hash_cache)}
+        elif kind == "sft":
+            upstream = {"init": self.model(spec["init"]).key, "member_pools": members}
+            extra = {"filler": source_fingerprint(spec["filler"]["source"], self.hash_cache)}
+        elif kind == "rl":
+            run, epoch = self.rl_run(name), int(spec["epoch"])
+            return self._built(Stage("models", stable_hash({"run": run.key, "epoch": epoch}),
+                                     os.path.join(run.dir, f"epoch-{epoch}"),
+                                     {"kind": "rl", "model": name, "run": run.key, "epoch": epoch}))
+        else:
+            raise ValueError(f"model {name!r}: unknown kind {kind!r}; known: pretrain, sft, rl, hf")
+        determining = {k: v for k, v in spec.items() if k not in NOT_DETERMINING}
+        if "train" in determining:  # how often a job checkpoints does not change what it trains into
+            determining["train"] = {k: v for k, v in determining["train"].items() if k != "checkpoint_every"}
+        return self._stage("models", kind, [name], {"model": name, "config": determining,
+                                                     "upstream": upstream, **extra})
+
+    def _given_model(self, spec: dict) -> Stage:
+        """A ``kind: hf`` model: a local folder keyed by its files' content (config, tokenizer,
+        weights: swapped weights change the key), a hub id by its ``revision`` (``unpinned`` in the
+        manifest without one)."""
+        path = spec["path"]
+        if os.path.isdir(path):
+            files = model_fingerprint(path, self.hash_cache)["files"]
+            return Stage("models", stable_hash({"hf": path, "files": files}), path,
+                         {"kind": "hf", "path": path, "files": files})
+        return Stage("models", stable_hash({"hf": path, "revision": spec.get("revision")}), path,
+                     {"kind": "hf", "path": path, "revision": spec.get("revision", "unpinned")})
+
+    def unpinned(self) -> list[str]:
+        """A warning for every hub model or hub dataset of the config without a ``revision``: its
+        key cannot see a change on the hub."""
+        out = [f"models.{name}.path: hub model {spec['path']!r} has no revision, so its key cannot see a "
+               f"change on the hub; pin it with models.{name}.revision: <commit>"
+               for name, spec in self.config["models"].items()
+               if spec["kind"] == "hf" and "revision" not in spec and not os.path.isdir(spec["path"])]
+        for name, ds in self.config["datasets"].items():
+            for key in ("source", "nonmember_source"):
+                out += [f"datasets.{name}.pool.{key}: hub dataset {hub!r} has no revision, so its key cannot "
+                        f"see a change on the hub; pin it with revision: <commit> beside its hub: id"
+                        for hub in unpinned_hubs(ds["pool"].get(key))]
+        return out
+
+    @functools.lru_cache(maxsize=None)
+    def rl_run(self, name: str) -> Stage:
+        """The GRPO run whose epoch-``epoch`` checkpoint ``kind: rl`` model ``name`` is.
+
+        Everything in the model's entry but ``epoch`` and :data:`NOT_DETERMINING` determines
+        the run, so models that differ only in ``epoch`` are checkpoints of one run
+        (``results/rl/<key>/epoch-<e>/``).
+        """
+        spec = self.model_spec(name)
+        members = {m["dataset"]: self.member_pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
+        run = {k: v for k, v in spec.items() if k not in ("epoch", *NOT_DETERMINING)}
+        upstream = {"init": self.model(spec["init"]).key, "member_pools": members}
+        if "split_seed" in spec["members"]:  # only that split's members (absent: the key is what it always was)
+            upstream["member_split"] = self.split(spec["members"]["dataset"], spec["members"]["split_seed"]).key
+        return self._stage("rl", "rl", [], {
+            "config": run, "filler": source_fingerprint(spec["filler"]["source"], self.hash_cache),
+            "upstream": upstream,
+        })
+
+    def model_path(self, name: str) -> str:
+        """What ``from_pretrained`` is given for model ``name``."""
+        st = self.model(name)
+        return st.dir if st.manifest.get("kind") == "hf" else st.path("model")
+
+    def is_built(self, name: str) -> bool:
+        return self.model_spec(name)["kind"] != "hf"
+
+    # -- scores -------------------------------------------------------------------------------
+    def reference_of(self, model: str) -> str | None:
+        return self.model_spec(model).get("reference")
+
+    @functools.lru_cache(maxsize=None)
+    def score_run(self, model: str, dataset: str) -> Stage:
+        """One ``score_baselines`` job: ``model`` on every seed's split of ``dataset`` at once.
+
+        Seeds draw from the same pool, so their splits share texts; one job scores each distinct
+        text once and writes a table per seed (``seed-<s>/scores.parquet``), instead of one job
+        per seed paying the model load and the shared texts again.
+        """
+        ref = self.reference_of(model)
+        seeds = self.seeds()
+        upstream = {"model": self.model(model).key,
+                    "splits": {str(s): self.evaluated_split(dataset, s).key for s in seeds}}
+        if ref is not None:
+            upstream["reference_scores"] = self.score_run(ref, dataset).key
+        return self._stage("scores", "scores", [model, dataset], {
+            "model": model, "dataset": dataset, "seeds": seeds,
+            "config": self.config["scoring"], "upstream": upstream,
+        })
+
+    def scores(self, model: str, dataset: str, seed: int) -> Stage:
+        """Seed ``seed``'s part of :meth:`score_run`: its key, and ``seed-<s>/`` as its folder."""
+        return seed_part(self.score_run(model, dataset), seed)
+
+    def evaluated_pairs(self, datasets: list[str] | None = None) -> list[tuple[str, str]]:
+        """(model, dataset) pairs in the results table: each model's ``datasets`` (default all)."""
+        wanted = datasets or self.dataset_names()
+        pairs = []
+        for model, spec in self.config["models"].items():
+            for ds in spec.get("datasets", self.dataset_names()):
+                if ds in wanted:
+                    pairs.append((model, ds))
+        return pairs
+
+
+def unpinned_hubs(source: Any) -> list[str]:
+    """The hub datasets a config source names (entries ``{hub: org/name, ...}``) without a ``revision``."""
+    items = [s["source"] if isinstance(s, dict) and "source" in s else s for s in _as_list(source)]
+    items = [i for s in items for i in _as_list(s)]
+    return [s["hub"] for s in items if isinstance(s, dict) and "hub" in s and "revision" not in s]
+
+
+def _as_list(x: Any) -> list:
+    if x is None:
+        return []
+    return x if isinstance(x, list) else [x]

@@ -1,0 +1,120 @@
+"""Staging: every hub model and dataset a config names, downloaded into ``HF_HOME`` before the jobs run.
+
+Rule ``prefetch`` (rules/prefetch.smk, a local rule: it runs where Snakemake runs, the login node) calls
+:func:`prefetch`; the compute jobs then read everything offline from the same ``HF_HOME`` (they keep
+``HF_HUB_OFFLINE=1`` unless the user exported ``HF_HUB_OFFLINE=0``). The hub is ``HF_ENDPOINT``
+(default huggingface.co); a gated model needs ``HF_TOKEN`` or ``hf auth login``.
+
+- Models (``models.<name>.path`` of a hub id, and hub ids named as ``embedding_model``,
+  ``reference_model``, ``key_token_model`` or a paraphraser's ``model``): huggingface_hub's
+  ``snapshot_download`` of the files a job loads (:data:`MODEL_FILES`: safetensors weights, configs,
+  tokenizer files; no pickled weights), Python files too only for a model whose config sets
+  ``trust_remote_code``.
+- Datasets (every ``{hub: org/name, ...}`` source): read once as ``build_pool`` reads them
+  (:func:`mialab.data.sources.read_hub`, i.e. ``datasets.load_dataset``), which leaves them in its cache.
+
+A configured model name, the packaged default encoder, an existing local path and a string that is
+not ``org/name`` are not hub models.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+#: Keys outside ``models:`` whose string value may name a hub model.
+MODEL_KEYS = ("embedding_model", "reference_model", "key_token_model", "model")
+#: The files of a model repository a job loads (huggingface_hub ``allow_patterns``).
+MODEL_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja", "*.md")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class HubItem:
+    """One hub repository a config names, and the config key that names it (for messages)."""
+
+    key: str
+    repo_type: str  # model | dataset
+    repo_id: str
+    revision: str | None = None
+    split: str | None = None
+    subset: str | None = None
+    trust_remote_code: bool = False
+
+
+def _walk(node, key: str) -> Iterator[tuple[str, object]]:
+    """(config key, value) of every entry below ``node``."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            path = f"{key}.{k}" if key else str(k)
+            yield path, v
+            yield from _walk(v, path)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield f"{key}[{i}]", v
+            yield from _walk(v, f"{key}[{i}]")
+
+
+def is_hub_model(value: str, config: dict) -> bool:
+    """Whether ``value`` names a hub model (module doc)."""
+    from mialab.lm.embeddings import resolve_model_path
+
+    return (value not in config["models"] and resolve_model_path(value) == value and not Path(value).exists()
+            and HUB_ID.match(value) is not None)
+
+
+def hub_items(config: dict) -> list[HubItem]:
+    """Every hub model and dataset ``config`` names, each repository (and revision) once."""
+    items = []
+    for name, spec in config["models"].items():
+        if spec.get("kind") == "hf" and is_hub_model(spec["path"], config):
+            items.append(HubItem(f"models.{name}.path", "model", spec["path"], spec.get("revision"),
+                                 trust_remote_code=bool(spec.get("trust_remote_code"))))
+    for key, value in _walk({k: v for k, v in config.items() if k != "models"}, ""):
+        if isinstance(value, dict) and isinstance(value.get("hub"), str):
+            items.append(HubItem(key, "dataset", value["hub"], value.get("revision"), value.get("split"),
+                                 value.get("subset")))
+        elif key.rsplit(".", 1)[-1] in MODEL_KEYS and isinstance(value, str) and is_hub_model(value, config):
+            items.append(HubItem(key, "model", value))
+    seen, unique = set(), []
+    for item in items:
+        ident = (item.repo_type, item.repo_id, item.revision, item.split, item.subset)
+        if ident not in seen:
+            seen.add(ident)
+            unique.append(item)
+    return unique
+
+
+def fetch_model(item: HubItem) -> str:
+    """Download ``item``'s model files into the hub cache; return the snapshot folder."""
+    from huggingface_hub import snapshot_download
+
+    patterns = [*MODEL_FILES, *(["*.py"] if item.trust_remote_code else [])]
+    return snapshot_download(item.repo_id, revision=item.revision, allow_patterns=patterns)
+
+
+def fetch_dataset(item: HubItem) -> str:
+    """Read ``item`` as build_pool does (into the datasets cache); return what was read."""
+    from mialab.data.sources import read_hub
+
+    source = {"hub": item.repo_id, **{k: v for k in ("revision", "split") if (v := getattr(item, k))}}
+    rows = len(read_hub(source, subset=item.subset))
+    return f"{rows} rows"
+
+
+def prefetch(items: list[HubItem], *, model: Callable[[HubItem], str] = fetch_model,
+             dataset: Callable[[HubItem], str] = fetch_dataset) -> list[dict]:
+    """Fetch every item; return one manifest row each (the item and where it went). A failure names
+    the config key and the repository."""
+    rows = []
+    for item in items:
+        fetch = model if item.repo_type == "model" else dataset
+        try:
+            where = fetch(item)
+        except Exception as err:
+            raise RuntimeError(f"{item.key}: could not fetch {item.repo_type} {item.repo_id}"
+                               f"{f' (revision {item.revision})' if item.revision else ''}: {err}") from err
+        rows.append({**asdict(item), "fetched": str(where)})
+    return rows

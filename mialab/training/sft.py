@@ -1,0 +1,271 @@
+"""SFT contamination with DeepSpeed ZeRO-2: fine-tune a checkpoint on member texts mixed into filler.
+
+As in the ADRA paper's controlled-contamination setting, the member examples make up
+``contamination_rate`` of the SFT examples (members counted with their repeats); the rest is
+filler drawn from a corpus that holds no evaluation candidate. Without members the stage is plain
+post-training (e.g. ``format: chat``: instruction tuning on (user, assistant) pairs rendered by the
+tokenizer's chat template, the post-training shift CalibDCD calibrates). The same loop runs on one CPU
+process (``DS_ACCELERATOR=cpu``, gloo) and on 8 GPUs (NCCL, bf16) under ``torchrun``/``deepspeed``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass, field
+
+from mialab.core.io import grant_umask_mode, remove_stale_temporaries
+from mialab.core.progress import console, progress
+from mialab.training.checkpoints import (
+    checkpoint_path,
+    is_due,
+    latest_checkpoint,
+    load_state,
+    prune_checkpoints,
+    restore_rng_state,
+    rng_state,
+    save_state,
+)
+
+
+def build_sft_corpus(member_texts: list[str], filler_texts: list[str], *, repeats: int, rate: float,
+                     seed: int) -> tuple[list[str], dict]:
+    """Members × ``repeats`` plus enough filler for the member share to equal ``rate``; shuffled.
+
+    Filler is drawn without replacement, cycling through a reshuffled corpus if it is too small.
+    """
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"contamination_rate must be in (0, 1], got {rate}")
+    rng = random.Random(seed)
+    members = list(member_texts) * int(repeats)
+    n_filler = int(round(len(members) * (1.0 - rate) / rate))
+    if n_filler and not filler_texts:
+        raise ValueError("SFT filler corpus is empty but the contamination rate needs filler examples")
+    filler: list[str] = []
+    while len(filler) < n_filler:
+        batch = list(filler_texts)
+        rng.shuffle(batch)
+        filler.extend(batch[: n_filler - len(filler)])
+    examples = members + filler
+    rng.shuffle(examples)
+    stats = {"n_members": len(member_texts), "member_examples": len(members), "filler_examples": len(filler),
+             "contamination_rate": len(members) / max(1, len(examples))}
+    return examples, stats
+
+
+def build_post_training_corpus(filler_texts: list[str], *, seed: int) -> tuple[list[str], dict]:
+    """Post-training without contamination (no members): every filler example once, shuffled."""
+    if not filler_texts:
+        raise ValueError("post-training corpus is empty")
+    examples = list(filler_texts)
+    random.Random(seed).shuffle(examples)
+    return examples, {"n_members": 0, "member_examples": 0, "filler_examples": len(examples),
+                      "contamination_rate": 0.0}
+
+
+def read_chat_pairs(spec: dict) -> list[tuple[str, str]]:
+    """(user, assistant) pairs of a filler table whose ``columns`` name the user and the assistant column.
+
+    Read with :func:`mialab.data.corpus.read_corpus` (same rows, ``where`` and whitespace rules);
+    ``max_words`` caps the assistant turn only.
+    """
+    from mialab.data.corpus import read_corpus
+
+    columns = spec.get("columns", [])
+    if len(columns) != 2:
+        raise ValueError(f"format 'chat' needs filler columns [user, assistant], got {columns}")
+    users = read_corpus({**spec, "columns": [columns[0]], "max_words": None})
+    assistants = read_corpus({**spec, "columns": [columns[1]]})
+    return list(zip(users, assistants, strict=True))
+
+
+def render_chat(tokenizer, pairs: list[tuple[str, str]]) -> list[str]:
+    """Each (user, assistant) pair as one conversation rendered by the tokenizer's chat template
+    (instruction tuning: the model learns the template's turn markers and to end its turn)."""
+    if tokenizer.chat_template is None:
+        raise ValueError("format 'chat' needs a tokenizer with a chat template")
+    return [tokenizer.apply_chat_template([{"role": "user", "content": u}, {"role": "assistant", "content": a}],
+                                          tokenize=False) for u, a in pairs]
+
+
+def deepspeed_config(*, micro_batch_size: int, grad_accum: int, lr: float, warmup_steps: int, total_steps: int,
+                     zero_stage: int, precision: str, grad_clip: float, weight_decay: float) -> dict:
+    """A DeepSpeed config: ZeRO stage, torch's AdamW, linear warmup-then-decay schedule, bf16 or fp32.
+
+    DeepSpeed's schedule needs at least one warmup step; no warmup is expressed as one step that
+    already starts at the full learning rate.
+    """
+    no_warmup = warmup_steps == 0
+    return {
+        "train_micro_batch_size_per_gpu": micro_batch_size,
+        "gradient_accumulation_steps": grad_accum,
+        "gradient_clipping": grad_clip,
+        "zero_optimization": {"stage": zero_stage},
+        "bf16": {"enabled": precision == "bf16"},
+        # torch's AdamW (ZeRO shards its state as for any optimizer): DeepSpeed's FusedAdam is a
+        # JIT-compiled op, ~50 s of compiling in a fresh environment for no gain at this size
+        "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.999], "eps": 1e-8,
+                                                    "weight_decay": weight_decay, "torch_adam": True}},
+        "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": lr if no_warmup else 0.0,
+                                                           "warmup_max_lr": lr,
+                                                           "warmup_num_steps": max(1, warmup_steps),
+                                                           "total_num_steps": max(total_steps, warmup_steps + 1),
+                                                           "warmup_type": "linear"}},
+        "steps_per_print": 10 ** 9,
+        "wall_clock_breakdown": False,
+    }
+
+
+@dataclass
+class SFTRun:
+    """A finished :func:`run_sft`: optimizer steps DeepSpeed completed, the steps the run asks for,
+    and the loss of every micro-step (those before a resume included)."""
+
+    steps: int
+    expected_steps: int
+    losses: list[float] = field(repr=False)
+
+
+def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: float, effective_batch_size: int,
+            micro_batch_size: int, max_length: int, warmup: float, zero_stage: int, precision: str,
+            grad_clip: float, weight_decay: float, seed: int, checkpoint_dir: str | None = None,
+            checkpoint_every: int = 0, trust_remote_code: bool = False) -> SFTRun:
+    """Fine-tune ``init_path`` on ``texts`` with DeepSpeed; rank 0 saves the model to ``out_dir``.
+
+    With ``checkpoint_dir`` a DeepSpeed checkpoint (ZeRO-partitioned optimizer state, scheduler)
+    plus each rank's RNG states and data position is written there every ``checkpoint_every``
+    optimizer steps, and the run resumes from the last one (:func:`save_sft_checkpoint`).
+    """
+    import deepspeed
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from mialab.lm.loading import check_bf16_speed, load_tokenizer
+
+    check_bf16_speed(precision, "cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():  # one GPU per process, known to NCCL before its first collective
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if effective_batch_size % (micro_batch_size * world):
+        raise ValueError(f"effective_batch_size {effective_batch_size} is not a multiple of "
+                         f"micro_batch_size {micro_batch_size} x {world} processes")
+    grad_accum = effective_batch_size // (micro_batch_size * world)
+
+    from transformers import AutoModelForCausalLM
+
+    # trust_remote_code: the init model's models.<name>.trust_remote_code
+    tok = load_tokenizer(init_path, padding_side="right", trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(init_path, dtype=torch.float32, use_safetensors=True,
+                                                 trust_remote_code=trust_remote_code)
+    enc = tok(texts, truncation=True, max_length=max_length)["input_ids"]
+    enc = [e + [tok.eos_token_id] if len(e) < max_length else e for e in enc]
+
+    steps_per_epoch = math.ceil(len(enc) / effective_batch_size)
+    total_steps = steps_per_epoch * epochs
+    warmup_steps = int(warmup * total_steps) if warmup < 1 else int(warmup)
+    cfg = deepspeed_config(micro_batch_size=micro_batch_size, grad_accum=grad_accum, lr=lr,
+                           warmup_steps=warmup_steps, total_steps=total_steps, zero_stage=zero_stage,
+                           precision=precision, grad_clip=grad_clip, weight_decay=weight_decay)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    refuse_pickled_code(engine)
+    device = engine.device
+
+    rng = np.random.default_rng(seed)
+    losses: list[float] = []
+    n_micro = steps_per_epoch * grad_accum
+    first_epoch, first_micro, order = 0, 0, None
+    resume = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
+    if resume is not None:
+        engine.load_checkpoint(str(resume.parent), tag=resume.name, load_module_strict=True,
+                               load_optimizer_states=True, load_lr_scheduler_states=True)
+        doc, tensors = load_state(resume, f"client-{rank}")
+        restore_rng_state(rng, doc, tensors)
+        first_epoch, first_micro, losses, order = doc["epoch"], doc["micro"], doc["losses"], tensors["order"].numpy()
+        if rank == 0:
+            console.log(f"resuming SFT from {resume} (step {engine.global_steps} of {total_steps})")
+    engine.train()
+    with progress() as prog:
+        task = prog.add_task("sft", total=epochs * n_micro, completed=len(losses)) if rank == 0 else None
+        for epoch in range(first_epoch, epochs):
+            if epoch != first_epoch or order is None:
+                order = rng.permutation(len(enc))
+            for m in range(first_micro if epoch == first_epoch else 0, n_micro):
+                # micro-batch m of this rank: a strided slice of the epoch's permutation
+                start = (m * world + rank) * micro_batch_size
+                idx = [order[(start + j) % len(order)] for j in range(micro_batch_size)]
+                batch = tok.pad({"input_ids": [enc[i] for i in idx]}, return_tensors="pt")
+                ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+                labels = ids.masked_fill(mask == 0, -100)
+                loss = engine(input_ids=ids, attention_mask=mask, labels=labels).loss
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"SFT loss is {loss.item()} (epoch {epoch}, micro-step {m})")
+                engine.backward(loss)
+                engine.step()
+                losses.append(loss.item())
+                if rank == 0:
+                    prog.advance(task)
+                    if m % 50 == 0:
+                        console.log(f"epoch {epoch} micro-step {m}/{n_micro} loss {losses[-1]:.4f}")
+                done = epoch * n_micro + m + 1  # micro-steps done
+                if checkpoint_dir and done % grad_accum == 0 and is_due(done // grad_accum, checkpoint_every,
+                                                                         total_steps):
+                    save_sft_checkpoint(engine, checkpoint_dir, done // grad_accum, rng, order=order,
+                                        epoch=epoch, micro=m + 1, losses=losses)
+            if rank == 0:
+                console.log(f"epoch {epoch} mean loss {np.mean(losses[-n_micro:]):.4f}")
+    if rank == 0:
+        engine.module.save_pretrained(out_dir, safe_serialization=True)
+        tok.save_pretrained(out_dir)
+    dist.barrier()
+    return SFTRun(steps=int(engine.global_steps), expected_steps=total_steps, losses=losses)
+
+
+def refuse_pickled_code(engine) -> None:
+    """Make DeepSpeed read checkpoints with torch's ``weights_only`` unpickler: tensors, containers
+    and plain values only, so a checkpoint folder cannot run code when a job resumes from it."""
+    import torch
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    allowed = [LossScaler, ZeroStageEnum, fragment_address]  # DeepSpeed's own state records: data, no code
+
+    def load(path, map_location=None):
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(path, map_location=map_location, weights_only=True)
+
+    engine.checkpoint_engine.load = load
+
+
+def save_sft_checkpoint(engine, root: str, step: int, rng, *, order, epoch: int, micro: int,
+                        losses: list[float]) -> None:
+    """Every rank writes its part of the state after optimizer step ``step`` to ``root/step-<step>/``.
+
+    DeepSpeed's ``save_checkpoint`` (model, ZeRO optimizer partitions, scheduler) plus each rank's
+    ``client-<rank>`` state (RNG states, the epoch's data order, the next micro-step, the losses)
+    go to a temporary folder of a name every rank knows; rank 0 renames it into place once all are
+    done, then deletes the older checkpoints.
+    """
+    import torch
+    import torch.distributed as dist
+
+    final = checkpoint_path(root, step)
+    tmp = final.with_name(f".{final.name}.deepspeed.tmp")
+    rank = dist.get_rank()
+    if rank == 0:
+        remove_stale_temporaries(final)  # a checkpoint write killed midway
+    dist.barrier()
+    engine.save_checkpoint(str(root), tag=tmp.name, save_latest=False)
+    doc, tensors = rng_state(rng)
+    save_state(tmp, f"client-{rank}", {**doc, "epoch": epoch, "micro": micro, "losses": losses},
+               {**tensors, "order": torch.from_numpy(order.copy())})
+    dist.barrier()
+    if rank == 0:
+        grant_umask_mode(tmp)
+        os.replace(tmp, final)
+        prune_checkpoints(root, keep=final)
+    dist.barrier()
