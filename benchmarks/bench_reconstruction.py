@@ -16,8 +16,9 @@ greedy match <= 30], whitespace word counts).
 Against the released code: when ``--code`` or ``MIA_RL_CODE`` names a local copy of the MIA-RL
 repository (never vendored; :mod:`mialab.similarity.released`), its own reward functions
 (``lexical._compute_score_single`` with its trio / n-gram profiles, dynamic mode as its training
-runs set it) are timed in this process on one core against the kernel on one core, and the values
-are compared (max |difference|, required <= 1e-9). Without a copy that part says so and is skipped.
+runs set it) are timed in this process on one core against the kernel on one core, alternately and
+repeatedly (the median ratio and its range), and the values are compared (max |difference|, required
+<= 1e-9). Without a copy that part says so and is skipped.
 
 Usage: python benchmarks/bench_reconstruction.py [--pairs 2048] [--ref-pairs 4] [--step-pairs 16384]
        [--code-pairs 200] [--code PATH]
@@ -126,27 +127,35 @@ def time_kernel(fn, cands: list[str], refs: list[str], workers: int, repeats: in
     return min(w for w, _ in runs), min(c for _, c in runs)
 
 
-def against_code(code_path: str | None, cands: list[str], refs: list[str], kernel_pairs: int) -> None:
-    """Time the released code's reward functions against the kernel, one core each, and compare values."""
+def against_code(code_path: str | None, cands: list[str], refs: list[str], kernel_pairs: int, rounds: int = 3) -> None:
+    """Time the released code's reward functions against the kernel, one core each, and compare values.
+
+    Code and kernel are timed alternately, ``rounds`` times, so that a change of machine load hits both;
+    the ratio printed is the median of the rounds' ratios (with their range).
+    """
     code = released_code(code_path)
     if code is None:
         print(f"\nreleased code: skipped (set --code or {ENV} to a local copy of github.com/oseyosey/MIA-RL)")
         return
-    print(f"\nreleased code ({code_path or os.environ[ENV]}), in-process CPU seconds (one core each); values under "
-          "its settings")
-    print(f"{'reward':<10}{'code pairs/s':>14}{'kernel pairs/s':>16}{'x code':>9}{'max |diff|':>12}")
+    print(f"\nreleased code ({code_path or os.environ[ENV]}), in-process CPU seconds (one core each), code and kernel "
+          f"alternately {rounds} times; values under its settings")
+    print(f"{'reward':<10}{'code pairs/s':>14}{'kernel pairs/s':>16}{'x code':>9}{'range':>12}{'max |diff|':>12}")
+    kc = (cands * (kernel_pairs // len(cands) + 1))[:kernel_pairs]
+    kr = (refs * (kernel_pairs // len(refs) + 1))[:kernel_pairs]
     for metric in ("trio", "ngram"):
-        start = time.process_time()
-        theirs = np.array(code_rewards(code, metric, cands, refs, tau=1.5, dynamic=True))
-        code_rate = len(cands) / (time.process_time() - start)
         ours = compute_rewards(metric, cands, refs, tau=1.5, **CODE_SETTINGS)
-        _, cpu = time_kernel(lambda c, r, workers: compute_rewards(metric, c, r, workers=workers, **CODE_SETTINGS),
-                             (cands * (kernel_pairs // len(cands) + 1))[:kernel_pairs],
-                             (refs * (kernel_pairs // len(refs) + 1))[:kernel_pairs], 1, repeats=3)
-        rate = kernel_pairs / cpu
+        code_rates, rates = [], []
+        for _ in range(rounds):
+            start = time.process_time()
+            theirs = np.array(code_rewards(code, metric, cands, refs, tau=1.5, dynamic=True))
+            code_rates.append(len(cands) / (time.process_time() - start))
+            _, cpu = time_kernel(lambda c, r, workers: compute_rewards(metric, c, r, workers=workers, **CODE_SETTINGS),
+                                 kc, kr, 1, repeats=1)
+            rates.append(kernel_pairs / cpu)
+        ratios = np.array(rates) / np.array(code_rates)
         diff = float(np.abs(ours - theirs).max())
-        print(f"{metric:<10}{code_rate:>14.1f}{rate:>16.0f}{rate / code_rate:>9.0f}{diff:>12.1e}"
-              f"{'' if diff <= 1e-9 else '  DIFFERS'}")
+        print(f"{metric:<10}{np.median(code_rates):>14.1f}{np.median(rates):>16.0f}{np.median(ratios):>9.0f}"
+              f"{f'{ratios.min():.0f}-{ratios.max():.0f}':>12}{diff:>12.1e}{'' if diff <= 1e-9 else '  DIFFERS'}")
 
 
 def main() -> None:

@@ -79,7 +79,7 @@ def lara_features(world: str):
 
 
 def calibdcd_features(world: str, scope: str):
-    from mialab.calibdcd.lm import rollout_generator
+    from mialab.lm.engine import rollout_generator
     from mialab.calibdcd.stages import extract_features, scope_texts
 
     model = lambda name: one(f"{world}/results/models/{name}/*/model")  # noqa: E731

@@ -17,14 +17,14 @@ rule accounting:
     input:
         config.get("accounting", {}).get("after", []),
     output:
-        jobs="results/accounting/jobs.parquet",
-        stages="results/accounting/stages.parquet",
-        datasets="results/accounting/datasets.parquet",
-        models="results/accounting/models.parquet",
-        markdown="results/accounting/jobs.md",
-        figure="results/accounting/gpu_hours.png",
+        jobs=PLAN.output("accounting", "jobs.parquet"),
+        stages=PLAN.output("accounting", "stages.parquet"),
+        datasets=PLAN.output("accounting", "datasets.parquet"),
+        models=PLAN.output("accounting", "models.parquet"),
+        markdown=PLAN.output("accounting", "jobs.md"),
+        figure=PLAN.output("accounting", "gpu_hours.png"),
     log:
-        "results/logs/accounting.log",
+        PLAN.log("accounting"),
     params:
         out_dir=lambda wc, output: os.path.dirname(output.jobs),
         since=config.get("accounting", {}).get("since", "now-30days"),

@@ -3,7 +3,8 @@
 # Config section `adra:` (needs `n_sampling:`, whose tasks, N and metrics it shares); absent = not run.
 # Tiny world: the overlay configs/tiny_adra.yaml (`--configfile config.yaml configs/tiny_adra.yaml`);
 # paper scale: configs/paper/adra_*.yaml.
-# Stage keys: mialab/adra/plan.py; the jobs: mialab/adra/stages.py; training: mialab/adra/training.py.
+# Stage keys: mialab/adra/plan.py (ADRA_PLAN, rules/common.smk); the jobs: mialab/adra/stages.py; training:
+# mialab/adra/training.py.
 #
 # - adra_train (model, dataset, variant, seed): variant adra (reward against the own suffix), adra_plus
 #   (contrastive reward against K distractor suffixes, weighted by the passive baseline of
@@ -17,21 +18,6 @@
 # - adra_report (dataset, every N-Sampling dataset): top-5 / primary-metric AUROC of N-Sampling, ADRA
 #   where it runs and the best passive baseline, and AUROC against the RL step; `snakemake adra` builds
 #   them and all they need.
-from mialab.adra import VARIANTS
-from mialab.adra.plan import ADRAPlan
-
-ADRA_PLAN = ADRAPlan(NS_PLAN, config)
-
-for _variant in VARIANTS:
-    SCORE_PROVIDERS.append(lambda model, dataset, seed, v=_variant: ADRA_PLAN.scores_file(v, model, dataset, seed))
-for _ds in ADRA_PLAN.report_datasets():
-    EXTRA_TARGETS.extend(ADRA_PLAN.report_outputs(_ds).values())
-
-
-wildcard_constraints:
-    variant="|".join(VARIANTS),
-    policy=r"init|(" + "|".join(VARIANTS) + r")-(step[1-9]\d*|final)",
-
 
 rule adra_train:
     input:
@@ -39,10 +25,10 @@ rule adra_train:
         split=lambda wc: split_file(wc.dataset, int(wc.seed)),
         model=lambda wc: model_dir(wc.model),
     output:
-        adapters=directory("results/adra/train/{model}/{dataset}/{variant}/seed-{seed}/{key}/adapters"),
-        training_set="results/adra/train/{model}/{dataset}/{variant}/seed-{seed}/{key}/training_set.parquet",
-        log="results/adra/train/{model}/{dataset}/{variant}/seed-{seed}/{key}/log.parquet",
-        manifest="results/adra/train/{model}/{dataset}/{variant}/seed-{seed}/{key}/manifest.json",
+        adapters=directory(PLAN.pattern("adra/train", "adapters")),
+        training_set=PLAN.pattern("adra/train", "training_set.parquet"),
+        log=PLAN.pattern("adra/train", "log.parquet"),
+        manifest=PLAN.pattern("adra/train", "manifest.json"),
     params:
         model_path=lambda wc: PLAN.model_path(wc.model),
         trust=lambda wc: trust_flag(wc.model),
@@ -50,15 +36,15 @@ rule adra_train:
         manifest=lambda wc: json.dumps(
             _checked(ADRA_PLAN.train(wc.model, wc.dataset, wc.variant, int(wc.seed)), wc).manifest
         ),
-        work="results/adra/train/{model}/{dataset}/{variant}/seed-{seed}/{key}/work",
+        work=PLAN.pattern("adra/train", "work"),
         nproc=config["launch"]["nproc"],
     threads: 2
     resources:
         **sized("adra_train"),
     log:
-        "results/logs/adra_train/{model}/{dataset}/{variant}/seed-{seed}/{key}.log",
+        PLAN.stage_log("adra_train", "adra/train"),
     benchmark:
-        "results/benchmarks/adra_train/{model}/{dataset}/{variant}/seed-{seed}/{key}.tsv"
+        PLAN.stage_benchmark("adra_train", "adra/train")
     shell:
         '"$MIALAB_PYTHON" -m mialab.core.launch --nproc {params.nproc:q} "$MIALAB_SCRIPTS/adra_train.py"'
         " --model {params.model_path:q} {params.trust} --split {input.split:q} {params.baseline}"
@@ -73,8 +59,8 @@ rule adra_eval:
         splits=lambda wc: [split_file(wc.dataset, int(wc.seed))],
         model=lambda wc: model_dir(wc.model),
     output:
-        rollouts=["results/adra/rollouts/{model}/{dataset}/seed-{seed}/{policy}/{key}/rollouts.parquet"],
-        manifest="results/adra/rollouts/{model}/{dataset}/seed-{seed}/{policy}/{key}/manifest.json",
+        rollouts=[PLAN.pattern("adra/rollouts", "rollouts.parquet")],
+        manifest=PLAN.pattern("adra/rollouts", "manifest.json"),
     params:
         model_path=lambda wc: PLAN.model_path(wc.model),
         samplings=lambda wc: [ADRA_PLAN.sampling(int(wc.seed))],
@@ -83,9 +69,9 @@ rule adra_eval:
     resources:
         **sized("adra_eval"),
     log:
-        "results/logs/adra_eval/{model}/{dataset}/seed-{seed}/{policy}/{key}.log",
+        PLAN.stage_log("adra_eval", "adra/rollouts"),
     benchmark:
-        "results/benchmarks/adra_eval/{model}/{dataset}/seed-{seed}/{policy}/{key}.tsv"
+        PLAN.stage_benchmark("adra_eval", "adra/rollouts")
     script:
         "../workflow_scripts/n_sampling_rollouts.py"
 
@@ -95,9 +81,9 @@ rule adra_scores:
         splits=lambda wc: [split_file(wc.dataset, int(wc.seed))],
         rollouts=lambda wc: [ADRA_PLAN.rollouts(wc.model, wc.dataset, int(wc.seed), wc.policy).path("rollouts.parquet")],
     output:
-        scores=["results/adra/scores/{model}/{dataset}/seed-{seed}/{policy}/{key}/scores.parquet"],
-        rollout_metrics=["results/adra/scores/{model}/{dataset}/seed-{seed}/{policy}/{key}/rollout_metrics.parquet"],
-        manifest="results/adra/scores/{model}/{dataset}/seed-{seed}/{policy}/{key}/manifest.json",
+        scores=[PLAN.pattern("adra/scores", "scores.parquet")],
+        rollout_metrics=[PLAN.pattern("adra/scores", "rollout_metrics.parquet")],
+        manifest=PLAN.pattern("adra/scores", "manifest.json"),
     params:
         method=lambda wc: ADRA_PLAN.method(wc.policy),
         manifest=lambda wc: _checked(ADRA_PLAN.scores(wc.model, wc.dataset, int(wc.seed), wc.policy), wc).manifest,
@@ -105,9 +91,9 @@ rule adra_scores:
     resources:
         **sized("adra_scores"),
     log:
-        "results/logs/adra_scores/{model}/{dataset}/seed-{seed}/{policy}/{key}.log",
+        PLAN.stage_log("adra_scores", "adra/scores"),
     benchmark:
-        "results/benchmarks/adra_scores/{model}/{dataset}/seed-{seed}/{policy}/{key}.tsv"
+        PLAN.stage_benchmark("adra_scores", "adra/scores")
     script:
         "../workflow_scripts/n_sampling_scores.py"
 
@@ -117,16 +103,16 @@ rule adra_report:
         scores=lambda wc: [path for _, path in ADRA_PLAN.report_tables(wc.dataset, SEEDS)],
         logs=lambda wc: [path for _, path in ADRA_PLAN.report_logs(wc.dataset, SEEDS)],
     output:
-        markdown="results/adra/report/{dataset}/adra.md",
-        table=report("results/adra/report/{dataset}/adra.csv", category="ADRA", subcategory="{dataset}"),
-        steps=report("results/adra/report/{dataset}/steps.png", category="ADRA", subcategory="{dataset}"),
+        markdown=ADRA_PLAN.report_outputs("{dataset}")["adra.md"],
+        table=report(ADRA_PLAN.report_outputs("{dataset}")["adra.csv"], category="ADRA", subcategory="{dataset}"),
+        steps=report(ADRA_PLAN.report_outputs("{dataset}")["steps.png"], category="ADRA", subcategory="{dataset}"),
     params:
         runs=lambda wc: [run for run, _ in ADRA_PLAN.report_tables(wc.dataset, SEEDS)],
         trains=lambda wc: [run for run, _ in ADRA_PLAN.report_logs(wc.dataset, SEEDS)],
         primary=config.get("n_sampling", {}).get("primary_metric"),
         fpr_targets=config["evaluation"]["fpr_targets"],
     log:
-        "results/logs/adra_report/{dataset}.log",
+        PLAN.log("adra_report", "{dataset}"),
     script:
         "../workflow_scripts/adra_report.py"
 

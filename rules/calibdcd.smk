@@ -1,6 +1,6 @@
 # CalibDCD (calibrated feature-based detectors, mialab/calibdcd): partition -> features -> calibration
 # of every variant -> report. Config section `calibdcd:` (schemas/config.schema.yaml); absent = not run.
-# Stage keys: mialab/calibdcd/plan.py; the protocol: mialab/calibdcd/stages.py.
+# Stage keys: mialab/calibdcd/plan.py (CALIBDCD_PLAN, rules/common.smk); the protocol: mialab/calibdcd/stages.py.
 #
 # - calibdcd_reference (dataset): DPDLLM's reference model, the base reference fine-tuned on every pool
 #   text (labels are not read).
@@ -17,35 +17,8 @@
 #   in <key>/<detector>/seed-<s>/) joins the results table through SCORE_PROVIDERS.
 # - calibdcd_report: the paper's tables (main results, ablations, false-positive recovery);
 #   `snakemake calibdcd` builds it and everything it needs, nothing else.
-from mialab.calibdcd.plan import ORIGINAL_SCOPE, SCOPES, VIEWS_SCOPE, CalibDCDPlan
-
-CALIBDCD_PLAN = CalibDCDPlan(PLAN, config)
-CALIBDCD_PAIRS = CALIBDCD_PLAN.pairs()
-CALIBDCD_DETECTORS = CALIBDCD_PLAN.detectors()
 CALIBDCD_RUNS = CALIBDCD_PLAN.runs(SEEDS)
 CALIBDCD_BASELINES = CALIBDCD_PLAN.baselines()
-CALIBDCD_REPORT = {
-    "markdown": "results/calibdcd/report.md",
-    "main": "results/calibdcd/main.csv",
-    "ablations": "results/calibdcd/ablations.csv",
-    "recovery": "results/calibdcd/recovery.csv",
-    "selection": "results/calibdcd/selection.csv",
-    "views": "results/calibdcd/views.csv",
-}
-
-for _det in CALIBDCD_DETECTORS:
-    SCORE_PROVIDERS.append(
-        lambda model, dataset, seed, det=_det: CALIBDCD_PLAN.scores(model, dataset, det, seed).path("scores.parquet")
-        if (model, dataset) in CALIBDCD_PAIRS
-        else None
-    )
-if CALIBDCD_PAIRS:
-    EXTRA_TARGETS.extend(CALIBDCD_REPORT.values())
-
-
-wildcard_constraints:
-    scope="|".join(SCOPES),
-    detector="dpdllm|veilprobe",
 
 
 rule calibdcd_partition:
@@ -53,15 +26,15 @@ rule calibdcd_partition:
         pool=lambda wc: pool_file(wc.dataset),
         split=lambda wc: split_file(wc.dataset, int(wc.seed)),
     output:
-        supervised="results/calibdcd/partitions/{dataset}/seed-{seed}/{key}/supervised.parquet",
-        calibration="results/calibdcd/partitions/{dataset}/seed-{seed}/{key}/calibration.parquet",
-        evaluation="results/calibdcd/partitions/{dataset}/seed-{seed}/{key}/evaluation.parquet",
-        manifest="results/calibdcd/partitions/{dataset}/seed-{seed}/{key}/manifest.json",
+        supervised=PLAN.pattern("calibdcd/partitions", "supervised.parquet"),
+        calibration=PLAN.pattern("calibdcd/partitions", "calibration.parquet"),
+        evaluation=PLAN.pattern("calibdcd/partitions", "evaluation.parquet"),
+        manifest=PLAN.pattern("calibdcd/partitions", "manifest.json"),
     params:
         spec=lambda wc: CALIBDCD_PLAN.spec["partition"],
         manifest=lambda wc: _checked(CALIBDCD_PLAN.partition(wc.dataset, int(wc.seed)), wc).manifest,
     log:
-        "results/logs/calibdcd_partition/{dataset}/seed-{seed}/{key}.log",
+        PLAN.stage_log("calibdcd_partition", "calibdcd/partitions"),
     script:
         "../workflow_scripts/calibdcd_partition.py"
 
@@ -71,18 +44,20 @@ rule calibdcd_reference:
         pool=lambda wc: pool_file(wc.dataset),
         base=lambda wc: model_dirs(CALIBDCD_PLAN.lm_models(("reference_model",))),
     output:
-        model=directory("results/calibdcd/references/{dataset}/{key}/model"),
-        manifest="results/calibdcd/references/{dataset}/{key}/manifest.json",
+        model=directory(PLAN.pattern("calibdcd/references", "model")),
+        manifest=PLAN.pattern("calibdcd/references", "manifest.json"),
     params:
         base=lambda wc: CALIBDCD_PLAN.lm_path(CALIBDCD_PLAN.spec["detectors"]["dpdllm"]["reference_model"]),
         spec=lambda wc: CALIBDCD_PLAN.spec["detectors"]["dpdllm"],
         device=lambda wc: CALIBDCD_PLAN.spec["lm"]["device"],
         manifest=lambda wc: _checked(CALIBDCD_PLAN.reference(wc.dataset), wc).manifest,
     threads: 1
+    resources:
+        **sized("calibdcd_reference"),
     log:
-        "results/logs/calibdcd_reference/{dataset}/{key}.log",
+        PLAN.stage_log("calibdcd_reference", "calibdcd/references"),
     benchmark:
-        "results/benchmarks/calibdcd_reference/{dataset}/{key}.tsv"
+        PLAN.stage_benchmark("calibdcd_reference", "calibdcd/references")
     script:
         "../workflow_scripts/calibdcd_reference.py"
 
@@ -99,12 +74,13 @@ rule calibdcd_features:
         lms=lambda wc: model_dirs(CALIBDCD_PLAN.lm_models(("key_token_model",))),
         reference=lambda wc: [CALIBDCD_PLAN.reference(wc.dataset).path("model")] if "dpdllm" in CALIBDCD_DETECTORS else [],
     output:
-        features=expand(
-            "results/calibdcd/features/{{model}}/{{dataset}}/{{scope}}/{{key}}/features-{det}.parquet",
-            det=[d for d in CALIBDCD_DETECTORS if d != "veilprobe"],
-        ),
-        generations="results/calibdcd/features/{model}/{dataset}/{scope}/{key}/generations.parquet",
-        manifest="results/calibdcd/features/{model}/{dataset}/{scope}/{key}/manifest.json",
+        features=[  # VeilProbe's: rule calibdcd_veilprobe
+            PLAN.pattern("calibdcd/features", f"features-{det}.parquet")
+            for det in CALIBDCD_DETECTORS
+            if det != "veilprobe"
+        ],
+        generations=PLAN.pattern("calibdcd/features", "generations.parquet"),
+        manifest=PLAN.pattern("calibdcd/features", "manifest.json"),
     params:
         model_path=lambda wc: PLAN.model_path(wc.model),
         views=lambda wc: CALIBDCD_PLAN.views(wc.model, wc.scope),
@@ -117,9 +93,9 @@ rule calibdcd_features:
     resources:
         **sized("calibdcd_features"),
     log:
-        "results/logs/calibdcd_features/{model}/{dataset}/{scope}/{key}.log",
+        PLAN.stage_log("calibdcd_features", "calibdcd/features"),
     benchmark:
-        "results/benchmarks/calibdcd_features/{model}/{dataset}/{scope}/{key}.tsv"
+        PLAN.stage_benchmark("calibdcd_features", "calibdcd/features")
     script:
         "../workflow_scripts/calibdcd_features.py"
 
@@ -129,10 +105,10 @@ rule calibdcd_veilprobe:
         generations=lambda wc: CALIBDCD_PLAN.features(wc.model, wc.dataset, ORIGINAL_SCOPE).path("generations.parquet"),
         calibration=lambda wc: [CALIBDCD_PLAN.partition(wc.dataset, s).path("calibration.parquet") for s in SEEDS],
     output:
-        original="results/calibdcd/veilprobe/{model}/{dataset}/{key}/features-original.parquet",
-        views="results/calibdcd/veilprobe/{model}/{dataset}/{key}/features-views.parquet",
-        mapping=directory("results/calibdcd/veilprobe/{model}/{dataset}/{key}/mapping"),
-        manifest="results/calibdcd/veilprobe/{model}/{dataset}/{key}/manifest.json",
+        original=PLAN.pattern("calibdcd/veilprobe", "features-original.parquet"),
+        views=PLAN.pattern("calibdcd/veilprobe", "features-views.parquet"),
+        mapping=directory(PLAN.pattern("calibdcd/veilprobe", "mapping")),
+        manifest=PLAN.pattern("calibdcd/veilprobe", "manifest.json"),
     params:
         views=lambda wc: CALIBDCD_PLAN.views(wc.model, VIEWS_SCOPE),
         mapping=lambda wc: CALIBDCD_PLAN.spec["detectors"]["veilprobe"]["mapping"],
@@ -140,10 +116,12 @@ rule calibdcd_veilprobe:
         manifest=lambda wc: _checked(CALIBDCD_PLAN.veilprobe(wc.model, wc.dataset), wc).manifest,
     priority: 5
     threads: 1
+    resources:
+        **sized("calibdcd_veilprobe"),
     log:
-        "results/logs/calibdcd_veilprobe/{model}/{dataset}/{key}.log",
+        PLAN.stage_log("calibdcd_veilprobe", "calibdcd/veilprobe"),
     benchmark:
-        "results/benchmarks/calibdcd_veilprobe/{model}/{dataset}/{key}.tsv"
+        PLAN.stage_benchmark("calibdcd_veilprobe", "calibdcd/veilprobe")
     script:
         "../workflow_scripts/calibdcd_veilprobe.py"
 
@@ -159,27 +137,11 @@ rule calibdcd_calibrate:
         views=lambda wc: [stage.path(name) for det in CALIBDCD_DETECTORS
                           for stage, name in CALIBDCD_PLAN.feature_tables(wc.model, wc.dataset, det)[1:]],
     output:
-        scores=expand(
-            "results/calibdcd/scores/{{model}}/{{dataset}}/{{key}}/{det}/seed-{seed}/scores.parquet",
-            det=CALIBDCD_DETECTORS,
-            seed=SEEDS,
-        ),
-        views=expand(
-            "results/calibdcd/scores/{{model}}/{{dataset}}/{{key}}/{det}/seed-{seed}/views.parquet",
-            det=CALIBDCD_DETECTORS,
-            seed=SEEDS,
-        ),
-        objective=expand(
-            "results/calibdcd/scores/{{model}}/{{dataset}}/{{key}}/{det}/seed-{seed}/objective.parquet",
-            det=CALIBDCD_DETECTORS,
-            seed=SEEDS,
-        ),
-        summary=expand(
-            "results/calibdcd/scores/{{model}}/{{dataset}}/{{key}}/{det}/seed-{seed}/summary.json",
-            det=CALIBDCD_DETECTORS,
-            seed=SEEDS,
-        ),
-        manifest="results/calibdcd/scores/{model}/{dataset}/{key}/manifest.json",
+        scores=CALIBDCD_PLAN.score_patterns("scores.parquet"),
+        views=CALIBDCD_PLAN.score_patterns("views.parquet"),
+        objective=CALIBDCD_PLAN.score_patterns("objective.parquet"),
+        summary=CALIBDCD_PLAN.score_patterns("summary.json"),
+        manifest=PLAN.pattern("calibdcd/scores", "manifest.json"),
     params:
         spec=lambda wc: {k: CALIBDCD_PLAN.spec[k] for k in ("variants", "tau", "tolerance")},
         detectors=CALIBDCD_DETECTORS,
@@ -188,9 +150,9 @@ rule calibdcd_calibrate:
     priority: 5  # long jobs first (after training), so the short ones fill the cores at the end
     threads: 1
     log:
-        "results/logs/calibdcd_calibrate/{model}/{dataset}/{key}.log",
+        PLAN.stage_log("calibdcd_calibrate", "calibdcd/scores"),
     benchmark:
-        "results/benchmarks/calibdcd_calibrate/{model}/{dataset}/{key}.tsv"
+        PLAN.stage_benchmark("calibdcd_calibrate", "calibdcd/scores")
     script:
         "../workflow_scripts/calibdcd_calibrate.py"
 
@@ -215,7 +177,7 @@ rule calibdcd_report:
         baselines=CALIBDCD_BASELINES,
         fpr_targets=config["evaluation"]["fpr_targets"],
     log:
-        "results/logs/calibdcd_report.log",
+        PLAN.log("calibdcd_report"),
     script:
         "../workflow_scripts/calibdcd_report.py"
 

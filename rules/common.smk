@@ -1,5 +1,7 @@
-# Config validation, the content-addressed stage plan, input functions, wildcard constraints.
+# Config validation, the content-addressed stage plans of the pipeline and of every method, input functions,
+# wildcard constraints. Every name the rule files share is defined here, so their include order does not matter.
 import json
+import re
 import shlex
 import sys
 
@@ -17,7 +19,13 @@ from mialab.core.jobs import entry_point, export_entry_points, tune_malloc
 from mialab.lm.loading import trusts_remote_code
 from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
 from mialab.pipeline.sizing import Sizing
-from mialab.pipeline.plan import Plan
+from mialab.adra import VARIANTS
+from mialab.adra.plan import POLICY_GRAMMAR, ADRAPlan
+from mialab.calibdcd.plan import ORIGINAL_SCOPE, SCOPES, VIEWS_SCOPE, CalibDCDPlan
+from mialab.lara.plan import LaRAPlan
+from mialab.n_sampling.plan import NSamplingPlan
+from mialab.pipeline.plan import EPOCH_PART, SEED_PART, WILDCARDS, Plan, seed_part
+from mialab.training.plan import RLPlan
 
 
 check_yaml_files(workflow.configfiles)  # each file Snakemake read, again: a key given twice fails (YAML keeps the last)
@@ -53,13 +61,19 @@ if workflow.is_main_process:
 SEEDS = PLAN.seeds()
 DATASETS = list(config["datasets"])
 MODELS = list(config["models"])
+# the method stages (rules/n_sampling.smk, adra.smk, lara.smk, calibdcd.smk) and the GRPO runs (rules/models.smk)
+NS_PLAN = NSamplingPlan(PLAN, config)
+ADRA_PLAN = ADRAPlan(NS_PLAN, config)
+RL_PLAN = RLPlan(PLAN)
+LARA_PLAN = LaRAPlan(PLAN, config)
+CALIBDCD_PLAN = CalibDCDPlan(PLAN, config)
 
 # shell rules run "$MIALAB_PYTHON" and "$MIALAB_SCRIPTS/<script>": this process's, not params
 export_entry_points(workflow.basedir)
 
 # GPUs, CPUs, memory and runtime of each GPU-capable job from the plan (mialab.pipeline.sizing); a profile's
 # set-resources still overrides them per rule
-SIZING = Sizing(config, benchmarks="results/benchmarks")
+SIZING = Sizing(config, benchmarks=PLAN.output("benchmarks"))
 
 
 onstart:
@@ -84,8 +98,11 @@ def trust_flag(model):
 wildcard_constraints:
     dataset="|".join(DATASETS),
     model="|".join(MODELS),
-    seed=r"\d+",
-    key=r"[0-9a-f]{12}",
+    variant="|".join(VARIANTS),
+    policy=POLICY_GRAMMAR,
+    scope="|".join(SCOPES),
+    name="|".join(re.escape(name) for name, _ in getattr(PLAN, "stand_ins", {})) or "(?!)",
+    **WILDCARDS,
 
 
 def _checked(stage, wildcards):
@@ -145,18 +162,51 @@ def scores_file(model, dataset, seed):
 # - EXTRA_TARGETS: further files `rule all` builds (per-method reports, figures).
 # - DATASET_OUTPUTS: functions dataset -> list of paths that the per-dataset target
 #   `dataset_<name>` (and `rule all`) also builds (e.g. the leakage checks of its splits).
-SCORE_PROVIDERS = [scores_file]
-EXTRA_TARGETS = []
-DATASET_OUTPUTS = []
+# Each method registers here, from its plan.
+CALIBDCD_PAIRS = CALIBDCD_PLAN.pairs()
+CALIBDCD_DETECTORS = CALIBDCD_PLAN.detectors()
+CALIBDCD_REPORT = CALIBDCD_PLAN.report_outputs()
+
+
+def calibdcd_scores_file(model, dataset, seed, detector):
+    """A CalibDCD detector's score table of a (model, dataset, seed) it runs on, else None."""
+    if (model, dataset) not in CALIBDCD_PAIRS:
+        return None
+    return CALIBDCD_PLAN.scores(model, dataset, detector, seed).path("scores.parquet")
+
+
+SCORE_PROVIDERS = [
+    scores_file,
+    *[lambda model, dataset, seed, det=det: calibdcd_scores_file(model, dataset, seed, det)
+      for det in CALIBDCD_DETECTORS],
+    LARA_PLAN.scores_file,
+    NS_PLAN.scores_file,
+    *[lambda model, dataset, seed, v=v: ADRA_PLAN.scores_file(v, model, dataset, seed) for v in VARIANTS],
+]
+# the per-split leakage tables of every (dataset, seed), in that order (rules leakage_summary and summarize)
+LEAKAGE_TABLES = [PLAN.leakage(d, s).path("leakage.parquet") for d in DATASETS for s in SEEDS]
+LEAKAGE_SUMMARY = {"markdown": PLAN.output("leakage", "summary.md"), "csv": PLAN.output("leakage", "summary.csv")}
+EXTRA_TARGETS = [
+    *(CALIBDCD_REPORT.values() if CALIBDCD_PAIRS else []),
+    *[path for d in LARA_PLAN.datasets() for path in LARA_PLAN.report_outputs(d).values()],
+    *LEAKAGE_SUMMARY.values(),
+    *[path for d in ADRA_PLAN.report_datasets() for path in ADRA_PLAN.report_outputs(d).values()],
+]
+DATASET_OUTPUTS = [lambda ds: [PLAN.leakage(ds, s).path("leakage.parquet") for s in SEEDS]]
 
 
 def evaluation_outputs(dataset):
-    return {
-        "per_seed": f"results/evaluation/{dataset}/per_seed.parquet",
-        "summary": f"results/evaluation/{dataset}/summary.parquet",
-        "headline": f"results/evaluation/{dataset}/headline.parquet",
-        "roc": f"results/evaluation/{dataset}/roc.png",
-    }
+    """The evaluation tables of a dataset (``{dataset}``: rule evaluate_dataset's patterns)."""
+    files = {"per_seed": "per_seed.parquet", "summary": "summary.parquet", "headline": "headline.parquet",
+             "roc": "roc.png"}
+    return {name: PLAN.output("evaluation", dataset, file) for name, file in files.items()}
+
+
+# the results table of every dataset (rule summarize)
+SUMMARY = {name: PLAN.output("evaluation", file) for name, file in (
+    ("summary", "summary.parquet"), ("per_seed", "per_seed.parquet"), ("markdown", "summary.md"),
+    ("csv", "summary.csv"), ("headline", "headline.parquet"), ("headline_csv", "headline.csv"),
+    ("forest", "forest.png"))}
 
 
 def dataset_outputs(dataset):
@@ -179,7 +229,7 @@ def all_outputs():
         out += dataset_outputs(ds)
     if workflow.is_main_process:
         check_stages(PLAN.built)
-    return out + ["results/evaluation/summary.md", "results/evaluation/summary.csv", *EXTRA_TARGETS]
+    return out + [SUMMARY["markdown"], SUMMARY["csv"], *EXTRA_TARGETS]
 
 
 def reference_scores(wc):
@@ -205,7 +255,7 @@ def stand_in(wc):
     """The stand-in stage of rule rehearsal_model's wildcards (only a rehearsal plans any)."""
     stands = getattr(PLAN, "stand_ins", {})
     if (wc.name, wc.key) not in stands:
-        raise WorkflowError(f"results/rehearsal/models/{wc.name}/{wc.key}: not a stand-in of this config "
+        raise WorkflowError(f"{PLAN.pattern('rehearsal', name=wc.name, key=wc.key)}: not a stand-in of this config "
                             f"(rehearsal: {config['rehearsal']}); stand-ins: {sorted(s.dir for s in stands.values())}")
     return stands[(wc.name, wc.key)]
 

@@ -6,11 +6,11 @@ rule evaluate_dataset:
     input:
         scores=lambda wc: [path for _, _, path in evaluation_runs(wc.dataset)],
     output:
-        per_seed="results/evaluation/{dataset}/per_seed.parquet",
-        summary="results/evaluation/{dataset}/summary.parquet",
-        headline="results/evaluation/{dataset}/headline.parquet",
+        per_seed=evaluation_outputs("{dataset}")["per_seed"],
+        summary=evaluation_outputs("{dataset}")["summary"],
+        headline=evaluation_outputs("{dataset}")["headline"],
         roc=report(
-            "results/evaluation/{dataset}/roc.png",
+            evaluation_outputs("{dataset}")["roc"],
             category="ROC curves",
             subcategory="{dataset}",
             caption="../report/roc.rst",
@@ -22,36 +22,36 @@ rule evaluate_dataset:
         baseline=config["evaluation"]["baseline"],
         bootstrap=config["evaluation"]["bootstrap"],
     log:
-        "results/logs/evaluate_dataset/{dataset}.log",
+        PLAN.log("evaluate_dataset", "{dataset}"),
     script:
         "../workflow_scripts/evaluate_dataset.py"
 
 
 rule summarize:
     input:
-        summaries=[f"results/evaluation/{d}/summary.parquet" for d in DATASETS],
-        per_seed=[f"results/evaluation/{d}/per_seed.parquet" for d in DATASETS],
-        headlines=[f"results/evaluation/{d}/headline.parquet" for d in DATASETS],
-        leakage=lambda wc: LEAKAGE_TABLES,  # rules/leakage.smk: the split checks beside the results
+        summaries=[evaluation_outputs(d)["summary"] for d in DATASETS],
+        per_seed=[evaluation_outputs(d)["per_seed"] for d in DATASETS],
+        headlines=[evaluation_outputs(d)["headline"] for d in DATASETS],
+        leakage=LEAKAGE_TABLES,  # rules/leakage.smk's checks of the splits, beside the results
     output:
-        summary="results/evaluation/summary.parquet",
-        per_seed="results/evaluation/per_seed.parquet",
-        markdown="results/evaluation/summary.md",
+        summary=SUMMARY["summary"],
+        per_seed=SUMMARY["per_seed"],
+        markdown=SUMMARY["markdown"],
         csv=report(
-            "results/evaluation/summary.csv",
+            SUMMARY["csv"],
             category="Results table",
             subcategory="appendix: every method and ablation",
             caption="../report/summary.rst",
         ),
-        headline="results/evaluation/headline.parquet",
+        headline=SUMMARY["headline"],
         headline_csv=report(
-            "results/evaluation/headline.csv",
+            SUMMARY["headline_csv"],
             category="Results table",
             subcategory="headline",
             caption="../report/headline.rst",
         ),
         forest=report(
-            "results/evaluation/forest.png",
+            SUMMARY["forest"],
             category="Results table",
             subcategory="headline",
             caption="../report/forest.rst",
@@ -62,6 +62,6 @@ rule summarize:
         bootstrap=config["evaluation"]["bootstrap"],
         truncation_warn=config["scoring"]["truncation_warn"],
     log:
-        "results/logs/summarize.log",
+        PLAN.log("summarize"),
     script:
         "../workflow_scripts/summarize.py"

@@ -10,28 +10,24 @@
 # - leakage_summary: every split in results/leakage/summary.{md,csv}, with a warning line per split
 #   whose blind-baseline AUROC exceeds `leakage.blind_warn`. The results summary
 #   (rule summarize) shows the per-dataset figures beside the attack AUROCs.
-
-# the per-split tables of every (dataset, seed), in that order (rule summarize reads them too)
-LEAKAGE_TABLES = [PLAN.leakage(d, s).path("leakage.parquet") for d in DATASETS for s in SEEDS]
-LEAKAGE_SUMMARY = {"markdown": "results/leakage/summary.md", "csv": "results/leakage/summary.csv"}
-EXTRA_TARGETS.extend(LEAKAGE_SUMMARY.values())
-DATASET_OUTPUTS.append(lambda ds: [PLAN.leakage(ds, s).path("leakage.parquet") for s in SEEDS])
+#
+# LEAKAGE_TABLES, LEAKAGE_SUMMARY and the per-dataset target's tables: rules/common.smk.
 
 
 rule leakage_check:
     input:
         splits=lambda wc: [split_file(wc.dataset, s) for s in SEEDS],
     output:
-        tables=expand("results/leakage/{{dataset}}/{{key}}/seed-{seed}/leakage.parquet", seed=SEEDS),
-        details=expand("results/leakage/{{dataset}}/{{key}}/seed-{seed}/leakage.json", seed=SEEDS),
-        manifest="results/leakage/{dataset}/{key}/manifest.json",
+        tables=PLAN.seed_patterns("leakage", "leakage.parquet"),
+        details=PLAN.seed_patterns("leakage", "leakage.json"),
+        manifest=PLAN.pattern("leakage", "manifest.json"),
     params:
         options=lambda wc: PLAN.leakage_options(wc.dataset),
         seeds=SEEDS,
         manifest=lambda wc: _checked(PLAN.leakage_run(wc.dataset), wc).manifest,
     threads: 1
     log:
-        "results/logs/leakage_check/{dataset}/{key}.log",
+        PLAN.stage_log("leakage_check", "leakage"),
     script:
         "../workflow_scripts/leakage_check.py"
 
@@ -45,6 +41,6 @@ rule leakage_summary:
         ),
         csv=report(LEAKAGE_SUMMARY["csv"], category="Leakage", caption="../report/leakage.rst"),
     log:
-        "results/logs/leakage_summary.log",
+        PLAN.log("leakage_summary"),
     script:
         "../workflow_scripts/leakage_summary.py"

@@ -16,8 +16,8 @@ rule paraphrase:
     input:
         split=lambda wc: PLAN.split(wc.dataset, int(wc.seed)).path("split.parquet"),
     output:
-        split="results/paraphrases/{dataset}/seed-{seed}/{key}/split.parquet",
-        manifest="results/paraphrases/{dataset}/seed-{seed}/{key}/manifest.json",
+        split=PLAN.pattern("paraphrases", "split.parquet", of=SEED_PART),
+        manifest=PLAN.pattern("paraphrases", "manifest.json", of=SEED_PART),
     params:
         spec=lambda wc: PLAN.paraphrase_spec(wc.dataset),
         family=lambda wc: config["datasets"][wc.dataset]["pool"]["family"],
@@ -26,9 +26,9 @@ rule paraphrase:
     resources:
         **sized("paraphrase"),
     log:
-        "results/logs/paraphrase/{dataset}/seed-{seed}/{key}.log",
+        PLAN.stage_log("paraphrase", "paraphrases", of=SEED_PART),
     benchmark:
-        "results/benchmarks/paraphrase/{dataset}/seed-{seed}/{key}.tsv"
+        PLAN.stage_benchmark("paraphrase", "paraphrases", of=SEED_PART)
     script:
         "../workflow_scripts/paraphrase.py"
 
@@ -37,8 +37,8 @@ rule paraphrase_pool:
     input:
         pool=lambda wc: pool_file(wc.dataset),
     output:
-        pool="results/paraphrases/{dataset}/pool/{key}/pool.parquet",
-        manifest="results/paraphrases/{dataset}/pool/{key}/manifest.json",
+        pool=PLAN.pattern("paraphrases", "pool.parquet", of="pool"),
+        manifest=PLAN.pattern("paraphrases", "manifest.json", of="pool"),
     params:
         spec=lambda wc: PLAN.paraphrase_spec(wc.dataset),
         family=lambda wc: config["datasets"][wc.dataset]["pool"]["family"],
@@ -47,8 +47,8 @@ rule paraphrase_pool:
     resources:
         **sized("paraphrase_pool"),
     log:
-        "results/logs/paraphrase_pool/{dataset}/{key}.log",
+        PLAN.stage_log("paraphrase_pool", "paraphrases", of="pool"),
     benchmark:
-        "results/benchmarks/paraphrase_pool/{dataset}/{key}.tsv"
+        PLAN.stage_benchmark("paraphrase_pool", "paraphrases", of="pool")
     script:
         "../workflow_scripts/paraphrase.py"

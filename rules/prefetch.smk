@@ -9,11 +9,11 @@ from mialab.pipeline.prefetch import hub_items
 
 rule prefetch:
     output:
-        manifest="results/prefetch/manifest.json",
+        manifest=PLAN.output("prefetch", "manifest.json"),
     params:
         repositories=[asdict(item) for item in hub_items(config)],
     log:
-        "results/logs/prefetch.log",
+        PLAN.log("prefetch"),
     localrule: True
     script:
         "../workflow_scripts/prefetch.py"

@@ -12,17 +12,15 @@ rule rehearsal_model:
         corpus=TOKENIZER_CORPUS,
         detached=lambda wc: [] if stand_in(wc).path("model") in PLAN.detached() else PLAN.detached(),
     output:
-        model=directory("results/rehearsal/models/{name}/{key}/model"),
-        manifest="results/rehearsal/models/{name}/{key}/manifest.json",
-    wildcard_constraints:
-        name=r"[A-Za-z0-9_.-]+",
+        model=directory(PLAN.pattern("rehearsal", "model")),
+        manifest=PLAN.pattern("rehearsal", "manifest.json"),
     params:
         manifest=lambda wc: stand_in(wc).manifest,
     priority: 20  # every model stage waits for it
     threads: 1
     log:
-        "results/logs/rehearsal_model/{name}/{key}.log",
+        PLAN.stage_log("rehearsal_model", "rehearsal"),
     benchmark:
-        "results/benchmarks/rehearsal_model/{name}/{key}.tsv"
+        PLAN.stage_benchmark("rehearsal_model", "rehearsal")
     script:
         "../workflow_scripts/rehearsal_model.py"

@@ -8,8 +8,8 @@ rule score_baselines:
         splits=lambda wc: [split_file(wc.dataset, s) for s in SEEDS],
         model=lambda wc: model_dir(wc.model),
     output:
-        scores=expand("results/scores/{{model}}/{{dataset}}/{{key}}/seed-{seed}/scores.parquet", seed=SEEDS),
-        manifest="results/scores/{model}/{dataset}/{key}/manifest.json",
+        scores=PLAN.seed_patterns("scores", "scores.parquet"),
+        manifest=PLAN.pattern("scores", "manifest.json"),
     params:
         spec=config["scoring"],
         model_path=lambda wc: PLAN.model_path(wc.model),
@@ -18,8 +18,8 @@ rule score_baselines:
     resources:
         **sized("score_baselines"),
     log:
-        "results/logs/score_baselines/{model}/{dataset}/{key}.log",
+        PLAN.stage_log("score_baselines", "scores"),
     benchmark:
-        "results/benchmarks/score_baselines/{model}/{dataset}/{key}.tsv"
+        PLAN.stage_benchmark("score_baselines", "scores")
     script:
         "../workflow_scripts/score_baselines.py"

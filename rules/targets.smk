@@ -19,8 +19,8 @@ rule scores:
 
 rule evaluation:
     input:
-        "results/evaluation/summary.md",
-        "results/evaluation/summary.csv",
+        SUMMARY["markdown"],
+        SUMMARY["csv"],
 
 
 rule leakage:

@@ -1,5 +1,6 @@
 """Shared fixtures: the real single-node SLURM booted by tests/slurm/boot.sh, the default tiny world
-run once per session, and a copy of it with shuffled evaluation labels."""
+run once per session, a copy of it with shuffled evaluation labels, and the tiny random Llamas of the
+unit tests."""
 
 from __future__ import annotations
 
@@ -51,6 +52,38 @@ def pytest_configure(config):
             raise pytest.UsageError(f"pytest {pytest.__version__} with pytest-xdist {'.'.join(map(str, xdist))} "
                                     "does not group tests (pytest-xdist#1386): pip install 'pytest<9.2', or run "
                                     "the suite in one process (MIALAB_TEST_WORKERS=0)")
+
+
+#: A hundred numbered lines of verse: the CalibDCD tests' tokenizer corpus.
+VERSE = [f"line {i}: the {['cat', 'dog', 'king', 'queen', 'bird'][i % 5]} walks over the hill and sings of "
+         f"{['rain', 'sun', 'war', 'love'][i % 4]} today." for i in range(100)]
+#: The CalibDCD tests' ``TINY_MODEL`` (tests/test_calibdcd.py, tests/test_calibdcd_workflow.py).
+VERSE_MODEL = {"corpus": VERSE, "model_vocab": 512}
+
+
+def tiny_llama(path: Path, corpus: list[str], *, vocab_size: int = 512, min_frequency: int = 2,
+               model_vocab: int | None = None, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 2) -> str:
+    """A random Llama (seed 0) with a BPE tokenizer trained on ``corpus``, saved as an HF folder at ``path``;
+    ``model_vocab``: its embedding rows (default the tokenizer's size). Returns the folder."""
+    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
+
+    tok = train_tokenizer(corpus, vocab_size=vocab_size, min_frequency=min_frequency)
+    config = llama_config(model_vocab or len(tok), hidden_size=hidden_size, num_layers=num_layers,
+                          num_heads=num_heads, tokenizer=tok)
+    save_model(init_model(config, seed=0), tok, path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def make_tiny_model(tmp_path_factory):
+    """``make_tiny_model(corpus, **sizes)``: :func:`tiny_llama` in a fresh folder."""
+    return lambda corpus, **sizes: tiny_llama(tmp_path_factory.mktemp("tiny") / "model", corpus, **sizes)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(request, make_tiny_model) -> str:
+    """The test module's tiny Llama: :func:`tiny_llama` of its ``TINY_MODEL`` dict (``corpus`` and sizes)."""
+    return make_tiny_model(**request.module.TINY_MODEL)
 
 
 def boot_slurm() -> tuple[subprocess.CompletedProcess, float]:

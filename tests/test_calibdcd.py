@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import VERSE_MODEL
 from sklearn.metrics import roc_auc_score
 
 from mialab.calibdcd.calibrate import (
@@ -40,6 +41,7 @@ from mialab.calibdcd.views import FAMILY_VIEWS, ORIGINAL, UNIVERSAL_VIEWS, VIEWS
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 SHIFT = np.array([0.0, 1.0, 1.0, 0.0, 0.0, 0.0]) / np.sqrt(2)  # planted post-training direction
+PAPER = dict(tau=0.95, tolerance=0.005)  # the paper's consensus threshold and selection tolerance (schema defaults)
 
 
 def planted_world(seed: int, d: int = 6, n_sup: int = 100, n_cal: int = 200, n_eval: int = 1000):
@@ -243,27 +245,27 @@ def test_calibration_reads_no_evaluation_labels():
     pool = feature_frame(ids, ORIGINAL, z_eval)
     for fn in (calibrate, run_calibdcd):
         assert not any("pool" in p and "label" in p for p in inspect.signature(fn).parameters)
-    first = run_calibdcd(sup, sup_labels, cal, pool, detector="dpdllm")
+    first = run_calibdcd(sup, sup_labels, cal, pool, detector="dpdllm", **PAPER)
     rng = np.random.default_rng(0)
     aucs = set()
     for _ in range(2):
         shuffled = rng.permutation(y_eval)                    # evaluation labels enter only after scoring
-        again = run_calibdcd(sup, sup_labels, cal, pool, detector="dpdllm")
+        again = run_calibdcd(sup, sup_labels, cal, pool, detector="dpdllm", **PAPER)
         pd.testing.assert_frame_equal(first.scores, again.scores)
         pd.testing.assert_frame_equal(first.objective, again.objective)
         aucs.add(round(roc_auc_score(shuffled, again.scores["score_calibrated"]), 6))
     assert len(aucs) == 2
     with pytest.raises(ValueError, match="feature columns"):
-        run_calibdcd(sup, sup_labels, cal, pool.assign(label=y_eval), detector="dpdllm")
+        run_calibdcd(sup, sup_labels, cal, pool.assign(label=y_eval), detector="dpdllm", **PAPER)
     with pytest.raises(ValueError, match="overlaps the supervised split"):
-        run_calibdcd(sup, sup_labels, pd.concat([cal, sup]), pool, detector="dpdllm")
+        run_calibdcd(sup, sup_labels, pd.concat([cal, sup]), pool, detector="dpdllm", **PAPER)
 
 
 def test_end_to_end_planted_shift_calibrated_auc_not_below_original():
     gains = []
     for seed in range(3):
         z_sup, y_sup, views, z_eval, y_eval = planted_world(seed)
-        fit = calibrate(z_sup, y_sup, views, detector="dpdllm", seed=seed)
+        fit = calibrate(z_sup, y_sup, views, detector="dpdllm", **PAPER, seed=seed)
         assert fit.basis.shape[1] >= 1
         assert np.abs(fit.basis.T @ SHIFT).max() > 0.95       # the planted direction is found
         auc_original = roc_auc_score(y_eval, fit.original.score(z_eval))
@@ -285,7 +287,7 @@ def test_fpr_threshold_on_hand_numbers():
 
 def test_recovery_counts_match_their_definition():
     z_sup, y_sup, views, _, _ = planted_world(4)
-    fit = calibrate(z_sup, y_sup, views, detector="dpdllm", seed=0)
+    fit = calibrate(z_sup, y_sup, views, detector="dpdllm", **PAPER, seed=0)
     rec = recovery_analysis(fit, views)
     z0, zv = views[ORIGINAL], views[rec["view"]]
     t0 = fpr_threshold(fit.original.score(z0))
@@ -297,10 +299,11 @@ def test_recovery_counts_match_their_definition():
 
 def test_ablation_variants():
     z_sup, y_sup, views, _, _ = planted_world(5)
-    fits = {name: calibrate(z_sup, y_sup, views, detector="dpdllm", variant=name, seed=7) for name in VARIANTS}
+    fits = {name: calibrate(z_sup, y_sup, views, detector="dpdllm", **PAPER, variant=name, seed=7)
+            for name in VARIANTS}
     assert len(fits["calibdcd"].views) == 3 and len(fits["top1"].views) == 1
     assert fits["top1"].views == fits["calibdcd"].views[:1]
-    assert fits["random3"].views == calibrate(z_sup, y_sup, views, detector="dpdllm", variant="random3",
+    assert fits["random3"].views == calibrate(z_sup, y_sup, views, detector="dpdllm", **PAPER, variant="random3",
                                               seed=7).views
     assert (fits["fixed_r3_l09"].rank, fits["fixed_r3_l09"].lam) == (3, 0.9)
     assert fits["full_correction"].lam == 1.0
@@ -328,10 +331,11 @@ def test_variants_sharing_fits_equal_separate_calibrations_and_fit_fewer_network
     fitted = []
     monkeypatch.setattr(calibrate_module, "make_classifier",
                         lambda name, seed=0: fitted.append(name) or make_classifier(name, seed))
-    alone = {v: calibrate(z_sup, y_sup, views, detector="veilprobe", variant=v, seed=2) for v in VARIANTS}
+    alone = {v: calibrate(z_sup, y_sup, views, detector="veilprobe", **PAPER, variant=v, seed=2) for v in VARIANTS}
     n_alone, fitted[:] = len(fitted), []
     cache = FitCache()
-    shared = {v: calibrate(z_sup, y_sup, views, detector="veilprobe", variant=v, seed=2, fits=cache) for v in VARIANTS}
+    shared = {v: calibrate(z_sup, y_sup, views, detector="veilprobe", **PAPER, variant=v, seed=2, fits=cache)
+              for v in VARIANTS}
     assert n_alone == 2 * len(VARIANTS)
     distinct = {(f.rank, f.lam, f.basis.tobytes()) for f in alone.values() if f.rank}
     assert len(fitted) == 1 + len(distinct) < n_alone
@@ -348,7 +352,7 @@ def test_veilprobe_corrects_only_the_output_block():
     rng = np.random.default_rng(0)
     text_block = rng.normal(size=(len(views[ORIGINAL]), 8))     # input-derived: the same under every view
     views = {v: np.hstack([text_block, z]) for v, z in views.items()}
-    fit = calibrate(np.hstack([rng.normal(size=(len(z_sup), 8)), z_sup]), y_sup, views, detector="veilprobe")
+    fit = calibrate(np.hstack([rng.normal(size=(len(z_sup), 8)), z_sup]), y_sup, views, detector="veilprobe", **PAPER)
     assert fit.block == blocks["output"] and fit.basis.shape == (8, 1)
     assert abs(fit.basis[:len(SHIFT), 0] @ SHIFT) > 0.95
     z = np.hstack([rng.normal(size=(len(z_eval), 8)), z_eval])
@@ -435,18 +439,7 @@ def test_feature_frames_round_trip():
         view_matrices(frame, ["a", "zz"])
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
-
-    animals, themes = ["cat", "dog", "king", "queen", "bird"], ["rain", "sun", "war", "love"]
-    corpus = [f"line {i}: the {animals[i % 5]} walks over the hill and sings of {themes[i % 4]} today."
-              for i in range(100)]
-    tok = train_tokenizer(corpus, vocab_size=512)
-    model = init_model(llama_config(512, hidden_size=64, num_layers=2, num_heads=2, tokenizer=tok), seed=0)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    save_model(model, tok, path)
-    return str(path)
+TINY_MODEL = VERSE_MODEL  # conftest.tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -506,7 +499,7 @@ def test_reference_finetuning_is_seeded_deterministic_and_memorises(tiny_model, 
 
 def test_dpdllm_extractor_on_tiny_llama(tiny_model, tiny_split):
     from mialab.calibdcd.extract import dpdllm_view_features
-    from mialab.calibdcd.lm import rollout_generator
+    from mialab.lm.engine import rollout_generator
 
     engine = rollout_generator(tiny_model, backend_options={"device": "cpu", "batch_size": 3})
     generate = functools.partial(engine, max_new_tokens=6, temperature=0.7, seed=3)
@@ -530,19 +523,27 @@ def test_key_token_perturbation_on_tiny_llama(tiny_model, tiny_split):
 
 # --- VeilProbe's mapping model and pruning ----------------------------------------------------------------
 
-TINY_MAPPING = dict(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_length=16, batch_size=2)
+def tiny_mapping(**settings):
+    """A small :class:`MappingConfig`: the schema's defaults (the workflow's validated section) at test sizes."""
+    from mialab.calibdcd.mapping import MappingConfig
+    from mialab.data.registry import config_schema
+
+    props = config_schema()["properties"]["calibdcd"]["properties"]["detectors"]["properties"]["veilprobe"]
+    defaults = {k: v["default"] for k, v in props["properties"]["mapping"]["properties"].items() if k != "tokenizer"}
+    return MappingConfig(**{**defaults, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
+                            "max_length": 16, "batch_size": 2, **settings})
 
 
 def test_mapping_model_training_is_seeded_and_deterministic(tmp_path):
     from safetensors.numpy import load_file
 
-    from mialab.calibdcd.mapping import MappingConfig, train_mapping_model
+    from mialab.calibdcd.mapping import train_mapping_model
     from mialab.lm.embeddings import resolve_model_path
 
     vocab = resolve_model_path()                       # MiniLM's tokenizer: the bert-base-uncased vocabulary
     pairs = (["the cat walks over", "a queen sings of", "line 7 the bird", "numbers 12 and 7"],
              ["the hill today", "love and war", "walks", "meet under the sun"])
-    cfg = MappingConfig(**TINY_MAPPING, epochs=4, lr=3e-3, seed=5)
+    cfg = tiny_mapping(epochs=4, lr=3e-3, seed=5)
     logs = [train_mapping_model(vocab, *pairs, str(tmp_path / f"m{i}"), config=cfg) for i in range(2)]
     assert logs[0] == logs[1] and logs[0]["steps"] == 8 and logs[0]["loss"][-1] < logs[0]["loss"][0]
     w0, w1 = (load_file(str(tmp_path / f"m{i}" / "model.safetensors")) for i in range(2))
@@ -555,10 +556,10 @@ def test_mapping_features_average_every_layer_over_the_positions(tmp_path):
     import torch
     from transformers import AutoTokenizer, EncoderDecoderModel
 
-    from mialab.calibdcd.mapping import MappingConfig, mapping_features, train_mapping_model
+    from mialab.calibdcd.mapping import mapping_features, train_mapping_model
     from mialab.lm.embeddings import resolve_model_path
 
-    cfg = MappingConfig(**TINY_MAPPING, epochs=1)
+    cfg = tiny_mapping(epochs=1)
     path = str(tmp_path / "m")
     train_mapping_model(resolve_model_path(), ["the cat walks", "a queen"], ["over the hill", "sings"], path, config=cfg)
     texts = ["the cat walks over the hill", "a queen sings of love and war today"]

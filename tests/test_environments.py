@@ -42,14 +42,16 @@ def test_vllm_configured_but_missing_is_named_by_its_key(tmp_path):
 
     cfg = yaml.safe_load((REPO / "configs" / "paper" / "adra_aime.yaml").read_text())
     python = tmp_path / "bin" / "python"
-    problems = vllm_problems(cfg, has_vllm=False, worker_python=python)
+    problems = vllm_problems(cfg, trl_vllm=None, trl_range=">=0.22.0,<=0.31.0", worker_vllm=None, venv=tmp_path)
     assert [p.split(":")[0] for p in problems] == ["adra.train.vllm", "n_sampling.backend"]
     assert str(python) in problems[1]
     python.parent.mkdir()
     python.touch()
-    assert vllm_problems(cfg, has_vllm=True, worker_python=python) == []
+    assert vllm_problems(cfg, trl_vllm="0.26.0", trl_range=">=0.22.0,<=0.31.0", worker_vllm="0.32.0",
+                         venv=tmp_path) == []
     cfg["adra"]["variants"] = ["adra_sft"]   # no GRPO variant: TRL's vLLM is not used
-    assert vllm_problems(cfg, has_vllm=False, worker_python=python) == []
+    assert vllm_problems(cfg, trl_vllm=None, trl_range=">=0.22.0,<=0.31.0", worker_vllm="0.32.0",
+                         venv=tmp_path) == []
 
 
 def test_a_run_that_needs_vllm_fails_before_any_job(tmp_path):

@@ -30,17 +30,8 @@ SPLIT = pd.DataFrame({
 })
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    """A tiny random Llama (vocab <= 512, hidden 64, 2 layers) with the tiny chat template."""
-    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
-
-    texts = [" ".join(SPLIT["prefix"] + " " + SPLIT["suffix"])] * 50
-    tok = train_tokenizer(texts, vocab_size=512, min_frequency=1)
-    model = init_model(llama_config(len(tok), hidden_size=64, num_layers=2, num_heads=2, tokenizer=tok), seed=0)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    save_model(model, tok, path)
-    return str(path)
+#: conftest.tiny_model: a random Llama (vocab <= 512, hidden 64, 2 layers) with the tiny chat template
+TINY_MODEL = {"corpus": [" ".join(SPLIT["prefix"] + " " + SPLIT["suffix"])] * 50, "min_frequency": 1}
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,10 @@ from mialab.lara.features import extract_features, extract_layer_features, layer
 from mialab.lara.metrics import compute_metrics, directional_collapse, group_rows, local_variability, rsi, rsm
 from mialab.lara.neighbours import find_neighbours, retrieval_neighbours
 from mialab.lara.paraphrase import paraphrase_variants
-from mialab.lm.causal import Generation, generate, load_lm, text_generator, token_logprobs, topk_step_stats
+from mialab.lm.engine import text_generator
+from mialab.lm.generation import Generation, generate, topk_step_stats
+from mialab.lm.loading import load_lm
+from mialab.lm.logprobs import token_logprobs
 from mialab.text.llm_prompts import parse_list
 from mialab.text.spans import BLANK
 
@@ -71,15 +74,7 @@ def structure_kept(original: str, blanked: str) -> bool:
     return re.fullmatch(pattern, original, re.DOTALL) is not None
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
-
-    tok = train_tokenizer(QUESTIONS * 20, vocab_size=512)
-    model = init_model(llama_config(len(tok), hidden_size=64, num_layers=2, num_heads=4, tokenizer=tok), seed=0)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    save_model(model, tok, path)
-    return str(path)
+TINY_MODEL = {"corpus": QUESTIONS * 20, "num_heads": 4}  # conftest.tiny_model
 
 
 # --- the three metrics -------------------------------------------------------------------------

@@ -107,6 +107,21 @@ def test_paraphrase_setting_semantics(offline):
         paraphrase_setting(split, offline, experiment="pretrain")
 
 
+def test_the_workflow_stages_record_the_setting_and_refuse_a_paraphraser_that_changes_nothing(offline):
+    from mialab.data.paraphrase import Paraphraser, paraphrased_pool, paraphrased_split
+
+    pool = get_family("wikimia")({"source": str(WIKIMIA)}).head(40)
+    split = sample_split(pool, 10, seed=0)
+    out, info = paraphrased_split(split, offline, name="dataset 'wikimia' seed 0")
+    assert out["id"].tolist() == split["id"].tolist() and info["setting"] == {"evaluate": "paraphrased"}
+    out, info = paraphrased_pool(pool, offline, name="dataset 'wikimia' pool")
+    assert info["n_rows"] == int((pool["label"] == 1).sum()) and 0 < info["n_changed"] <= info["n_rows"]
+    assert info["setting"] == {"train": "paraphrased", "evaluate": "original"}
+    same = Paraphraser("offline", {}, lambda texts: list(texts))
+    with pytest.raises(ValueError, match="pool: the offline paraphraser changed none of"):
+        paraphrased_pool(pool, same, name="dataset 'wikimia' pool")
+
+
 def test_templates_and_generic_llm_backend():
     assert "mathematical content" in load_paraphrase_template(family="aime")
     assert "reasoning trace" in load_paraphrase_template(family="s1_1")

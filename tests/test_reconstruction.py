@@ -10,13 +10,14 @@ import pytest
 
 from mialab.adra.rewards import contrastive_reward, minmax_membership_weight, sample_distractors
 from mialab.n_sampling.evaluation import aggregate_rollouts, evaluation_pair, score_rollouts
-from mialab.similarity.kernel import lexical_counts, lexical_metrics
-from mialab.similarity.metrics import CONVENTIONS, COUNT_NAMES, LEXICAL_METRICS, embedding_cosine, metrics_from_counts
+from mialab.similarity.kernel import encode_texts, lexical_counts, lexical_metrics
+from mialab.similarity.metrics import (CONVENTIONS, COUNT_NAMES, LEXICAL_METRICS, embedding_cosine, metric_counts,
+                                      metrics_from_counts)
 from mialab.similarity.reference import greedy_scan, lcs_length_dp, reference_counts
 from mialab.similarity.released import code_rewards, released_code
 from mialab.text.prefix import split_assistant_prefix
 from mialab.text.words import tokenize_words, word_tokens
-from mialab.training.rewards import compute_rewards, get_reward, known_rewards, length_penalty
+from mialab.training.rewards import REWARD_METRICS, compute_rewards, get_reward, known_rewards, length_penalty
 
 RATIOS = [m for m in LEXICAL_METRICS if m != "lcs_length"]
 
@@ -52,6 +53,37 @@ def test_tokenize_words_counts_tokens_per_word():
     tokens, counts = tokenize_words(["Hello,", "...", "世界。", "x"])
     assert tokens == ["hello", "世", "界", "。", "x"]
     assert counts.tolist() == [1, 0, 3, 1]
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_kernel_byte_tokeniser_equals_word_tokens(split):
+    """The kernel's byte-level tokeniser gives word_tokens' tokens (same ids for same tokens) and str.split's word
+    counts, on random texts over every whitespace character, the edge punctuation, case oddities, NUL, a lone
+    surrogate and characters at the bounds of the scripts without spaces."""
+    rng = np.random.default_rng(5)
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    alphabet = spaces + list(".,;:!?") + [
+        "a", "B", "É", "İ", "Σ", "ß", "\0", "’", "世", "བ", "ོ", "་", "ᠮ", "ꦗ", "･", "\uff64", "\u0dff", "\u0e00",
+        "\ud7ff", "안", "\U00020000", "\U0002a6df", "\U0002a6e0", "\U0003134f", "\U00031350", "\ud800", "x", "3", "(",
+        "\x7f", "\x80"]
+    for _ in range(200):
+        texts = ["".join(rng.choice(alphabet, size=int(rng.integers(0, 30)))) for _ in range(int(rng.integers(1, 8)))]
+        ids, per_text, n_words, vocab = encode_texts(texts, split)
+        tokens = [word_tokens(t, split) for t in texts]
+        assert per_text.tolist() == [len(t) for t in tokens] and n_words.tolist() == [len(t.split()) for t in texts]
+        seen: dict[str, int] = {}
+        for token, i in zip([x for t in tokens for x in t], ids.tolist()):
+            assert seen.setdefault(token, i) == i
+        assert len(set(seen.values())) == len(seen) == vocab
+
+
+def test_metric_counts_are_all_that_metrics_from_counts_reads():
+    full = lexical_counts(["a b c d e", "x"], ["a b c x e", "y z"])
+    for convention in CONVENTIONS:
+        for name in LEXICAL_METRICS:
+            part = metrics_from_counts({k: full[k] for k in metric_counts([name], convention)}, convention, [name])
+            np.testing.assert_array_equal(part[name], metrics_from_counts(full, convention)[name])
+    assert set(REWARD_METRICS) <= set(known_rewards())
 
 
 # --- hand-worked metric values ------------------------------------------------------------------

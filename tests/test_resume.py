@@ -12,7 +12,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from test_rl import DATA, SETTINGS, assert_same_weights, distinct_characters, stop_at, tiny_model, weights  # noqa: F401
+from test_rl import DATA, SETTINGS, TINY_MODEL, assert_same_weights, distinct_characters, stop_at, weights  # noqa: F401
 
 from mialab.core.io import atomic_directory, remove_stale_temporaries, write_json
 from mialab.training.checkpoints import check_steps, latest_checkpoint
@@ -95,12 +95,13 @@ def test_a_model_is_published_only_after_every_configured_step():
 # --- pretraining -------------------------------------------------------------------------------
 def _pretrain(tmp_path, name: str, checkpoints=None, every: int = 0):
     from mialab.lm.tiny import init_model, llama_config
-    from mialab.training.pretrain import pretrain
+    from mialab.training.pretrain import PretrainSettings, pretrain
 
     model = init_model(llama_config(64, hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=16), 0)
     blocks = np.random.default_rng(1).integers(0, 64, size=(10, 16))
-    losses = pretrain(model, blocks, steps=8, batch_size=4, lr=1e-2, min_lr=1e-3, warmup_steps=2, weight_decay=0.1,
-                      grad_clip=1.0, seed=3, checkpoint_dir=checkpoints, checkpoint_every=every)
+    settings = PretrainSettings(steps=8, batch_size=4, seq_len=16, lr=1e-2, min_lr=1e-3, warmup_steps=2,
+                                weight_decay=0.1, grad_clip=1.0, precision="fp32", checkpoint_every=every, seed=3)
+    losses = pretrain(model, blocks, settings, checkpoint_dir=checkpoints)
     model.save_pretrained(tmp_path / name, safe_serialization=True)
     return (tmp_path / name / "model.safetensors").read_bytes(), losses
 
@@ -141,7 +142,8 @@ def test_pretrain_job_removes_a_stale_temporary_and_its_checkpoints_and_records_
     job = SimpleNamespace(
         input=SimpleNamespace(tokenizer=tiny_model, filler=str(tmp_path / "filler.txt"), member_pools=[]),
         output=NamedList(model=str(out), manifest=str(out.parent / "manifest.json")),
-        params=SimpleNamespace(spec={"members": [], "train": train, "architecture": arch}, manifest={"key": "k"}),
+        params=SimpleNamespace(spec={"members": [], "filler_fraction": 1.0, "train": train, "architecture": arch},
+                               manifest={"key": "k"}),
         wildcards=SimpleNamespace(model="base"), log=[None], threads=1)
     for var in THREAD_VARIABLES:
         monkeypatch.setenv(var, os.environ.get(var, "1"))

@@ -43,15 +43,7 @@ PROBLEMS = [
 AIME = ["resources/data/aime/aime_1983_2023.json", "resources/data/aime/aime_2024.json"]
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
-
-    tok = train_tokenizer(PROBLEMS * 20, vocab_size=512)
-    model = init_model(llama_config(len(tok), hidden_size=64, num_layers=2, num_heads=4, tokenizer=tok), seed=0)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    save_model(model, tok, path)
-    return str(path)
+TINY_MODEL = {"corpus": PROBLEMS * 20, "num_heads": 4}  # conftest.tiny_model
 
 
 def distinct_characters(completions, **kwargs) -> list[float]:

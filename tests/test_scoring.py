@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mialab.lm.logprobs import TokenStats, stats_from_logits
+from mialab.lm.logprobs import TokenStats, vocabulary_stats
 from mialab.scoring.baselines import (
     check_methods,
     lowest_k_mean,
@@ -33,12 +33,16 @@ def _direct_stats(logits: np.ndarray, ids: np.ndarray):
     return np.array(logp), np.array(mu), np.array(sigma)
 
 
-def test_stats_from_logits_match_direct_computation_with_padding():
+def _stats(logits: np.ndarray, ids: np.ndarray) -> TokenStats:
+    """:func:`vocabulary_stats` of one row's logits ``[n, vocab]`` and token ids ``[n]``."""
+    return vocabulary_stats(torch.log_softmax(torch.tensor(logits[:-1]).float(), -1), torch.tensor(ids[1:]))
+
+
+def test_vocabulary_stats_match_direct_computation():
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(2, 6, 11)).astype(np.float32)
     ids = rng.integers(0, 11, size=(2, 6))
-    mask = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
-    stats = stats_from_logits(torch.tensor(logits), torch.tensor(ids), torch.tensor(mask))
+    stats = [_stats(logits[0], ids[0]), _stats(logits[1, :4], ids[1, :4])]
     for i, n in enumerate([6, 4]):
         lp, mu, sd = _direct_stats(logits[i, :n], ids[i, :n])
         assert len(stats[i].logp) == n - 1
@@ -51,7 +55,7 @@ def test_min_k_plus_plus_from_logits_matches_numpy():
     rng = np.random.default_rng(1)
     logits = rng.normal(scale=3, size=(1, 21, 50)).astype(np.float32)
     ids = rng.integers(0, 50, size=(1, 21))
-    st = stats_from_logits(torch.tensor(logits), torch.tensor(ids), torch.ones(1, 21, dtype=torch.long))[0]
+    st = _stats(logits[0], ids[0])
     lp, mu, sd = _direct_stats(logits[0], ids[0])
     z = np.sort((lp - mu) / sd)
     assert min_k_plus_plus(st, "", k=0.2) == pytest.approx(z[:4].mean(), abs=1e-5)  # floor(0.2*20) = 4 tokens
@@ -83,15 +87,10 @@ def test_score_texts_columns_and_unknown_method():
 
 
 @pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory):
-    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
-
+def tiny_lm(make_tiny_model):
     corpus = [f"line {i}: the {w} walks over the hill and sings of {t} today."
               for i, (w, t) in enumerate(zip(["cat", "dog", "king", "queen"] * 25, ["rain", "sun", "war", "love"] * 25))]
-    tok = train_tokenizer(corpus, vocab_size=512)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    save_model(init_model(llama_config(512, hidden_size=64, num_layers=2, num_heads=2, tokenizer=tok), seed=0), tok, path)
-    return str(path)
+    return make_tiny_model(corpus, model_vocab=512)
 
 
 SPEC = {"methods": ["loss", "r_loss", "zlib", "min_k", "min_k_plus_plus"], "k": [0.2], "batch_size": 2,
@@ -175,7 +174,7 @@ def test_sliding_window_scores_equal_a_direct_per_token_computation(lm):
 
 
 def test_truncate_scores_the_first_tokens_counts_them_and_matches_the_tokenizer_path(lm):
-    from mialab.lm.logprobs import stats_from_logits, token_stats
+    from mialab.lm.logprobs import token_stats
 
     model, tok = lm
     length = 12
@@ -188,7 +187,9 @@ def test_truncate_scores_the_first_tokens_counts_them_and_matches_the_tokenizer_
     # the same numbers as one padded, tokenizer-truncated batch (what scoring did before the modes)
     enc = tok(LONG, return_tensors="pt", padding=True, truncation=True, max_length=length)
     with torch.inference_mode():
-        old = stats_from_logits(model(**enc).logits, enc["input_ids"], enc["attention_mask"])
+        logits = model(**enc).logits
+    old = [_stats(logits[i, :n].numpy(), enc["input_ids"][i, :n].numpy())
+           for i, n in enumerate(enc["attention_mask"].sum(1))]
     for a, b in zip(stats, old):
         np.testing.assert_allclose(a.logp, b.logp, atol=1e-5)
         np.testing.assert_allclose(a.mu, b.mu, atol=1e-5)

@@ -27,15 +27,8 @@ def sub_schema(schema: dict) -> dict:
     return {"$defs": SCHEMA["$defs"], **schema}
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
-
-    tok = train_tokenizer([f"line {i}: the cat walks over the hill today." for i in range(50)], vocab_size=300)
-    model = init_model(llama_config(len(tok), hidden_size=16, num_layers=1, num_heads=2, tokenizer=tok), seed=0)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    save_model(model, tok, path)
-    return str(path)
+TINY_MODEL = {"corpus": [f"line {i}: the cat walks over the hill today." for i in range(50)],  # conftest.tiny_model
+              "vocab_size": 300, "hidden_size": 16, "num_layers": 1}
 
 
 def planted(tiny_model: str, dest: Path, marker: Path, *, into: str = "config.json") -> str:
@@ -154,8 +147,8 @@ def test_optional_flags_quote_their_value(tmp_path):
     for smk in set((REPO / "rules").glob("*.smk")) - {REPO / "rules/common.smk"}:  # common: the globals
         text = smk.read_text()
         assert "python=sys.executable" not in text and 'workflow.basedir, "workflow_scripts"' not in text, smk
-    rules = {f: (REPO / "rules" / f).read_text() for f in ("lara.smk", "adra.smk")}
-    assert 'shlex.join(["--previous", *input.previous])' in rules["lara.smk"]
+    rules = {f: (REPO / "rules" / f).read_text() for f in ("models.smk", "adra.smk")}
+    assert 'shlex.join(["--previous", *input.previous])' in rules["models.smk"]
     assert 'shlex.join(["--baseline-scores", input.baseline])' in rules["adra.smk"]
     for text in rules.values():
         shell = text.split("shell:", 1)[1].split("\n\n", 1)[0]

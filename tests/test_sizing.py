@@ -63,6 +63,8 @@ def expected_gpus(cfg: dict, rule: str, wc: dict) -> int:
         return gen["backend_options"]["tensor_parallel_size"] if gen["backend"] == "vllm" else 1
     if rule in ("score_baselines", "lara_features", "lara_baselines"):
         return 1
+    if rule in ("calibdcd_reference", "calibdcd_veilprobe"):
+        return 0 if cfg["calibdcd"]["lm"]["device"] == "cpu" else 1   # GPT-2's fine-tuning, the mapping models
     if rule in ("n_sampling_scores", "adra_scores"):
         metrics = cfg["n_sampling"]["metrics"]
         assert (metrics["embedding_model"], metrics["embedding_dtype"]) == ("Qwen/Qwen3-Embedding-8B", "bfloat16")
@@ -88,7 +90,8 @@ def test_paper_config_jobs_ask_for_what_their_code_uses(path: Path):
             gpu_rules.add(rule)
             assert res["gpu_model"] == "h200"
             assert int(res["cpus_per_task"]) >= 4 * want
-            assert 30000 < int(res["mem_mb"]) <= 256000, (rule, res)   # a 7B model's weights, within a node
+            small = rule in ("calibdcd_reference", "calibdcd_veilprobe")   # GPT-2, the mapping models: < 0.2B
+            assert (8000 if small else 30000) < int(res["mem_mb"]) <= 256000, (rule, res)   # a 7B model's weights
             assert 0 < int(res["runtime"]) <= 1440
     assert gpu_rules, "no GPU job planned"
 
@@ -109,6 +112,23 @@ def test_gpus_are_the_tensor_parallel_size_the_world_size_or_one():
     assert t.job("sft_contaminate", "sft").gpus == 1 and t.params_b("sft") < 0.1   # the tiny world's models
     assert t.job("n_sampling_scores").gpus == 0     # the packaged MiniLM encoder stays on the CPU
     assert t.gpus("pretrain_model") is None and t.gpus("sft_contaminate") is None  # not sized / model unknown
+
+
+def test_calibdcds_training_stages_run_on_one_device():
+    """DPDLLM's reference fine-tuning and VeilProbe's mapping models use calibdcd.lm.device: one GPU, none on CPU."""
+    cfg = paper("calibdcd_instruct_models")
+    s = Sizing(cfg, benchmarks=Path("/nonexistent"), environ={})
+    reference, mapping = s.job("calibdcd_reference"), s.job("calibdcd_veilprobe")
+    assert (reference.kind, reference.gpus, reference.params_b) == ("train", 1, pytest.approx(0.124))  # GPT-2
+    assert (mapping.kind, mapping.gpus) == ("train", 1) and 0.05 < mapping.params_b < 0.1   # 6 + 6 BERT layers
+    r = s.resources(reference, "calibdcd_reference")
+    assert (r["gpu"], r["cpus_per_task"], r["runtime"]) == (1, 4, 1440)   # a GPU's share of the node, a day
+    assert r["mem_mb"] == int(4000 + 0.124 * 2000 * 2 + 4000)
+    assert s.gpus("calibdcd_veilprobe") == 1
+    cfg["calibdcd"]["lm"]["device"] = "cpu"
+    cpu = Sizing(cfg, environ={})
+    assert cpu.job("calibdcd_reference").gpus == cpu.job("calibdcd_veilprobe").gpus == 0
+    assert cpu.resources(cpu.job("calibdcd_veilprobe"), "calibdcd_veilprobe")["gpu_model"] == ""   # a CPU job
 
 
 def test_site_settings_and_attempts_change_the_request():

@@ -1,6 +1,7 @@
 """The real workflow (a reduced tiny world) through `snakemake --profile profiles/slurm` on the
-single-node test SLURM, then the accounting table: what a cluster user runs, end to end; and a
-pretraining job requeued mid-way (`scontrol requeue`) that resumes to the same model."""
+single-node test SLURM, then the accounting table: what a cluster user runs, end to end; a
+pretraining job requeued mid-way (`scontrol requeue`) that resumes to the same model; and the ADRA AIME
+and LaRA paper configs rehearsed through SLURM."""
 
 from __future__ import annotations
 
@@ -159,21 +160,46 @@ def test_a_requeued_training_job_resumes_to_the_same_model(slurm_env, tmp_path):
     shutil.rmtree(workdir)
 
 
-def test_adra_aime_paper_config_rehearses_through_slurm(slurm_env):
-    """configs/paper/adra_aime.yaml as a CPU rehearsal (`--config rehearsal=true`, mialab.pipeline.rehearsal) through
-    `profiles/slurm`: the plan-time checks see the paper config on the test node's GPUs, every job from the
-    stand-ins to the report is a SLURM job, and the reports of the paper's tables are written."""
+def rehearse_through_slurm(name: str, env: dict) -> tuple[dict, Path, pd.DataFrame]:
+    """configs/paper/<name>.yaml as a CPU rehearsal (`--config rehearsal=true`, mialab.pipeline.rehearsal) through
+    `profiles/slurm`: the plan-time checks see the paper config on the test node's GPUs and every job from the
+    stand-ins to the reports is a SLURM job. Returns the paper config, the working directory and the accounting
+    table."""
     import yaml
 
-    cfg = yaml.safe_load((REPO / "configs" / "paper" / "adra_aime.yaml").read_text())
-    workdir = make_workdir(Path(tempfile.mkdtemp(prefix="mialab-slurm-rehearsal-")), cfg)
-    log = run(workdir, slurm_env, "--config", "rehearsal=true")
+    cfg = yaml.safe_load((REPO / "configs" / "paper" / f"{name}.yaml").read_text())
+    workdir = make_workdir(Path(tempfile.mkdtemp(prefix=f"mialab-slurm-rehearsal-{name}-")), cfg)
+    start = time.monotonic()
+    log = run(workdir, env, "--config", "rehearsal=true")
+    print(f"{name} rehearsal through SLURM: {time.monotonic() - start:.0f}s")
     assert "has been submitted with SLURM jobid" in log and "mialab: rehearsal: models." in log
-    r = workdir / "results"
-    assert "aime" in (r / "evaluation/summary.md").read_text()
-    table = pd.read_csv(r / "adra/report/aime/adra.csv")
+    assert all(ds in (workdir / "results/evaluation/summary.md").read_text() for ds in cfg["datasets"])
+    return cfg, workdir, pd.read_parquet(workdir / "results/accounting/jobs.parquet")
+
+
+def test_adra_aime_paper_config_rehearses_through_slurm(slurm_env):
+    """adra_aime rehearsed through SLURM (rehearse_through_slurm): the report of the paper's tables is written."""
+    cfg, workdir, jobs = rehearse_through_slurm("adra_aime", slurm_env)
+    table = pd.read_csv(workdir / "results/adra/report/aime/adra.csv")
     assert {"passive", "n_sampling", *cfg["adra"]["variants"]} <= set(table["attack"])
-    jobs = pd.read_parquet(r / "accounting/jobs.parquet")
     assert {"rehearsal_model", "sft_contaminate", "n_sampling_rollouts", "adra_train", "adra_eval",
             "adra_report"} <= set(jobs["rule"])
+    shutil.rmtree(workdir)
+
+
+def test_lara_paper_config_rehearses_through_slurm(slurm_env):
+    """lara_rl_models rehearsed through SLURM (rehearse_through_slurm): Table 1's report per dataset with every
+    model's row, and each job got the GPUs its code uses (sacct's AllocTRES): one for the one-process continued
+    GRPO (the rehearsal's launch.nproc 1) and for each forward pass, none for the CPU stages."""
+    cfg, workdir, jobs = rehearse_through_slurm("lara_rl_models", slurm_env)
+    for dataset in cfg["datasets"]:
+        report = workdir / "results/lara/report" / dataset
+        table = pd.read_csv(report / "lara.csv")
+        assert set(table["model"]) == {t["model"] for t in cfg["lara"]["targets"] if t["dataset"] == dataset}
+        assert {"lara", "lara/cdd", "lara/self_critique"} <= set(table["method"]), set(table["method"])
+        assert "LaRA" in (report / "lara.md").read_text()
+    one_gpu = {"rl_contaminate", "score_baselines", "lara_features", "lara_baselines"}
+    assert one_gpu | {"rehearsal_model", "lara_perturbations", "lara_scores", "lara_report"} <= set(jobs["rule"])
+    gpus = jobs.groupby("rule")["alloc_gpus"].agg(set).to_dict()
+    assert gpus == {rule: {int(rule in one_gpu)} for rule in gpus}, gpus
     shutil.rmtree(workdir)

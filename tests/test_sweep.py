@@ -5,7 +5,6 @@ import copy
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest

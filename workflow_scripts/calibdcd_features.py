@@ -8,9 +8,9 @@ import time
 
 import pandas as pd
 
-from mialab.calibdcd.lm import rollout_generator
 from mialab.calibdcd.stages import extract_features, scope_texts
 from mialab.core.io import write_manifest, write_parquet
+from mialab.lm.engine import rollout_generator
 from mialab.lm.loading import trusts_remote_code
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821

@@ -11,7 +11,7 @@ import pandas as pd
 
 from mialab.core.io import write_manifest, write_parquet
 from mialab.lara.stages import REFERENCE, backend_specs, perturbation_table, stage_questions
-from mialab.lm.causal import text_generator
+from mialab.lm.engine import text_generator
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 spec = params.spec

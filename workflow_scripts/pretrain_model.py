@@ -14,32 +14,29 @@ from mialab.data.sources import read_text
 from mialab.lm.loading import load_tokenizer
 from mialab.lm.tiny import init_model, llama_config, save_model
 from mialab.training.checkpoints import check_steps, checkpoint_root
-from mialab.training.pretrain import build_corpus, filler_documents, pack_blocks, pretrain
+from mialab.training.pretrain import PretrainSettings, build_corpus, filler_documents, pack_blocks, pretrain
 
 spec = snakemake.params.spec  # noqa: F821
 out = snakemake.output  # noqa: F821
 remove_stale_temporaries(out.model, out.manifest)  # left by a killed earlier attempt
 checkpoints = checkpoint_root(out.model)
-train, arch = spec["train"], spec["architecture"]
+train, arch = PretrainSettings.from_config(spec["train"]), spec["architecture"]
 tok = load_tokenizer(snakemake.input.tokenizer)  # noqa: F821
 members = []
 for m, pool_path in zip(spec["members"], snakemake.input.member_pools):  # noqa: F821
     pool = pd.read_parquet(pool_path)
     members.append((pool.loc[pool["label"] == 1, "text"].tolist(), m["repeats"]))
 filler = filler_documents(read_text(snakemake.input.filler))  # noqa: F821
-filler = filler[: max(1, round(spec.get("filler_fraction", 1.0) * len(filler)))]
+filler = filler[: max(1, round(spec["filler_fraction"] * len(filler)))]
 check_filler(snakemake.wildcards.model, filler, [t for texts, r in members for t in texts * int(r)])  # noqa: F821
-docs = build_corpus(filler, members, seed=train["seed"])
-blocks = pack_blocks(docs, tok, train["seq_len"])
+docs = build_corpus(filler, members, seed=train.seed)
+blocks = pack_blocks(docs, tok, train.seq_len)
 config = llama_config(len(tok), hidden_size=arch["hidden_size"], num_layers=arch["num_layers"],
                       num_heads=arch["num_heads"], intermediate_size=arch.get("intermediate_size"),
-                      max_position_embeddings=max(arch["max_position_embeddings"], train["seq_len"]), tokenizer=tok)
-model = init_model(config, train["seed"])
-losses = pretrain(model, blocks, steps=train["steps"], batch_size=train["batch_size"], lr=train["lr"],
-                  min_lr=train["min_lr"], warmup_steps=train["warmup_steps"], weight_decay=train["weight_decay"],
-                  grad_clip=train["grad_clip"], seed=train["seed"], precision=train["precision"],
-                  checkpoint_dir=str(checkpoints), checkpoint_every=train["checkpoint_every"])
-steps = check_steps(len(losses), train["steps"], f"pretraining {out.model}")
+                      max_position_embeddings=max(arch["max_position_embeddings"], train.seq_len), tokenizer=tok)
+model = init_model(config, train.seed)
+losses = pretrain(model, blocks, train, checkpoint_dir=str(checkpoints))
+steps = check_steps(len(losses), train.steps, f"pretraining {out.model}")
 with atomic_directory(out.model) as tmp:
     save_model(model, tok, tmp)
 write_manifest({**snakemake.params.manifest, "parameters": sum(p.numel() for p in model.parameters()),  # noqa: F821

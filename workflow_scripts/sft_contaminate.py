@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import shutil
+from contextlib import nullcontext
 
 import pandas as pd
 
@@ -12,7 +13,14 @@ from mialab.core.jobs import setup_job
 from mialab.data.corpus import read_corpus
 from mialab.lm.loading import load_tokenizer
 from mialab.training.checkpoints import check_steps, checkpoint_root
-from mialab.training.sft import build_post_training_corpus, build_sft_corpus, read_chat_pairs, render_chat, run_sft
+from mialab.training.sft import (
+    SFTSettings,
+    build_post_training_corpus,
+    build_sft_corpus,
+    read_chat_pairs,
+    render_chat,
+    run_sft,
+)
 
 
 def main() -> None:
@@ -31,7 +39,8 @@ def main() -> None:
     spec, manifest = json.loads(args.spec), json.loads(args.manifest)
     rank = int(os.environ.get("RANK", "0"))
 
-    if spec.get("format", "text") == "chat":
+    train = SFTSettings.from_config(spec["train"])
+    if spec.get("format") == "chat":  # absent: plain texts
         filler = render_chat(load_tokenizer(args.init, trust_remote_code=args.trust_remote_code), read_chat_pairs(spec["filler"]))
     else:
         filler = read_corpus(spec["filler"])
@@ -40,40 +49,22 @@ def main() -> None:
         pool = pd.read_parquet(member_pool)
         members = pool.loc[pool["label"] == 1, "text"].tolist()
         texts, stats = build_sft_corpus(members, filler, repeats=spec["members"]["repeats"],
-                                        rate=spec["contamination_rate"], seed=spec["train"]["seed"])
+                                        rate=spec["contamination_rate"], seed=train.seed)
     else:
-        texts, stats = build_post_training_corpus(filler, seed=spec["train"]["seed"])
-    train = spec["train"]
+        texts, stats = build_post_training_corpus(filler, seed=train.seed)
     manifest_path = os.path.join(os.path.dirname(args.out), "manifest.json")
     checkpoints = checkpoint_root(args.out)
     if rank == 0:
         remove_stale_temporaries(args.out, manifest_path)  # left by a killed earlier attempt
-    with atomic_directory(args.out) if rank == 0 else _noop(args.out) as tmp:
-        run = run_sft(args.init, texts, str(tmp), epochs=train["epochs"], lr=train["lr"],
-                      effective_batch_size=train["effective_batch_size"],
-                      micro_batch_size=train["micro_batch_size"], max_length=train["max_length"],
-                      warmup=train["warmup"], zero_stage=train["zero_stage"], precision=train["precision"],
-                      grad_clip=train["grad_clip"], weight_decay=train["weight_decay"], seed=train["seed"],
-                      trust_remote_code=args.trust_remote_code, checkpoint_dir=str(checkpoints),
-                      checkpoint_every=train["checkpoint_every"])
+    # non-zero ranks write nothing; they only take part in training
+    with atomic_directory(args.out) if rank == 0 else nullcontext(args.out) as tmp:
+        run = run_sft(args.init, texts, str(tmp), train, trust_remote_code=args.trust_remote_code,
+                      checkpoint_dir=str(checkpoints))
         steps = check_steps(run.steps, run.expected_steps, f"SFT {args.out}")
     if rank == 0:
         write_manifest({**manifest, "corpus": stats, "final_loss": run.losses[-1], "n_micro_steps": len(run.losses),
                        "steps": steps}, manifest_path, outputs=[args.out])
         shutil.rmtree(checkpoints, ignore_errors=True)
-
-
-class _noop:
-    """Non-zero ranks write nothing; they only take part in training."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __enter__(self):
-        return self.path
-
-    def __exit__(self, *exc):
-        return False
 
 
 if __name__ == "__main__":

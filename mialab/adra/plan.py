@@ -24,10 +24,10 @@ from mialab.n_sampling.tasks import rollout_seed
 from mialab.pipeline.config import ConfigError
 from mialab.pipeline.plan import Stage
 
-STAGE_VERSIONS: dict[str, int] = {"adra/train": 2,
-                                  "adra/rollouts": 2, "adra/scores": 2}
 INIT = "init"
-POLICY = re.compile(rf"^(?:{INIT}|(?P<variant>{'|'.join(VARIANTS)})-(?:step(?P<step>[1-9]\d*)|{FINAL}))$")
+# a policy's name, unanchored (rules/adra.smk's wildcard constraint): groups 1 and 2 its variant and step
+POLICY_GRAMMAR = rf"{INIT}|({'|'.join(VARIANTS)})-(?:step([1-9]\d*)|{FINAL})"
+POLICY = re.compile(POLICY_GRAMMAR)
 
 
 class ADRAPlan:
@@ -119,7 +119,8 @@ class ADRAPlan:
         if self.uses_baseline(variant):
             config["contrastive"] = own["contrastive"]
             upstream["baseline_scores"] = self.plan.scores(model, dataset, seed).key
-        return self.plan.stage("adra/train", STAGE_VERSIONS["adra/train"], [model, dataset, variant, f"seed-{seed}"],
+        where = {"model": model, "dataset": dataset, "variant": variant, "seed": int(seed)}
+        return self.plan.stage("adra/train", where,
                                {"model": model, "dataset": dataset, "seed": int(seed), "config": config,
                                 "upstream": upstream})
 
@@ -137,12 +138,12 @@ class ADRAPlan:
     @staticmethod
     def parse_policy(policy: str) -> tuple[str | None, str | None]:
         """(variant, snapshot folder name) of a policy; (None, None) for ``init``."""
-        m = POLICY.match(policy)
+        m = POLICY.fullmatch(policy)
         if not m:
             raise ValueError(f"unknown policy {policy!r}: expected {INIT}, <variant>-step<k> or <variant>-{FINAL}")
         if policy == INIT:
             return None, None
-        return m["variant"], f"step-{m['step']}" if m["step"] else FINAL
+        return m[1], f"step-{m[2]}" if m[2] else FINAL
 
     @staticmethod
     def method(policy: str) -> str:
@@ -165,8 +166,8 @@ class ADRAPlan:
         upstream = {"model": self.plan.model(model).key, "split": self.plan.split(dataset, seed).key}
         if variant:
             upstream["train"] = self.train(model, dataset, variant, seed).key
-        return self.plan.stage("adra/rollouts", STAGE_VERSIONS["adra/rollouts"],
-                               [model, dataset, f"seed-{seed}", policy], {
+        where = {"model": model, "dataset": dataset, "seed": int(seed), "policy": policy}
+        return self.plan.stage("adra/rollouts", where, {
             "model": model, "dataset": dataset, "seed": int(seed), "policy": policy, "snapshot": snapshot,
             "config": {"task": self.ns.spec["tasks"][dataset], "chat": self.ns.chat(model),
                        "sampling": self.sampling(seed), **self.ns.generation()},
@@ -175,7 +176,8 @@ class ADRAPlan:
 
     @functools.lru_cache(maxsize=None)
     def scores(self, model: str, dataset: str, seed: int, policy: str) -> Stage:
-        return self.plan.stage("adra/scores", STAGE_VERSIONS["adra/scores"], [model, dataset, f"seed-{seed}", policy], {
+        where = {"model": model, "dataset": dataset, "seed": int(seed), "policy": policy}
+        return self.plan.stage("adra/scores", where, {
             "model": model, "dataset": dataset, "seed": int(seed), "policy": policy, "method": self.method(policy),
             "config": self.ns.metrics_config(dataset),
             "upstream": {"rollouts": self.rollouts(model, dataset, seed, policy).key,
@@ -223,6 +225,6 @@ class ADRAPlan:
         return [((m, v), self.train(m, dataset, v, int(s)).path("log.parquet"))
                 for m, d in self.pairs() if d == dataset for v in self.variants() for s in seeds]
 
-    @staticmethod
-    def report_outputs(dataset: str) -> dict[str, str]:
-        return {name: f"results/adra/report/{dataset}/{name}" for name in ("adra.md", "adra.csv", "steps.png")}
+    def report_outputs(self, dataset: str) -> dict[str, str]:
+        return {name: self.plan.output("adra", "report", dataset, name)
+                for name in ("adra.md", "adra.csv", "steps.png")}

@@ -4,7 +4,7 @@ Modules, in pipeline order:
 
 - ``views``: the controlled query views (8 universal response-format cues + 2 chat-template
   boundary views per model family) and the original query ``e0``.
-- ``lm`` / ``reference`` / ``mapping`` / ``features`` / ``extract``: the two feature-based detectors'
+- ``perturb`` / ``reference`` / ``mapping`` / ``features`` / ``extract``: the two feature-based detectors'
   feature extractors, DPDLLM (a reference model fine-tuned on the pool texts reads the target's
   sampled continuation) and VeilProbe (two BERT encoder-decoder mapping models trained on the
   target's input-output pairs read the query and its key-token-perturbed copy), and their entries.

@@ -31,7 +31,6 @@ from mialab.calibdcd.classifiers import Classifier, make_classifier
 from mialab.calibdcd.correction import (
     LAMBDAS,
     RANKS,
-    TOLERANCE,
     apply_correction,
     correction_objective,
     select_correction,
@@ -48,9 +47,6 @@ from mialab.calibdcd.shift import (
     view_basis,
 )
 from mialab.calibdcd.views import ORIGINAL
-
-TAU = 0.95
-
 
 @dataclass(frozen=True)
 class Variant:
@@ -150,13 +146,15 @@ class Calibration:
 
 
 def calibrate(z_supervised: np.ndarray, y_supervised: np.ndarray, z_calibration: Mapping[str, np.ndarray], *,
-              detector: str, variant: str = "calibdcd", tau: float = TAU, tolerance: float = TOLERANCE,
-              seed: int = 0, fits: FitCache | None = None) -> Calibration:
+              detector: str, tau: float, tolerance: float, variant: str = "calibdcd", seed: int = 0,
+              fits: FitCache | None = None) -> Calibration:
     """Fit CalibDCD.
 
     ``z_calibration`` maps view names to the D-cal feature matrices (same rows in the same order),
-    ``original`` (``e0``) included; every other key is a controlled view. ``fits``: a cache shared
-    by calibrations of the same data (every variant), so equal classifiers are fitted once.
+    ``original`` (``e0``) included; every other key is a controlled view. ``tau``: the cross-view
+    consensus threshold, ``tolerance``: the (r, lambda) selection's (config ``calibdcd.tau`` /
+    ``tolerance``). ``fits``: a cache shared by calibrations of the same data (every variant), so
+    equal classifiers are fitted once.
     """
     fits = fits if fits is not None else FitCache()
     spec, cfg = get_detector(detector), get_variant(variant)
@@ -236,8 +234,8 @@ def _original_view(frame: pd.DataFrame, ids: list[str], what: str) -> np.ndarray
 
 
 def run_calibdcd(supervised: pd.DataFrame, supervised_labels: pd.DataFrame, calibration: pd.DataFrame,
-                 pool: pd.DataFrame, *, detector: str, variant: str = "calibdcd", tau: float = TAU,
-                 tolerance: float = TOLERANCE, seed: int = 0, fits: FitCache | None = None) -> CalibDCDRun:
+                 pool: pd.DataFrame, *, detector: str, tau: float, tolerance: float, variant: str = "calibdcd",
+                 seed: int = 0, fits: FitCache | None = None) -> CalibDCDRun:
     """Stage entry: calibrate on feature tables (:mod:`mialab.calibdcd.frames`) and score the pool.
 
     ``supervised`` / ``pool`` need the ``original`` view rows; ``calibration`` the original and the

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def require_finite(name: str, values: np.ndarray) -> np.ndarray:
-    """Return ``values`` as a float64 array; raise naming ``name`` if any entry is NaN or inf."""
-    arr = np.asarray(values, dtype=np.float64)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        rows = np.unique(np.nonzero(bad)[0])[:5].tolist()
-        raise ValueError(f"{name}: {int(bad.sum())} non-finite value(s) (NaN/inf), e.g. in row(s) {rows}")
-    return arr
+from mialab.core.finite import require_finite
 
 
 def require_matrix(name: str, values: np.ndarray, n_cols: int | None = None) -> np.ndarray:

@@ -3,7 +3,7 @@ VeilProbe's key-token perturbation of a split (its features: :func:`mialab.calib
 
 The query is the view applied to the text's ``prefix``; ``generate(prompts) -> continuations`` is
 any generation callable with the detector's sampling settings bound, e.g.
-:func:`mialab.calibdcd.lm.rollout_generator` (the project's rollout engine) with
+:func:`mialab.lm.engine.rollout_generator` (the project's rollout engine) with
 ``functools.partial``.
 Generation is the caller's cost: outputs are not cached here.
 """
@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from mialab.calibdcd.frames import feature_frame
-from mialab.calibdcd.lm import key_token_perturb
+from mialab.calibdcd.perturb import key_token_perturb
 from mialab.calibdcd.reference import reference_probabilities
 from mialab.calibdcd.views import apply_view
 

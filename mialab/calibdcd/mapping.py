@@ -31,19 +31,20 @@ import numpy as np
 
 @dataclass(frozen=True)
 class MappingConfig:
-    """The mapping model and its training (``mappingmodel.py`` defaults)."""
+    """The mapping model and its training: ``calibdcd.detectors.veilprobe.mapping`` less its tokenizer
+    (the schema's defaults are ``mappingmodel.py``'s)."""
 
-    hidden_size: int = 512
-    num_layers: int = 6
-    num_heads: int = 8
-    intermediate_size: int = 2048
-    max_length: int = 512
-    dropout: float = 0.1
-    epochs: int = 2
-    batch_size: int = 2
-    lr: float = 5e-5
-    weight_decay: float = 0.01
-    seed: int = 42
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    max_length: int
+    dropout: float
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    seed: int
 
 
 def build_mapping_model(tok, cfg: MappingConfig):
@@ -67,7 +68,7 @@ def _padded(tok, texts: Sequence[str], max_length: int):
 
 
 def train_mapping_model(tokenizer: str, inputs: Sequence[str], outputs: Sequence[str], output: str, *,
-                        config: MappingConfig = MappingConfig(), device: str = "cpu") -> dict:
+                        config: MappingConfig, device: str = "cpu") -> dict:
     """Train a mapping model on (input, output) pairs and save it (and the tokenizer) to ``output``
     (a Hugging Face folder, safetensors, written atomically); returns the mean loss per epoch."""
     import torch

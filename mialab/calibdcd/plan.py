@@ -22,10 +22,9 @@ import os
 
 from mialab.calibdcd.views import ORIGINAL, controlled_views
 from mialab.pipeline.config import check_names
-from mialab.pipeline.plan import Plan, Stage, seed_part
+from mialab.pipeline.plan import SEED_PART, Plan, Stage, seed_part
 from mialab.scoring.baselines import column_name
 
-STAGE_VERSIONS: dict[str, int] = {"partition": 1, "reference": 1, "features": 3, "veilprobe": 1, "scores": 3}  # bump when a stage's output changes
 LM_KEYS = ("reference_model", "key_token_model")
 ORIGINAL_SCOPE, VIEWS_SCOPE = "original", "views"
 SCOPES = (ORIGINAL_SCOPE, VIEWS_SCOPE)
@@ -68,6 +67,12 @@ class CalibDCDPlan:
 
     def detectors(self) -> list[str]:
         return list(self.spec["detectors"]) if self.spec else []
+
+    def report_outputs(self) -> dict[str, str]:
+        """The report's files (rule calibdcd_report), by name."""
+        tables = ("main", "ablations", "recovery", "selection", "views")
+        return {"markdown": self.plan.output("calibdcd", "report.md"),
+                **{name: self.plan.output("calibdcd", f"{name}.csv") for name in tables}}
 
     def runs(self, seeds: list[int]) -> list[tuple[str, str, str, int]]:
         """(model, dataset, detector, seed) of every calibration (a score table each)."""
@@ -121,7 +126,7 @@ class CalibDCDPlan:
     # -- stages ------------------------------------------------------------------------------------
     @functools.lru_cache(maxsize=None)
     def partition(self, dataset: str, seed: int) -> Stage:
-        return self.plan.stage("calibdcd/partitions", STAGE_VERSIONS["partition"], [dataset, f"seed-{seed}"], {
+        return self.plan.stage("calibdcd/partitions", {"dataset": dataset, "seed": int(seed)}, {
             "dataset": dataset, "seed": int(seed), "config": self.spec["partition"],
             "upstream": {"split": self.plan.split(dataset, int(seed)).key},
         })
@@ -130,7 +135,7 @@ class CalibDCDPlan:
     def reference(self, dataset: str) -> Stage:
         """DPDLLM's reference model of a pool: the base model fine-tuned on every pool text."""
         dp = self.spec["detectors"]["dpdllm"]
-        return self.plan.stage("calibdcd/references", STAGE_VERSIONS["reference"], [dataset], {
+        return self.plan.stage("calibdcd/references", {"dataset": dataset}, {
             "dataset": dataset, "base": self.lm_key(dp["reference_model"]), "length": dp["length"],
             "finetune": dp["finetune"],
             "upstream": {"pool": self.plan.pool(dataset).key},
@@ -143,7 +148,7 @@ class CalibDCDPlan:
             upstream["reference"] = self.reference(dataset).key
         if check_scope(scope) == VIEWS_SCOPE:
             upstream["partitions"] = {str(s): self.partition(dataset, s).key for s in self.plan.seeds()}
-        return self.plan.stage("calibdcd/features", STAGE_VERSIONS["features"], [model, dataset, scope], {
+        return self.plan.stage("calibdcd/features", {"model": model, "dataset": dataset, "scope": scope}, {
             "model": model, "dataset": dataset, "scope": scope, "views": self.views(model, scope),
             "config": {"generation": self.spec["generation"], "lm": self.spec["lm"],
                        "detectors": self.detector_specs(self.lm_key, scope=scope)},
@@ -153,7 +158,7 @@ class CalibDCDPlan:
     @functools.lru_cache(maxsize=None)
     def veilprobe(self, model: str, dataset: str) -> Stage:
         """VeilProbe's mapping models of a (target, pool) and its features of both scopes."""
-        return self.plan.stage("calibdcd/veilprobe", STAGE_VERSIONS["veilprobe"], [model, dataset], {
+        return self.plan.stage("calibdcd/veilprobe", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "views": self.views(model, VIEWS_SCOPE),
             "config": {"mapping": self.spec["detectors"]["veilprobe"]["mapping"], "lm": self.spec["lm"]},
             "upstream": {"original": self.features(model, dataset, ORIGINAL_SCOPE).key,
@@ -164,7 +169,7 @@ class CalibDCDPlan:
     def score_run(self, model: str, dataset: str) -> Stage:
         """The calibration job of a (model, dataset): every detector, every seed."""
         seeds = self.plan.seeds()
-        return self.plan.stage("calibdcd/scores", STAGE_VERSIONS["scores"], [model, dataset], {
+        return self.plan.stage("calibdcd/scores", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "detectors": self.detectors(), "seeds": seeds,
             "config": {k: self.spec[k] for k in ("variants", "tau", "tolerance")},
             "upstream": {"splits": {str(s): self.plan.split(dataset, s).key for s in seeds},
@@ -172,6 +177,11 @@ class CalibDCDPlan:
                          "features": {det: [stage.key for stage, _ in self.feature_tables(model, dataset, det)]
                                       for det in self.detectors()}},
         })
+
+    def score_patterns(self, name: str) -> list[str]:
+        """Rule calibdcd_calibrate's outputs ``name`` of every (detector, seed), the folders of :meth:`scores`."""
+        return [self.plan.pattern("calibdcd/scores", det, SEED_PART, name, seed=s)
+                for det in self.detectors() for s in self.plan.seeds()]
 
     def scores(self, model: str, dataset: str, detector: str, seed: int) -> Stage:
         """A (detector, seed)'s part of :meth:`score_run`: ``<key>/<detector>/seed-<s>/``."""

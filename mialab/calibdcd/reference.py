@@ -26,8 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
-from mialab.calibdcd.lm import logprob_batches
-from mialab.lm.loading import load_causal_lm, load_tokenizer
+from mialab.lm.loading import load_causal_lm, load_lm, load_tokenizer
+from mialab.lm.logprobs import token_logprobs
 
 
 @dataclass(frozen=True)
@@ -134,14 +134,9 @@ def reference_probabilities(reference_model: str, parts: Sequence[Sequence[str]]
                             batch_size: int = 8, device: str = "auto", dtype: str = "float32") -> np.ndarray:
     """DPDLLM's ``cond_prob`` features (rows x ``length``): the reference model's probability of each
     packed target token given the tokens before it; 0 after a short row's end token."""
-    import torch
-
-    tok = load_tokenizer(reference_model)
-    model = load_causal_lm(reference_model, dtype=dtype, device=device)
+    model, tok = load_lm(reference_model, device=device, dtype=dtype)
     rows = packed_rows(tok, parts, length)
     z = np.zeros((len(rows), length), dtype=np.float64)
-    for indices, ids, logp in logprob_batches(model, rows, tok.pad_token_id, batch_size):
-        picked = torch.exp(logp.gather(-1, ids[:, 1:, None]).squeeze(-1)).double().cpu().numpy()
-        for b, i in enumerate(indices):
-            z[i, :len(rows[i]) - 1] = picked[b, :len(rows[i]) - 1]
+    for i, logp in enumerate(token_logprobs(model, rows, pad_token_id=tok.pad_token_id, batch_size=batch_size)):
+        z[i, :len(logp)] = np.exp(logp)
     return z

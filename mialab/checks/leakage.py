@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from mialab.data.registry import config_schema
 from mialab.data.schema import validate_split
 
 # scikit-learn is imported inside the checks: the workflow's plan reads DEFAULTS and
@@ -199,19 +200,8 @@ def check_split(split: pd.DataFrame, *, column: str = "text", ngram_n: int = 5, 
 
 # -- the workflow stage (rules/leakage.smk): options, one table row per split, the summary -------
 
-#: Defaults of the config's ``leakage`` section (``schemas/config.schema.yaml`` repeats them).
-DEFAULTS: dict = {
-    "allow_duplicates": False,     # true, or a list of dataset names whose duplicates are only reported
-    "blind_warn": 0.6,             # blind-baseline AUROC above which a split is flagged
-    "ngram_n": 5,
-    "jaccard_threshold": 0.5,
-    "cosine_threshold": 0.95,
-    "embed": True,
-    "embedding_model": "all-MiniLM-L6-v2",
-    "embedding_dtype": "float32",
-    "folds": 5,
-    "column": "text",
-}
+#: Defaults of the config's ``leakage`` section, read from the schema (the one place they are written).
+DEFAULTS: dict = {key: sub["default"] for key, sub in config_schema()["properties"]["leakage"]["properties"].items()}
 
 
 def leakage_options(section: dict | None, dataset: str, datasets: list[str] | None = None) -> dict:

@@ -29,14 +29,14 @@ def random_partition(ids: pd.Series, fraction: float, seed: int) -> np.ndarray:
 def apply_membership(pool: pd.DataFrame, rule: dict, *, source_label: pd.Series | None = None) -> pd.DataFrame:
     """Set ``pool['label']`` by ``rule``: ``{"rule": "label"}`` keeps the corpus's own label,
     ``{"rule": "random", "fraction": f, "seed": s}`` draws a random partition."""
-    kind = rule.get("rule", "label")
+    kind = rule["rule"]
     out = pool.copy()
     if kind == "label":
         if source_label is None:
             raise ValueError("membership rule 'label' needs a label column in the source")
         out["label"] = source_label.to_numpy().astype("int8")
     elif kind == "random":
-        out["label"] = random_partition(out["id"], float(rule.get("fraction", 0.5)), int(rule.get("seed", 0)))
+        out["label"] = random_partition(out["id"], float(rule["fraction"]), int(rule["seed"]))
     else:
         raise ValueError(f"unknown membership rule {kind!r}; known: label, random (and family-specific rules)")
     return out

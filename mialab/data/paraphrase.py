@@ -14,7 +14,7 @@ by name (:func:`get_paraphraser`):
   supporters" -> "supporters and members"). LaTeX/math spans, numbers and capitalised words
   (names) are never touched. Each eligible edit is applied with probability ``rate``, at least
   one per text that has any, seeded by ``(seed, text)`` so equal inputs give equal outputs.
-- ``hf``: an instruction model loaded with transformers (:mod:`mialab.lm.causal`), batched.
+- ``hf``: an instruction model loaded with transformers (:mod:`mialab.lm.generation`), batched.
 - ``vllm``: the same through vLLM (needs the ``vllm`` package and a GPU).
 
 The LLM backends fill a prompt template, ``resources/prompts/paraphrase/<name>.txt`` with an
@@ -52,7 +52,7 @@ PROMPT_DIR = PROMPTS / "paraphrase"
 TEMPLATE_KIND = {"aime": "math", "olympiad_math": "math", "lara_rl": "math", "s1": "reasoning",
                  "s1_1": "reasoning", "tulu3": "chat"}
 
-Paraphrasers = Registry("paraphrase backend")
+Paraphrasers = Registry("split paraphrase backend")
 
 # Equivalent phrasings, applied in the direction given (both directions are listed when safe).
 PHRASES: tuple[tuple[str, str], ...] = (
@@ -230,7 +230,9 @@ def hf_paraphraser(*, model: str, family: str | None = None, template: str | Non
                    temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 1024,
                    batch_size: int = 8, seed: int = 0, device: str = "auto", dtype: str = "bfloat16") -> Paraphraser:
     """An instruction model through transformers (chat template when the tokenizer has one)."""
-    from mialab.lm.causal import format_prompt, generate, load_lm
+    from mialab.lm.generation import generate
+    from mialab.lm.loading import load_lm
+    from mialab.lm.prompts import format_prompt
 
     lm, tok = load_lm(model, device=device, dtype=dtype, padding_side="left")
 
@@ -360,3 +362,32 @@ def paraphrase_members(pool: pd.DataFrame, paraphraser: Paraphraser) -> pd.DataF
         for col in ("text", "prefix", "suffix", "setting"):
             out.loc[members, col] = para[col].to_numpy()
     return out
+
+
+def _changed_some(info: dict, name: str, paraphraser: Paraphraser) -> dict:
+    if info["n_changed"] == 0:
+        raise ValueError(f"{name}: the {paraphraser.backend} paraphraser changed none of {info['n_rows']} texts")
+    return info
+
+
+def paraphrased_split(split: pd.DataFrame, paraphraser: Paraphraser, *, name: str) -> tuple[pd.DataFrame, dict]:
+    """Rule ``paraphrase``: the split an existing model is evaluated on, paraphrased (ids, labels and
+    order kept), and its manifest entry; a paraphraser that changes no text is an error naming ``name``."""
+    split = validate_split(split, name=f"{name} split")
+    parts, info = paraphrase_setting(split, paraphraser, experiment="existing_model")
+    out = validate_split(parts["evaluate"], name=f"{name} paraphrased split")
+    assert out["id"].tolist() == split["id"].tolist() and out["label"].tolist() == split["label"].tolist()
+    return out, _changed_some(info, name, paraphraser)
+
+
+def paraphrased_pool(pool: pd.DataFrame, paraphraser: Paraphraser, *, name: str) -> tuple[pd.DataFrame, dict]:
+    """Rule ``paraphrase_pool``: :func:`paraphrase_members` of a pool and its manifest entry (the
+    ``finetune`` experiment); a paraphraser that changes no member text is an error naming ``name``."""
+    pool = validate_split(pool, name=name)
+    out = paraphrase_members(pool, paraphraser)
+    members = (pool["label"] == 1).to_numpy()
+    changed = int((out["text"].to_numpy()[members] != pool["text"].to_numpy()[members]).sum())
+    info = {"experiment": "finetune", "setting": {"train": "paraphrased", "evaluate": "original"},
+            "paraphraser": {"backend": paraphraser.backend, **paraphraser.options},
+            "n_rows": int(members.sum()), "n_changed": changed, "fraction_changed": changed / max(1, members.sum())}
+    return out, _changed_some(info, name, paraphraser)

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import roc_auc_score, roc_curve
 
+from mialab.core.finite import require_finite
+
 
 class ScoreError(ValueError):
     """Scores that cannot be evaluated (non-finite values, a single class)."""
@@ -26,9 +28,7 @@ def _check(labels, scores, what: str) -> tuple[np.ndarray, np.ndarray]:
     s = np.asarray(scores, dtype=np.float64)
     if y.shape != s.shape:
         raise ScoreError(f"{what}: {len(y)} labels but {len(s)} scores")
-    bad = ~np.isfinite(s)
-    if bad.any():
-        raise ScoreError(f"{what}: {int(bad.sum())} non-finite score(s) (NaN or inf)")
+    require_finite(what, s, error=ScoreError)
     if len(np.unique(y)) != 2:
         raise ScoreError(f"{what}: needs both members and non-members, got labels {sorted(set(y.tolist()))}")
     return y, s

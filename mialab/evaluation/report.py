@@ -6,6 +6,9 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import roc_curve
 
+from mialab.evaluation.headline import headline_markdown
+from mialab.evaluation.metrics import fpr_column
+
 
 def markdown_table(summary: pd.DataFrame, metrics: list[str]) -> str:
     """Results as a markdown table, ``mean ± std`` per metric (in %); where any score table recorded
@@ -132,8 +135,29 @@ def forest_figure(table: pd.DataFrame, headline: dict[str, str], path: str, leve
     return drawn
 
 
-def finite_or_raise(df: pd.DataFrame, columns: list[str], what: str) -> None:
-    """Raise naming the column when a score table holds NaN or inf."""
-    for c in columns:
-        if not np.all(np.isfinite(df[c].to_numpy(dtype=np.float64))):
-            raise ValueError(f"{what}: column {c!r} holds NaN or inf")
+def results_markdown(summary: pd.DataFrame, headline: pd.DataFrame, *, fpr_targets: list[float], bootstrap: dict,
+                     truncation_warn: float, checks: pd.DataFrame | None = None) -> str:
+    """``results/summary.md``: truncation warnings, the headline, every method's row and, when the
+    split checks ran (``checks``: their table), the split checks."""
+    metrics = ["auroc", *(fpr_column(t) for t in fpr_targets)]
+    warnings = truncation_warnings(summary, truncation_warn)
+    markdown = "# Membership inference results\n\n"
+    if warnings:
+        markdown += "".join(f"> **Warning (truncation):** {w}\n>\n" for w in warnings) + "\n"
+    markdown += ("## Headline\n\n"
+                 + headline_markdown(headline, fpr_targets, bootstrap["level"], bootstrap["resamples"])
+                 + "\nFigures: `results/evaluation/forest.png` (AUROC with intervals), "
+                   "`results/evaluation/<dataset>/roc.png` (low-FPR ROC of the headline rows); per-method figures "
+                   "in `results/adra/report/<dataset>/steps.png` (AUROC against the RL step) and "
+                   "`results/lara/report/<dataset>/layers.png` (LaRA's layers), where those methods ran.\n")
+    markdown += ("\n## Appendix: every method and ablation\n\nAUROC and TPR at FPR ≤ target, in %, mean ± std over "
+                 "seeds (higher score = member; see README, 'Conventions'). Summaries picked on the evaluation labels "
+                 "(best, top-5) are optimistic.\n\n" + markdown_table(summary, metrics))
+    if checks is not None:
+        from mialab.checks.leakage import split_checks_markdown
+
+        markdown += ("\n## Split checks\n\nPer dataset, without any model: the blind baseline (cross-validated "
+                     "AUROC of a bag-of-n-grams classifier; near 50% = no topic or date shift, flagged above the "
+                     "configured threshold), the AUROC of length alone, and cross-class duplicate pairs; "
+                     "details in results/leakage/summary.md.\n\n" + split_checks_markdown(checks))
+    return markdown

@@ -32,17 +32,18 @@ def _members(spec: dict) -> list[dict]:
 
 
 def exposure_config(base: dict, r: int, sweep: dict) -> dict:
-    """The base config at member exposure ``r`` (see the module docstring)."""
+    """The base config at member exposure ``r`` (see the module docstring); ``sweep``: validated
+    against ``schemas/sweep.schema.yaml`` (defaults filled in)."""
     cfg = copy.deepcopy(base)
     cfg.pop("overlay_of", None)  # one complete config: the base and its overlays, merged
     models = cfg["models"]
-    for name, dataset in {**sweep.get("pretrain", {}), **sweep.get("sft", {})}.items():
+    for name, dataset in {**sweep["pretrain"], **sweep["sft"]}.items():
         if name not in models:
             raise SweepError(f"sweep: model {name!r} is not in the base config; its models: {', '.join(models)}")
-    for name, dataset in sweep.get("pretrain", {}).items():
+    for name, dataset in sweep["pretrain"].items():
         others = [m for m in _members(models[name]) if m["dataset"] != dataset]
         models[name]["members"] = [*others, {"dataset": dataset, "repeats": int(r)}]
-    for name, dataset in sweep.get("sft", {}).items():
+    for name, dataset in sweep["sft"].items():
         spec = models[name]
         if r == 0:
             spec.pop("members", None)
@@ -50,7 +51,7 @@ def exposure_config(base: dict, r: int, sweep: dict) -> dict:
         else:
             spec["members"] = {"dataset": dataset, "repeats": int(r)}
             spec["contamination_rate"] = r / (r + sweep["filler_per_member"])
-    for name in sweep.get("drop", []):
+    for name in sweep["drop"]:
         _drop_model(cfg, name)
     return cfg
 

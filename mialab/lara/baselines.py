@@ -1,11 +1,11 @@
 """Output-level baselines compared in the LaRA paper, as its released code defines them, and ReCaLL.
 
 Each has a pure scoring function (hand-checkable) and a model-driven one (transformers, batched,
-on a model and tokenizer from :func:`mialab.lm.causal.load_lm` with left padding). All scores are
+on a model and tokenizer from :func:`mialab.lm.loading.load_lm` with left padding). All scores are
 oriented higher = more likely member (the code's ``get_direction() = -1`` scores are negated).
 
 The LaRA code (``generate_full_data.py``, ``detectors/*.py``) reads every baseline but ReCaLL off
-greedy responses decoded with vLLM's top-50 log-probabilities (:func:`mialab.lm.causal.topk_step_stats`):
+greedy responses decoded with vLLM's top-50 log-probabilities (:func:`mialab.lm.generation.topk_step_stats`):
 the *original* greedy response to the question and the *perturbed* one to
 ``"[SYSTEM NOTE: Please double check your reasoning.] {question} [END OF QUERY]"``:
 
@@ -38,7 +38,9 @@ from typing import Sequence
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
-from mialab.lm.causal import Generation, format_prompt, generate, token_logprobs
+from mialab.lm.generation import Generation, generate
+from mialab.lm.logprobs import token_logprobs
+from mialab.lm.prompts import format_prompt
 from mialab.text.llm_prompts import load_template
 
 CDD_ALPHA = 0.05
@@ -148,11 +150,8 @@ def mean_log_likelihood(model, tokenizer, texts: list[str], *, prefix: str | Non
     """
     head = tokenizer(prefix if prefix is not None else "")["input_ids"]
     bodies = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    limit = getattr(model.config, "max_position_embeddings", None)
-    seqs = [head + body for body in bodies]
-    if limit is not None and max(len(s) for s in seqs) > limit:
-        raise ValueError(f"prefix + text reach {max(len(s) for s in seqs)} tokens, over the model's {limit}")
-    logps = token_logprobs(model, seqs, pad_token_id=tokenizer.pad_token_id, batch_size=batch_size)
+    logps = token_logprobs(model, [head + body for body in bodies], pad_token_id=tokenizer.pad_token_id,
+                           batch_size=batch_size)
     first = max(len(head), 1) - 1
     out = np.array([lp[first:].mean() if len(lp) > first else np.nan for lp in logps])
     if not np.isfinite(out).all():

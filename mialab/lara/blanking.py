@@ -116,7 +116,7 @@ def word_surprisals(model, tokenizer, texts: list[str], *, batch_size: int = 8) 
     A token counts for every word its characters overlap; a token with no prediction (the
     first one when the tokenizer adds no BOS) contributes nothing.
     """
-    from mialab.lm.causal import token_logprobs
+    from mialab.lm.logprobs import token_logprobs
 
     enc = tokenizer(texts, return_offsets_mapping=True)
     logps = token_logprobs(model, enc["input_ids"], pad_token_id=tokenizer.pad_token_id, batch_size=batch_size)
@@ -136,7 +136,7 @@ def word_surprisals(model, tokenizer, texts: list[str], *, batch_size: int = 8) 
 def blank_token_loss(texts: list[str], *, model_path: str, fraction: float = 0.2, batch_size: int = 8,
                      device: str = "auto", dtype: str = "float32") -> list[str]:
     """Blank the ``ceil(fraction * n_words)`` (at least one) highest-surprisal words of each text."""
-    from mialab.lm.causal import load_lm
+    from mialab.lm.loading import load_lm
 
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")

@@ -72,7 +72,7 @@ def extract_layer_features(model_path: str, texts: list[str], *, batch_size: int
                            dtype: str = "float32", max_length: int | None = None,
                            special_tokens: bool = True) -> np.ndarray:
     """Load ``model_path`` and return :func:`layer_features` of ``texts``."""
-    from mialab.lm.causal import load_lm
+    from mialab.lm.loading import load_lm
 
     model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right")
     return layer_features(model, tok, list(texts), batch_size=batch_size, max_length=max_length,
@@ -123,7 +123,7 @@ def extract_features(table: pd.DataFrame, model_path: str, out_dir: str | os.Pat
         if _shard_is_current(path, fingerprint):
             continue
         if model is None:
-            from mialab.lm.causal import load_lm
+            from mialab.lm.loading import load_lm
 
             model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right", trust_remote_code=trust_remote_code)
         feats = layer_features(model, tok, chunk, batch_size=batch_size, max_length=max_length,

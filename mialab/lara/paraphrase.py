@@ -32,7 +32,7 @@ from mialab.text.llm_prompts import Generate, collect_items, load_template, norm
 from mialab.text.spans import BLANK, MATH_SPAN
 from mialab.text.wordnet import DEBIAN_WORDNET, synonyms
 
-ParaphraseBackend = Registry("paraphrase backend")
+ParaphraseBackend = Registry("blanked-question paraphrase backend")
 
 PROTECTED = re.compile(rf"{re.escape(BLANK)}|{MATH_SPAN.pattern}|\\[A-Za-z]+", re.DOTALL)
 WORD = re.compile(r"(?<![\w\\])[A-Za-z]+(?![\w])")

@@ -19,7 +19,6 @@ import functools
 from mialab.pipeline.config import ConfigError, check_names
 from mialab.pipeline.plan import Plan, Stage, seed_part
 
-STAGE_VERSIONS: dict[str, int] = {"perturbations": 2, "features": 3, "baselines": 4, "scores": 3}
 PERTURBATION_KEYS = ("question", "controls", "neighbours", "blank", "paraphrase", "llm")
 MODEL_STAGES = ("features", "baselines")
 
@@ -63,7 +62,7 @@ class LaRAPlan:
     def perturbation_run(self, dataset: str) -> Stage:
         """The perturbation job of a dataset: every seed's table (model-free, shared by every model)."""
         seeds = self.plan.seeds()
-        return self.plan.stage("lara/perturbations", STAGE_VERSIONS["perturbations"], [dataset], {
+        return self.plan.stage("lara/perturbations", {"dataset": dataset}, {
             "dataset": dataset, "seeds": seeds, "config": self.perturbation_config(),
             "upstream": {"pool": self.plan.pool(dataset).key,
                          "splits": {str(s): self.plan.split(dataset, s).key for s in seeds}},
@@ -83,7 +82,7 @@ class LaRAPlan:
         if stage not in MODEL_STAGES:
             raise ValueError(f"unknown LaRA model stage {stage!r}; known: {', '.join(MODEL_STAGES)}")
         seeds = self.plan.seeds()
-        return self.plan.stage(f"lara/{stage}", STAGE_VERSIONS[stage], [model, dataset], {
+        return self.plan.stage(f"lara/{stage}", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "seeds": seeds, "config": self.spec[stage],
             "upstream": {"model": self.plan.model(model).key,
                          "perturbations": self.perturbation_run(dataset).key},
@@ -93,7 +92,7 @@ class LaRAPlan:
     def score_run(self, model: str, dataset: str) -> Stage:
         """The ``scores`` job of a (model, dataset): every seed's score table."""
         seeds = self.plan.seeds()
-        return self.plan.stage("lara/scores", STAGE_VERSIONS["scores"], [model, dataset], {
+        return self.plan.stage("lara/scores", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "seeds": seeds,
             "config": {"detection": self.spec["detection"], "betas": self.spec["betas"]},
             "upstream": {"splits": {str(s): self.plan.split(dataset, s).key for s in seeds},
@@ -114,6 +113,6 @@ class LaRAPlan:
         """(model, seed) of every score table of ``dataset``."""
         return [(m, int(s)) for m, d in self.pairs() if d == dataset for s in seeds]
 
-    @staticmethod
-    def report_outputs(dataset: str) -> dict[str, str]:
-        return {name: f"results/lara/report/{dataset}/{name}" for name in ("lara.md", "lara.csv", "layers.png")}
+    def report_outputs(self, dataset: str) -> dict[str, str]:
+        return {name: self.plan.output("lara", "report", dataset, name)
+                for name in ("lara.md", "lara.csv", "layers.png")}

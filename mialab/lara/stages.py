@@ -41,6 +41,7 @@ import functools
 import numpy as np
 import pandas as pd
 
+from mialab.core.finite import require_finite
 from mialab.data.rl_corpus import normalise_question, pool_questions
 from mialab.lara.baselines import (
     TOP_K_LOGPROBS,
@@ -57,7 +58,7 @@ from mialab.lara.combine import combine_lara_sc
 from mialab.lara.construction import build_perturbations
 from mialab.lara.detection import detection_scores
 from mialab.lara.metrics import compute_metrics
-from mialab.lm.causal import load_lm
+from mialab.lm.loading import load_lm
 
 EVALUATED, REFERENCE = "evaluated", "reference"
 PREFIX = "lara"
@@ -93,7 +94,7 @@ def backend_specs(spec: dict, neighbour_pool: list[str], generate=None) -> dict[
     """``{"neighbours", "blank", "paraphrase"}`` backend specs for :func:`build_perturbations` from the
     ``lara`` section's ``neighbours`` / ``blank`` / ``paraphrase`` entries.
 
-    A backend ``llm`` gets ``generate`` (``generate(prompts, temperature=t)``, :func:`mialab.lm.causal.text_generator`
+    A backend ``llm`` gets ``generate`` (``generate(prompts, temperature=t)``, :func:`mialab.lm.engine.text_generator`
     on ``lara.llm``) at the entry's own ``temperature`` (the code's: 0.8 neighbours, 0.3 blanking, 0.7
     paraphrases); neighbours default to retrieval from ``neighbour_pool`` (the known non-members).
     """
@@ -209,10 +210,8 @@ def score_table(metrics: pd.DataFrame, baselines: pd.DataFrame, split: pd.DataFr
     if set(scores["id"]) != set(split["id"].astype(str)):
         raise ValueError("the LaRA scores and the split cover different ids")
     out = split[["id", "label"]].astype({"id": str}).merge(scores, on="id", validate="one_to_one")
-    values = out.drop(columns=["id", "label"])
-    bad = [c for c in values.columns if not np.isfinite(values[c].to_numpy(dtype=np.float64)).all()]
-    if bad:
-        raise ValueError(f"non-finite LaRA score column(s) {bad}")
+    for column in out.columns.drop(["id", "label"]):
+        require_finite(f"LaRA score column {column!r}", out[column])
     return out
 
 
@@ -226,7 +225,7 @@ def recall_prefix(references: pd.DataFrame, recall: dict) -> list[str]:
     """ReCaLL's prefix: the ``prefix_size`` shortest reference questions (known non-members; short,
     so that prefix and question fit a small model's context), cut to ``prefix_max_words``."""
     shortest = references["text"].iloc[np.argsort(references["text"].str.len().to_numpy(), kind="stable")]
-    return [normalise_question(t, recall.get("prefix_max_words")) for t in shortest.iloc[:recall.get("prefix_size", 1)]]
+    return [normalise_question(t, recall.get("prefix_max_words")) for t in shortest.iloc[:recall["prefix_size"]]]
 
 
 def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict, cdd: dict, self_critique: dict,
@@ -252,7 +251,7 @@ def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict
         raise ValueError(f"{len(clash)} question id(s) have different texts in different seeds, e.g. {sorted(clash)[:3]}")
     texts = questions["text"].tolist()
     model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="left", trust_remote_code=trust_remote_code)
-    answer_tokens = self_critique.get("max_new_tokens", 256)
+    answer_tokens = self_critique["max_new_tokens"]
     greedy = dict(max_new_tokens=answer_tokens, batch_size=batch_size, top_k=top_k_logprobs, system=system_prompt)
     first = greedy_answers(model, tok, texts, **greedy)
     responses = responses or {}
@@ -261,7 +260,7 @@ def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict
     recall_texts = [normalise_question(t, recall.get("max_words")) for t in texts]
     shared = pd.DataFrame({
         f"{PREFIX}/cdd": cdd_scores(model, tok, texts, **cdd, batch_size=batch_size, system=system_prompt,
-                                    greedy=first if cdd.get("max_new_tokens", 256) == answer_tokens else None),
+                                    greedy=first if cdd["max_new_tokens"] == answer_tokens else None),
         f"{PREFIX}/self_critique": self_critique_scores(model, tok, texts, **self_critique, batch_size=batch_size,
                                                         top_k=top_k_logprobs, system=system_prompt, first=first),
         **{f"{PREFIX}/{name}": values for name, values in

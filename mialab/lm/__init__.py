@@ -1,4 +1,10 @@
-"""Floor 2: model access. Loading (safetensors only, remote code only on opt-in), batched token
-log-probabilities, causal generation on the hf and vLLM backends, prompts and chat templates,
-sentence embeddings, and the tiny world's model builder.
+"""Floor 2: model access, the one layer every method reaches a language model through.
+
+- ``loading``: models and tokenizers (safetensors only, remote code only on opt-in), ``load_lm``.
+- ``logprobs``: the one batched log-probability forward (``map_logprobs``: sorted by length,
+  right-padded) and its reductions: ``token_logprobs``, ``token_stats`` (Min-K%++'s statistics).
+- ``engine`` with ``hf_backend`` / ``vllm_backend``: rollouts and text generators; ``hf_backend.generate_batches``
+  is the one batched transformers generation, which ``generation`` (per-step entropies and top-k
+  statistics) also runs on.
+- ``prompts`` (templates, chat turns), ``embeddings`` (sentence embeddings), ``tiny`` (the tiny world's models).
 """

@@ -9,6 +9,9 @@ assistant prefix not included), ``n_tokens`` counts generated tokens without the
 ``finish_reason`` is ``stop`` (EOS generated) or ``length`` (``max_new_tokens`` reached).
 
 Sampling defaults are those of ADRA's rollouts (Table 14): temperature 1.0, top-p 0.95, top-k 50.
+
+:func:`text_completions` puts prompt strings through a started backend and decodes the answers; the
+methods' text generators (:func:`rollout_generator`, :func:`text_generator`) are its two call styles.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from mialab.core.registry import Registry
-from mialab.lm.prompts import prompt_text, prompt_token_ids
+from mialab.lm.prompts import format_prompt, prompt_text, prompt_token_ids
 
 ROLLOUT_COLUMNS = ("id", "sample", "text", "n_tokens", "finish_reason")
 FINISH_REASONS = ("stop", "length")
@@ -197,3 +200,59 @@ def run_rollouts_many(splits: Sequence[pd.DataFrame], samplings: Sequence[Sampli
     return [generate_rollouts(split, engine, tokenizer, template=template, sampling=sampling, chat=chat,
                               stop_ids=stops, assistant_prefix_ratio=assistant_prefix_ratio)
             for split, sampling in zip(splits, samplings)]
+
+
+def text_completions(model_path: str, *, backend: str = "hf", backend_options: dict | None = None, chat: bool = False,
+                     trust_remote_code: bool = False) -> Callable[[Sequence[str], SamplingConfig], list[str]]:
+    """``complete(prompts, sampling) -> completions``: backend ``backend`` (started once on ``model_path``
+    with ``backend_options``) answers each prompt string, sent as one chat user turn when ``chat``
+    (:func:`mialab.lm.prompts.format_prompt`) and tokenised as the engine does (BOS added unless already
+    there); each prompt's first completion is returned decoded, special tokens and the stop token dropped."""
+    from mialab.lm.loading import load_tokenizer
+
+    tok = load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code)
+    engine = start_backend(backend, model_path, backend_options, trust_remote_code=trust_remote_code)
+    stops = stop_token_ids(model_path, tok)
+
+    def complete(prompts: Sequence[str], sampling: SamplingConfig) -> list[str]:
+        texts = [format_prompt(tok, p) for p in prompts] if chat else list(prompts)
+        completions = engine.generate([prompt_token_ids(tok, t) for t in texts], sampling, stops)
+        return [tok.decode(c[0].token_ids, skip_special_tokens=True) for c in completions]
+
+    return complete
+
+
+def rollout_generator(model_path: str, *, backend: str = "hf", backend_options: dict | None = None,
+                      trust_remote_code: bool = False) -> Callable[..., list[str]]:
+    """``generate(prompts, *, max_new_tokens, temperature, seed) -> continuations`` of raw prompt strings
+    (CalibDCD's target outputs; one continuation per prompt, ``temperature`` 0: greedy, the engine's
+    top-p and top-k otherwise), on :func:`text_completions`."""
+    complete = text_completions(model_path, backend=backend, backend_options=backend_options,
+                                trust_remote_code=trust_remote_code)
+
+    def generate(prompts: Sequence[str], *, max_new_tokens: int, temperature: float = 0.0,
+                 seed: int = 0) -> list[str]:
+        return complete(prompts, SamplingConfig(n=1, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed))
+
+    return generate
+
+
+def text_generator(model_path: str, *, engine: str = "hf", backend_options: dict | None = None,
+                   max_new_tokens: int = 4000, temperature: float = 0.7, top_p: float = 1.0, seed: int = 0,
+                   trust_remote_code: bool = False) -> Callable[..., list[str]]:
+    """A ``generate(prompts) -> completions`` callable over an instruction model (a local folder or a
+    hub id in the cache), for the LLM-backed perturbation backends: each prompt is sent as one chat
+    user turn (:func:`text_completions` on backend ``engine``), no top-k cut. ``temperature=0`` decodes
+    greedily (then re-prompting repeats the same answer); ``run(prompts, temperature=t)`` overrides it
+    for one call."""
+    import dataclasses
+
+    complete = text_completions(model_path, backend=engine, backend_options=backend_options, chat=True,
+                                trust_remote_code=trust_remote_code)
+    sampling = SamplingConfig(n=1, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=0,
+                              seed=seed)
+
+    def run(prompts: list[str], *, temperature: float = temperature) -> list[str]:
+        return complete(prompts, dataclasses.replace(sampling, temperature=temperature))
+
+    return run

@@ -1,5 +1,7 @@
 """``hf`` rollout backend: transformers ``generate``, batched with left padding, CPU or GPU.
 
+:func:`generate_batches` is the package's one batched transformers generation: the backend and
+LaRA's generation with per-step statistics (:func:`mialab.lm.generation.generate`) both run on it.
 Each batch of prompts is sampled under its own torch seed derived from (seed, batch index), so
 rollouts are reproducible on CPU for a given seed and batch size. N samples per prompt share one
 prefill (:func:`generate_sharing_prefill`). ``cache_implementation`` (e.g. ``static``, a preallocated
@@ -9,7 +11,7 @@ prefilled N times (measured on the tiny world's N = 4 rollouts: shared prefill 7
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -60,6 +62,30 @@ def generate_sharing_prefill(model, input_ids, attention_mask, n: int, **kwargs)
                           attention_mask=attention_mask.repeat_interleave(n, 0), cache=cache, **kwargs)
 
 
+def generate_batches(model, prompts: Sequence[list[int]], n: int, *, batch_size: int, pad_id: int,
+                     seed_of: Callable[[int], int], description: str = "hf generation",
+                     **options) -> Iterator[tuple[int, int, object]]:
+    """``(start, width, output)`` per batch of ``batch_size`` tokenised prompts: ``model.generate`` of
+    ``prompts[start:start + batch_size]``, left-padded with ``pad_id`` to ``width`` tokens, ``n`` returns
+    per prompt sharing one prefill (:func:`generate_sharing_prefill`; with a ``cache_implementation``
+    option, generate's own cache: no prefill to share), under torch seed ``seed_of(start)``."""
+    import torch
+
+    device = model.device
+    with progress(len(prompts), description) as advance:
+        for start in range(0, len(prompts), batch_size):
+            batch = prompts[start:start + batch_size]
+            ids, mask = (t.to(device) for t in left_pad(batch, pad_id))
+            torch.manual_seed(seed_of(start))
+            with torch.inference_mode():
+                if "cache_implementation" in options:
+                    out = model.generate(input_ids=ids, attention_mask=mask, num_return_sequences=n, **options)
+                else:
+                    out = generate_sharing_prefill(model, ids, mask, n, **options)
+            yield start, ids.shape[1], out
+            advance(len(batch))
+
+
 @register_backend("hf")
 class HFBackend:
     """Sample with ``model.generate`` (``num_return_sequences = n``), ``batch_size`` prompts at a time."""
@@ -76,31 +102,19 @@ class HFBackend:
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
                  stop_ids: frozenset[int]) -> list[list[Completion]]:
-        import torch
-
         pad_id = min(stop_ids)  # padding is masked, and anything after a stop id is cut
         sample = sampling.temperature > 0
         decoding = ({"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p,
                      "top_k": sampling.top_k} if sample else {"do_sample": False})
         per_prompt = sampling.n if sample else 1  # greedy: decode once, every sample is that completion
-        device = self.model.device
         out: list[list[Completion]] = []
-        with progress(len(prompts), "hf rollouts") as advance:
-            for b, start in enumerate(range(0, len(prompts), self.batch_size)):
-                batch = prompts[start:start + self.batch_size]
-                ids, mask = (t.to(device) for t in left_pad(batch, pad_id))
-                torch.manual_seed(batch_seed(sampling.seed, b))
-                options = dict(**decoding, max_new_tokens=sampling.max_new_tokens, eos_token_id=sorted(stop_ids),
-                               pad_token_id=pad_id)
-                with torch.inference_mode():
-                    if self.cache:  # a cache implementation of generate's own: no prefill to share
-                        seqs = self.model.generate(input_ids=ids, attention_mask=mask, num_return_sequences=per_prompt,
-                                                   **options, **self.cache)
-                    else:
-                        seqs = generate_sharing_prefill(self.model, ids, mask, per_prompt, **options)
-                generated = seqs[:, ids.shape[1]:].tolist()
-                for i in range(len(batch)):
-                    rows = generated[i * per_prompt:(i + 1) * per_prompt] * (sampling.n // per_prompt)
-                    out.append([cut_at_stop(g, stop_ids) for g in rows])
-                advance(len(batch))
+        for _, width, seqs in generate_batches(
+                self.model, prompts, per_prompt, batch_size=self.batch_size, pad_id=pad_id,
+                seed_of=lambda start: batch_seed(sampling.seed, start // self.batch_size), description="hf rollouts",
+                max_new_tokens=sampling.max_new_tokens, eos_token_id=sorted(stop_ids), pad_token_id=pad_id,
+                **decoding, **self.cache):
+            generated = seqs[:, width:].tolist()
+            for i in range(len(generated) // per_prompt):
+                rows = generated[i * per_prompt:(i + 1) * per_prompt] * (sampling.n // per_prompt)
+                out.append([cut_at_stop(g, stop_ids) for g in rows])
         return out

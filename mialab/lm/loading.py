@@ -111,3 +111,10 @@ def load_causal_lm(path: str, *, dtype: str = "float32", device: str = "auto", t
         path, dtype=torch_dtype, use_safetensors=True, trust_remote_code=trust_remote_code
     )
     return model.to(device).eval()
+
+
+def load_lm(path: str, *, device: str = "auto", dtype: str = "float32", padding_side: str = "right",
+            trust_remote_code: bool = False):
+    """``(model, tokenizer)`` for inference; right padding for log-probabilities, left for generation."""
+    return (load_causal_lm(path, dtype=dtype, device=device, trust_remote_code=trust_remote_code),
+            load_tokenizer(path, padding_side=padding_side, trust_remote_code=trust_remote_code))

@@ -1,4 +1,10 @@
-"""Per-token statistics of a causal LM on a batch of texts, the input of every passive baseline.
+"""The one batched log-probability forward of the package, and the per-token statistics it feeds.
+
+:func:`map_logprobs` runs a causal LM over token-id rows, sorted by length (longest first, so
+a batch too large for memory fails at once) and right-padded, and hands each row's log-softmax
+over the vocabulary to a per-row reduction; :func:`token_logprobs` (``log p`` of the realised
+tokens: LaRA, DPDLLM's reference model), :func:`token_stats` (the passive baselines) and
+VeilProbe's key-token perturbation (:mod:`mialab.calibdcd.perturb`) are such reductions.
 
 For each text and each predicted token t (the first token has no prediction and is skipped):
 ``logp[t]`` = log p(x_t | x_<t); ``mu[t]`` = E_{z~p}[log p(z)] and ``sigma[t]`` =
@@ -19,6 +25,7 @@ A text longer than ``max_length`` tokens is handled as ``truncation`` says (:dat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -36,26 +43,58 @@ class TokenStats:
     truncated: bool = False
 
 
-def stats_from_logits(logits, input_ids, attention_mask) -> list[TokenStats]:
-    """Turn a padded batch of logits ``[B, T, V]`` into one :class:`TokenStats` per row.
+def map_logprobs(model, rows: Sequence[Sequence[int]], reduce: Callable, *, pad_token_id: int,
+                 batch_size: int = 8, description: str = "log-probabilities") -> list:
+    """``reduce(logp, targets)`` of every token-id row, in input order: ``logp`` ``[n - 1, vocab]`` the
+    float32 log-softmax predicting the row's tokens 1..n-1, ``targets`` those tokens (both on the model's
+    device, inside ``torch.inference_mode``, so ``reduce`` may edit ``logp`` in place).
 
-    Works for right padding; positions whose target is padding are dropped. Rows are reduced one
-    at a time: the full-vocabulary temporaries of a whole batch (hundreds of MB) would be fresh
-    memory on every batch, paid for in page faults.
+    Rows run ``batch_size`` at a time, longest first (a stable sort by token length, to limit
+    padding), right-padded and masked; each row is reduced on its own, so the full-vocabulary
+    temporaries are one row's, not a whole batch's. ``description``: the progress bar's label.
     """
     import torch
 
-    keep = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
-    out = []
-    for i in range(logits.shape[0]):
-        m = keep[i]
-        logprobs = torch.log_softmax(logits[i, :-1][m].float(), dim=-1)
-        logp = logprobs.gather(-1, input_ids[i, 1:][m].unsqueeze(-1)).squeeze(-1)
-        probs = logprobs.exp()
-        mu = (probs * logprobs).sum(-1)
-        sigma = ((probs * logprobs.square()).sum(-1) - mu.square()).clamp_min(0).sqrt()
-        out.append(TokenStats(logp.double().cpu().numpy(), mu.double().cpu().numpy(), sigma.double().cpu().numpy()))
+    from mialab.core.progress import progress
+
+    limit = getattr(model.config, "max_position_embeddings", None)
+    longest = max((len(r) for r in rows), default=0)
+    if limit is not None and longest > limit:
+        raise ValueError(f"a row has {longest} tokens, more than the model's {limit} positions")
+    device = next(model.parameters()).device
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+    out: list = [None] * len(rows)
+    with progress() as prog, torch.inference_mode():
+        task = prog.add_task(description, total=len(rows))
+        for start in range(0, len(rows), batch_size):
+            batch = [list(rows[i]) for i in order[start:start + batch_size]]
+            width = max(len(r) for r in batch)
+            ids = torch.tensor([r + [pad_token_id] * (width - len(r)) for r in batch], device=device)
+            mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in batch], device=device)
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            for b, i in enumerate(order[start:start + batch_size]):
+                n = max(len(batch[b]) - 1, 0)
+                out[i] = reduce(torch.log_softmax(logits[b, :n].float(), dim=-1), ids[b, 1:n + 1])
+            prog.advance(task, len(batch))
     return out
+
+
+def picked(logp, targets) -> np.ndarray:
+    """``log p`` of the realised tokens (float64): the reduction behind :func:`token_logprobs`."""
+    return logp.gather(-1, targets[:, None]).squeeze(-1).double().cpu().numpy()
+
+
+def token_logprobs(model, rows: Sequence[Sequence[int]], *, pad_token_id: int, batch_size: int = 8) -> list[np.ndarray]:
+    """``log p(x_t | x_<t)`` for t = 1..n-1 of each token-id row (float64, length n-1), in input order."""
+    return map_logprobs(model, rows, picked, pad_token_id=pad_token_id, batch_size=batch_size)
+
+
+def vocabulary_stats(logp, targets) -> TokenStats:
+    """One row's :class:`TokenStats` from its log-softmax ``[n - 1, vocab]`` and realised tokens."""
+    probs = logp.exp()
+    mu = (probs * logp).sum(-1)
+    sigma = ((probs * logp.square()).sum(-1) - mu.square()).clamp_min(0).sqrt()
+    return TokenStats(picked(logp, targets), mu.double().cpu().numpy(), sigma.double().cpu().numpy())
 
 
 def sliding_windows(n: int, max_length: int) -> list[tuple[int, int, int]]:
@@ -95,16 +134,12 @@ def _pieces(ids: list[list[int]], full_lengths: list[int], max_length: int, trun
 def token_stats(model, tokenizer, texts: list[str], *, batch_size: int = 16, max_length: int = 512,
                 truncation: str = "truncate", names: list | None = None,
                 description: str = "scoring") -> list[TokenStats]:
-    """Score ``texts`` in batches (sorted by length to limit padding); results in input order.
+    """Score ``texts`` with :func:`map_logprobs` (one row per text or window); results in input order.
 
     Every text is tokenized in full first, so ``error`` fails before the model runs and
     ``truncate`` marks what it cut (``TokenStats.truncated``). ``names``: how errors name the
     texts (their ids; default their positions).
     """
-    import torch
-
-    from mialab.core.progress import progress
-
     full = tokenizer(texts)["input_ids"]
     lengths = [len(r) for r in full]
     ids = full if truncation != "truncate" else tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
@@ -113,22 +148,11 @@ def token_stats(model, tokenizer, texts: list[str], *, batch_size: int = 16, max
     if short:
         raise ValueError(f"text {names[short[0]]!r} has fewer than two tokens; nothing to score")
     pieces = _pieces(ids, lengths, max_length, truncation, names)
-    device = next(model.parameters()).device
-    chars = [len(texts[p[0]]) for p in pieces]
-    order = np.argsort(chars, kind="stable")[::-1]
+    stats = map_logprobs(model, [p[2] for p in pieces], vocabulary_stats, pad_token_id=tokenizer.pad_token_id,
+                         batch_size=batch_size, description=description)
     parts: list[list[tuple[int, int, TokenStats]]] = [[] for _ in texts]
-    pad = tokenizer.pad_token_id
-    with progress() as prog, torch.inference_mode():
-        task = prog.add_task(description, total=len(pieces))
-        for start in range(0, len(pieces), batch_size):
-            batch = [pieces[j] for j in order[start:start + batch_size]]
-            width = max(len(p[2]) for p in batch)
-            input_ids = torch.tensor([p[2] + [pad] * (width - len(p[2])) for p in batch], device=device)
-            mask = torch.tensor([[1] * len(p[2]) + [0] * (width - len(p[2])) for p in batch], device=device)
-            logits = model(input_ids=input_ids, attention_mask=mask).logits
-            for (i, w, _, keep), st in zip(batch, stats_from_logits(logits, input_ids, mask)):
-                parts[i].append((w, keep, st))
-            prog.advance(task, len(batch))
+    for (i, w, _, keep), st in zip(pieces, stats):
+        parts[i].append((w, keep, st))
     return [_joined(p, truncated=lengths[i] > len(ids[i])) for i, p in enumerate(parts)]
 
 

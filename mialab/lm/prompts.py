@@ -1,4 +1,5 @@
-"""Prompt construction for reconstruction rollouts (ADRA Appendix A, Table 11).
+"""Prompt construction for reconstruction rollouts (ADRA Appendix A, Table 11), and one user turn
+in a tokenizer's chat template (:func:`format_prompt`, for instruction models given a task).
 
 A prompt is the dataset's template (a ``str.format`` string with a ``{prefix}`` field) filled
 with the candidate's prefix. Optionally the first ``p`` of the ground-truth suffix words are
@@ -43,3 +44,12 @@ def prompt_token_ids(tokenizer, text: str) -> list[int]:
     bos = tokenizer.bos_token
     add_special = not (bos and text.startswith(bos))
     return tokenizer(text, add_special_tokens=add_special)["input_ids"]
+
+
+def format_prompt(tokenizer, text: str, system: str | None = None) -> str:
+    """Wrap ``text`` as one user turn, after a ``system`` turn when given, with the tokenizer's chat
+    template; without one, the raw text (after the system prompt and a blank line)."""
+    if getattr(tokenizer, "chat_template", None):
+        turns = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    return f"{system}\n\n{text}" if system else text

@@ -2,7 +2,7 @@
 
 Used by N-Sampling (Hallinan et al. 2025, generalised in ADRA Section 4.2) and by ADRA's evaluation
 (Appendix D.3), which differ only in the policy that sampled the rollouts. Every rollout is scored
-with the full metric suite of :mod:`mialab.reconstruction` (Table 16) under the suffix-only
+with the full metric suite of :mod:`mialab.similarity` (Table 16) under the suffix-only
 protocol by default (the words the prompt gave away are not compared), and the N scores of a
 candidate are aggregated by average-of-N (``aon``) and best-of-N (``bon``). A better reconstruction
 means a more likely member, so every column is a membership score (higher = member), named

@@ -18,8 +18,6 @@ from mialab.n_sampling.tasks import Task, known_templates, rollout_seed
 from mialab.pipeline.config import ConfigError
 from mialab.pipeline.plan import Plan, Stage, seed_part
 
-STAGE_VERSIONS: dict[str, int] = {"n_sampling/rollouts": 3, "n_sampling/scores": 3}
-
 
 def targets_of(section: dict | None) -> list[tuple[str, str]]:
     """(model, dataset) pairs a section's ``targets`` name, in config order."""
@@ -82,7 +80,7 @@ class NSamplingPlan:
     def rollout_run(self, model: str, dataset: str) -> Stage:
         """The rollouts job of a target: every seed's split, each sampled under its own seed, one model load."""
         seeds = self.plan.seeds()
-        return self.plan.stage("n_sampling/rollouts", STAGE_VERSIONS["n_sampling/rollouts"], [model, dataset], {
+        return self.plan.stage("n_sampling/rollouts", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "seeds": seeds,
             "config": {"task": self.spec["tasks"][dataset], "chat": self.chat(model),
                        "sampling": {str(s): self.sampling(s) for s in seeds}, **self.generation()},
@@ -98,7 +96,7 @@ class NSamplingPlan:
     def score_run(self, model: str, dataset: str) -> Stage:
         """The scores job of a target: every seed's rollouts, one embedding-model load."""
         seeds = self.plan.seeds()
-        return self.plan.stage("n_sampling/scores", STAGE_VERSIONS["n_sampling/scores"], [model, dataset], {
+        return self.plan.stage("n_sampling/scores", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "seeds": seeds, "config": self.metrics_config(dataset),
             "upstream": {"rollouts": self.rollout_run(model, dataset).key,
                          "splits": {str(s): self.plan.split(dataset, s).key for s in seeds}},

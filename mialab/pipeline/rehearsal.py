@@ -31,7 +31,6 @@ from mialab.core.paths import RESOURCES
 from mialab.pipeline.plan import Plan, Stage, source_fingerprint, stable_hash
 
 TABLES = RESOURCES / "rehearsal"
-VERSION = 2  # rule rehearsal_model's code version (bump when a stand-in's content changes)
 STAND_INS = "rehearsal/models"  # under the results folder: <name>/<key>/model
 # what every stand-in's tokenizer is trained on (the repository's own text)
 TOKENIZER_CORPUS = ["resources/data/tinyshakespeare/input.txt", "resources/data/aime/aime_1983_2023.json",
@@ -165,9 +164,10 @@ def stand_in_spec(hub: str, key: str) -> dict:
 
 
 def stand_in_stage(plan: Plan, hub: str, key: str = "rehearsal") -> Stage:
-    """The content-addressed stand-in of ``hub``: its spec, the tokenizer corpus and :data:`VERSION`."""
+    """The content-addressed stand-in of ``hub``: its spec and the tokenizer corpus (its version:
+    :data:`mialab.pipeline.plan.STAGE_VERSIONS`)."""
     spec = stand_in_spec(hub, key)
-    return plan.stage("rehearsal", VERSION, ["models", stand_in_name(hub)], {
+    return plan.stage("rehearsal", {"name": stand_in_name(hub)}, {
         "spec": spec, "corpus": source_fingerprint(TOKENIZER_CORPUS, plan.hash_cache)})
 
 

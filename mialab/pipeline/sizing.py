@@ -9,7 +9,9 @@ rule its ``resources:`` (:meth:`Sizing.rule_resources`); a profile's ``set-resou
   else (``auto``: one process per GPU the job gets) a full node (``MIALAB_SLURM_GPUS_PER_NODE``,
   default 8) for a model of at least :data:`LARGE_PARAMS_B` billion parameters and 1 below. vLLM
   generation (rollouts, CalibDCD outputs, paraphrases): its ``tensor_parallel_size``. The ``hf``
-  backend and forward passes (``score_baselines``, ``lara_*``): 1. Reconstruction metrics
+  backend and forward passes (``score_baselines``, ``lara_*``): 1. CalibDCD's training stages
+  (``calibdcd_reference``: DPDLLM's reference fine-tuning; ``calibdcd_veilprobe``: VeilProbe's mapping
+  models) run on the one device of ``calibdcd.lm.device``: 1, none when it is ``cpu``. Reconstruction metrics
   (``n_sampling_scores``, ``adra_scores``): 1 when the embedding model has at least
   :data:`LARGE_PARAMS_B` billion parameters (it then runs on the GPU), else none. Offline paraphrases
   and every other rule: none.
@@ -59,10 +61,14 @@ RUNTIME_MIN = {"train": 1440, "generate": 720, "forward": 240, "metrics": 240, "
 MIN_RUNTIME_MIN = 30
 #: Rules that train through mialab.core.launch (world size = their GPUs); see :meth:`Sizing.job`.
 TRAINING_RULES = ("sft_contaminate", "rl_contaminate", "adra_train")
+#: CalibDCD's training stages on one device (mialab.calibdcd.reference, mialab.calibdcd.mapping).
+CALIBDCD_TRAINING_RULES = ("calibdcd_reference", "calibdcd_veilprobe")
 #: Every rule :meth:`Sizing.job` sizes (the others get the profile's default-resources).
-SIZED_RULES = (*TRAINING_RULES, "n_sampling_rollouts", "adra_eval", "calibdcd_features", "paraphrase",
-               "paraphrase_pool", "score_baselines", "lara_features", "lara_baselines", "n_sampling_scores",
-               "adra_scores")
+SIZED_RULES = (*TRAINING_RULES, *CALIBDCD_TRAINING_RULES, "n_sampling_rollouts", "adra_eval", "calibdcd_features",
+               "paraphrase", "paraphrase_pool", "score_baselines", "lara_features", "lara_baselines",
+               "n_sampling_scores", "adra_scores")
+#: VeilProbe's mapping models' vocabulary (bert-base-uncased's), for their size.
+BERT_VOCAB = 30522
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
@@ -85,6 +91,16 @@ def safetensors_params_b(folder: Path) -> float | None:
     cfg = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
     dtype = cfg.get("torch_dtype") or cfg.get("dtype")
     return sum(f.stat().st_size for f in files) / DTYPE_BYTES.get(str(dtype), 2) / 1e9
+
+
+def mapping_params_b(mapping: Mapping) -> float:
+    """Billions of parameters of one of VeilProbe's mapping models (mialab.calibdcd.mapping; the two are
+    trained one after the other): a BERT encoder and decoder of ``num_layers`` layers each
+    (self-attention, feed-forward; the decoder's cross-attention too) with their embeddings."""
+    h, inter, layers = mapping["hidden_size"], mapping["intermediate_size"], mapping["num_layers"]
+    embeddings = (BERT_VOCAB + mapping["max_length"]) * h
+    layer = 4 * h * h + 2 * h * inter
+    return (2 * embeddings + layers * (2 * layer + 4 * h * h)) / 1e9
 
 
 @dataclass
@@ -152,6 +168,12 @@ class Sizing:
             world = self.world(p)
             workers = cfg["adra"]["reward"]["workers"] if rule == "adra_train" else 1
             return Job("train", world, p, processes=world, workers=workers)
+        if rule in CALIBDCD_TRAINING_RULES:
+            calib = cfg["calibdcd"]
+            gpus = 0 if calib["lm"]["device"] == "cpu" else 1
+            if rule == "calibdcd_reference":
+                return Job("train", gpus, self.params_b(calib["detectors"]["dpdllm"]["reference_model"]))
+            return Job("train", gpus, mapping_params_b(calib["detectors"]["veilprobe"]["mapping"]))
         if rule in ("n_sampling_rollouts", "adra_eval"):
             ns = cfg["n_sampling"]
             return Job("generate", self.engine_gpus(ns["backend"], ns["backend_options"]), self.params_b(model))

@@ -2,13 +2,15 @@
 
 Gives exactly the integers of :func:`mialab.similarity.reference.reference_counts` (tested
 on thousands of random pairs) at a fraction of the cost, so that GRPO can score 16,384 rollouts
-of 512 words per step on a couple of CPU cores.
+of 512 words per step on a couple of CPU cores, and computes only the counts asked for (the
+``ngram`` reward needs neither the LCS nor the unique-token counts).
 
 How, per chunk of pairs:
 
-- texts are split on whitespace; the rest of the tokenisation rule runs once per distinct word
-  of the chunk and token ids come from one vocabulary per chunk (``pandas.factorize``); each
-  distinct text is handled once per chunk (the true suffix and the K distractors repeat);
+- each distinct text of the chunk is tokenised once (the true suffix and the K distractors
+  repeat), all of them together on their UTF-8 bytes (:func:`encode_texts`): the rule of
+  :mod:`mialab.text.words` as byte masks (whitespace, the characters of scripts without spaces,
+  edge punctuation), then one vocabulary for the chunk from pyarrow's ``dictionary_encode``;
 - LCS: rapidfuzz's bit-parallel ``LCSseq`` over the id sequences (``process.cpdist``);
 - every set count (unique tokens, distinct n-grams, common n-grams, for all ``n`` at once) comes
   from one generalised suffix array of ``c_1 #_1 r_1 $_1 c_2 #_2 r_2 $_2 ...`` built by
@@ -23,7 +25,7 @@ How, per chunk of pairs:
   suffixes (one ``maximum.accumulate`` each; a suffix of another pair in between forces 0,
   which is then also the true value), and the number of lengths ``n`` in ``[n_min, n_max]``
   passing these tests is closed-form per suffix. Unique tokens are the case ``n = 1``. No
-  n-gram is ever materialised; everything after the whitespace split is numpy or C.
+  n-gram is ever materialised; everything after ``str.lower`` is numpy, pyarrow or C.
 
 Chunks run in-process (``workers=1``) or on a persistent pool of ``workers`` processes.
 """
@@ -35,46 +37,88 @@ import functools
 import multiprocessing
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from itertools import chain
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pydivsufsort
 from pydivsufsort import divsufsort, kasai
 from rapidfuzz import process
 from rapidfuzz.distance import LCSseq
 
 from mialab.similarity.metrics import COUNT_NAMES, LEXICAL_METRICS, metrics_from_counts
-from mialab.text.words import tokenize_words
+from mialab.text.words import NO_SPACE_RANGES, PUNCTUATION
 
-DEFAULT_CHUNK_SIZE = 64
+DEFAULT_CHUNK_SIZE = 32
+
+# Code points of the non-ASCII characters str.split() splits on (all below U+3001), and the bounds of the
+# scripts without spaces (sorted [start, end) pairs).
+WIDE_SPACES = np.array([c for c in range(0x80, 0x3001) if chr(c).isspace()], dtype=np.int32)
+NO_SPACE_BOUNDS = np.array([[ord(lo), ord(hi) + 1] for lo, hi in zip(NO_SPACE_RANGES[0::3], NO_SPACE_RANGES[2::3])],
+                           dtype=np.int32).ravel()
 
 
-def encode_texts(candidates: Sequence[str], references: Sequence[str],
-                 split_scripts: bool = True) -> tuple[list[np.ndarray], list[int], list[int], int, np.ndarray]:
-    """Token ids of each distinct text (one shared vocabulary) and which distinct text every pair uses.
+def code_points(b: np.ndarray, lead: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(code point, width in bytes) of the multi-byte UTF-8 characters whose lead bytes are ``b[lead]``
+    (``b`` padded with 3 bytes)."""
+    b0, b1, b2, b3 = (b[lead + k].astype(np.int32) for k in range(4))
+    width = 2 + (b0 >= 0xE0) + (b0 >= 0xF0)
+    tail = np.where(width == 2, b1 & 0x3F, np.where(width == 3, (b1 & 0x3F) << 6 | b2 & 0x3F,
+                                                     (b1 & 0x3F) << 12 | (b2 & 0x3F) << 6 | b3 & 0x3F))
+    return (b0 & (0x7F >> width)) << (6 * (width - 1)) | tail, width
 
-    Returns (ids per distinct text, candidate text indices, reference text indices, vocabulary
-    size, whitespace words per distinct text). Texts are only split on whitespace; the rest of the
-    tokenisation rule (lowercase,
-    scripts without spaces, edge punctuation) runs once per distinct word, and each word's
-    tokens are then gathered for all its occurrences.
+
+def encode_texts(texts: Sequence[str], split_scripts: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Token ids of texts (one vocabulary), tokens per text, whitespace words per text, vocabulary size.
+
+    The rule of :mod:`mialab.text.words` on the UTF-8 bytes of all texts at once (lowercased by
+    ``str.lower``, joined by newlines): a piece starts after whitespace and, with ``split_scripts``,
+    at and after each character of a script without spaces; a piece's token is the piece without
+    the punctuation runs at its edges (no token when nothing is left). The masks are numpy, the
+    vocabulary pyarrow's ``dictionary_encode`` of the token bytes.
     """
-    index: dict[str, int] = {}
-    cand = [index.setdefault(t, len(index)) for t in candidates]
-    ref = [index.setdefault(t, len(index)) for t in references]
-    words = [t.split() for t in index]
-    n_words = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-    flat = np.fromiter(chain.from_iterable(words), dtype=object, count=int(n_words.sum()))
-    word_code, distinct_words = pd.factorize(flat)
-    tokens, per_word = tokenize_words(distinct_words, split_scripts)
-    token_id, vocab = pd.factorize(np.array(tokens, dtype=object))
-    first_token = np.cumsum(per_word) - per_word
-    k = per_word[word_code]  # tokens of each word occurrence
-    ids = token_id[np.repeat(first_token[word_code], k) + np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)]
-    per_text = np.bincount(np.repeat(np.arange(len(words)), n_words), weights=k, minlength=len(words))
-    return np.split(ids.astype(np.int64), np.cumsum(per_text.astype(np.int64))[:-1]), cand, ref, len(vocab), n_words
+    encoded = [t.lower().encode("utf-8", "surrogatepass") for t in texts]
+    n_bytes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    b = np.frombuffer(b"\n".join(encoded) + b"\n\0\0\0", dtype=np.uint8)
+    n = len(b) - 3  # b[:n] ends with a newline; the 3 bytes of padding serve code_points
+    space = ((b[:n] - np.uint8(9)) <= 4) | ((b[:n] - np.uint8(28)) <= 4)  # \t-\r and \x1c-space
+    start = np.zeros(n + 1, dtype=bool)  # first byte of a piece
+    lead = np.flatnonzero(b[:n] >= 0xC0)
+    if len(lead):
+        cp, width = code_points(b, lead)
+        wide = lead[np.isin(cp, WIDE_SPACES)]
+        space[wide] = space[wide + 1] = True
+        space[wide[b[wide] >= 0xE0] + 2] = True
+        if split_scripts:
+            alone = (np.searchsorted(NO_SPACE_BOUNDS, cp, side="right") % 2).astype(bool)
+            start[lead[alone]] = start[(lead + width)[alone]] = True
+    keep = ~space
+    word_start = keep.copy()
+    word_start[1:] &= space[:-1]
+    start[:n] |= word_start
+    start[:n] &= keep
+    start[n] = True
+    punct = np.flatnonzero(np.logical_or.reduce([b[:n] == c for c in PUNCTUATION.encode()]))
+    if len(punct):  # drop the runs of punctuation that touch an edge of their piece
+        run = np.flatnonzero(np.r_[True, (np.diff(punct) != 1) | start[punct[1:]]])
+        run_len = np.diff(np.append(run, len(punct)))
+        first, last = punct[run], punct[run + run_len - 1]
+        keep[punct[np.repeat(start[first] | space[last + 1] | start[last + 1], run_len)]] = False
+    token = keep.copy()
+    token[1:] &= start[1:n] | ~keep[:-1]
+    first = np.flatnonzero(token)
+    token = keep & start[1:]
+    token[:-1] |= keep[:-1] & ~keep[1:]
+    end = np.flatnonzero(token) + 1
+    offsets = np.zeros(len(first) + 1, dtype=np.int32)
+    np.cumsum(end - first, out=offsets[1:])
+    tokens = pa.Array.from_buffers(pa.binary(), len(first), [None, pa.py_buffer(offsets), pa.py_buffer(b[:n][keep])])
+    vocabulary = pc.dictionary_encode(tokens)
+    bounds = np.append(np.cumsum(n_bytes + 1) - n_bytes - 1, n)
+    return (vocabulary.indices.to_numpy().astype(np.int64), np.diff(np.searchsorted(first, bounds)),
+            np.diff(np.searchsorted(np.flatnonzero(word_start), bounds)), len(vocabulary.dictionary))
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,7 +138,7 @@ def suffix_array(x: np.ndarray) -> np.ndarray:
     omp = _bundled_openmp()
     if omp is not None:
         omp.omp_set_num_threads(1)
-    return divsufsort(x).astype(np.int64)
+    return divsufsort(x)
 
 
 def rapidfuzz_sequence(ids: np.ndarray, vocab_size: int) -> str | list[int]:
@@ -111,11 +155,13 @@ def since_last(mark: np.ndarray, edges: np.ndarray) -> np.ndarray:
     running minimum that restarts at every mark, done as a ``maximum.accumulate`` over
     ``segment * big - edge`` (``big`` > every edge) so that a later segment always dominates.
     """
-    out = np.zeros(len(mark), dtype=np.int64)
+    big = int(edges.max(initial=0)) + 1
+    dtype = np.int32 if len(mark) * big < 2**31 else np.int64  # half the memory traffic when it fits
+    out = np.zeros(len(mark), dtype=dtype)
     if len(edges) == 0:
         return out
-    base = np.cumsum(mark[:-1], dtype=np.int64) * (int(edges.max()) + 1)  # segment * big
-    out[1:] = base - np.maximum.accumulate(base - edges)
+    base = np.cumsum(mark[:-1], dtype=dtype) * dtype(big)  # segment * big
+    out[1:] = base - np.maximum.accumulate(base - edges.astype(dtype))
     out[1:][base == 0] = 0  # no mark yet
     return out
 
@@ -130,30 +176,33 @@ def _span(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.maximum(hi - lo + 1, 0)
 
 
-def greedy_matches(ms: np.ndarray, pos_end: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_min: int,
+def greedy_matches(ms: np.ndarray, text: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_min: int,
                    cap: int) -> tuple[np.ndarray, np.ndarray]:
     """(longest match, covered positions) of the released code's greedy left-to-right scan of each text.
 
     The scan (``ngram_coverage._find_ngram_matches_optimized``) stands at position ``i``, takes the
     longest n-gram ``[i, i + L)`` with ``n_min <= L <= cap`` found in the other text (``L = min(ms[i],
     cap)``, ``ms`` the matching statistics), jumps to ``i + L`` if there is one, else to ``i + 1``.
-    Text ``t`` is ``[starts[t], ends[t])`` of the position array; ``pos_end[i]`` is the end of the text
-    holding ``i``. Only match positions matter, so the visited matches form a chain over them,
-    aggregated by pointer doubling (max and sum of L along each chain).
+    Text ``t`` is ``[starts[t], ends[t])`` of the position array; ``text[i]`` is the text holding ``i``.
+    Only match positions matter, so the visited matches form a chain over them, aggregated by
+    pointer doubling (max and sum of L along each chain).
     """
     length = np.minimum(ms, cap)
-    at = np.flatnonzero(length >= n_min)
+    is_match = length >= n_min
+    at = np.flatnonzero(is_match)
     S = len(at)
     if S == 0:
         return np.zeros(len(starts), dtype=np.int64), np.zeros(len(starts), dtype=np.int64)
+    before = np.zeros(len(ms) + 1, dtype=np.int64)  # match positions before each position
+    np.cumsum(is_match, out=before[1:])
 
     def first_match(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Index into ``at`` of the first match position in ``[lo, hi)``, or S (none)."""
-        j = np.searchsorted(at, lo)
-        return np.where((j < S) & (at[np.minimum(j, S - 1)] < hi), j, S)
+        j = before[lo]
+        return np.where(at[np.minimum(j, S - 1)] < hi, j, S)
 
     step = length[at]
-    nxt = np.append(first_match(at + step, pos_end[at]), S)
+    nxt = np.append(first_match(at + step, ends[text[at]]), S)
     longest, covered = np.append(step, 0), np.append(step, 0)
     while (nxt[:S] != S).any():
         longest, covered, nxt = np.maximum(longest, longest[nxt]), covered + covered[nxt], nxt[nxt]
@@ -161,48 +210,76 @@ def greedy_matches(ms: np.ndarray, pos_end: np.ndarray, starts: np.ndarray, ends
     return longest[first], covered[first]
 
 
+SET_COUNTS = frozenset(("uniq_cand", "uniq_ref", "uniq_common", "ngram_cand", "ngram_ref", "ngram_common",
+                        "greedy_cand", "greedy_ref"))
+
+
 def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: int, n_max: int | None,
-                 dynamic: bool = False, split_scripts: bool = True) -> np.ndarray:
-    """The ``COUNT_NAMES`` counts of each pair of one chunk, as an int64 array (counts x pairs).
+                 dynamic: bool = False, split_scripts: bool = True,
+                 names: Sequence[str] = COUNT_NAMES) -> np.ndarray:
+    """The counts ``names`` (of ``COUNT_NAMES``) of each pair of one chunk, as an int64 array (counts x pairs).
 
     N-gram range per pair: ``[n_min, n_max]``; ``n_max=None``: up to the pair's LCS; ``dynamic``:
     up to the longest greedy match of either text in the other (at most ``n_max``; ``n_min`` when
-    none), the released code's ``ADRA_USE_DYNAMIC_MAX_NGRAM`` mode.
+    none), the released code's ``ADRA_USE_DYNAMIC_MAX_NGRAM`` mode. Only what ``names`` needs is
+    computed: the LCS when it or the n-gram range asks for it, the suffix array for the set and greedy counts.
     """
     P = len(candidates)
     if P == 0:
-        return np.zeros((len(COUNT_NAMES), 0), dtype=np.int64)
-    ids, cand, ref, V, n_words = encode_texts(candidates, references, split_scripts)
-    seqs = [rapidfuzz_sequence(a, V) for a in ids]
-    lcs = process.cpdist([seqs[i] for i in cand], [seqs[i] for i in ref], scorer=LCSseq.similarity,
-                         dtype=np.int64).astype(np.int64)
+        return np.zeros((len(names), 0), dtype=np.int64)
+    index: dict[str, int] = {}
+    cand = np.array([index.setdefault(t, len(index)) for t in candidates], dtype=np.int64)
+    ref = np.array([index.setdefault(t, len(index)) for t in references], dtype=np.int64)
+    ids, lengths, n_words, V = encode_texts(list(index), split_scripts)
+    starts = np.cumsum(lengths) - lengths
+    out = {"n_cand": lengths[cand], "n_ref": lengths[ref], "words_cand": n_words[cand], "words_ref": n_words[ref]}
+    ngram_by_lcs = n_max is None and not dynamic and bool({"ngram_cand", "ngram_ref", "ngram_common"} & set(names))
+    if "lcs" in names or ngram_by_lcs:
+        seqs = [rapidfuzz_sequence(ids[s:s + k], V) for s, k in zip(starts.tolist(), lengths.tolist())]
+        out["lcs"] = process.cpdist([seqs[i] for i in cand], [seqs[i] for i in ref], scorer=LCSseq.similarity,
+                                    dtype=np.int64).astype(np.int64)
+    if SET_COUNTS & set(names):
+        out.update(set_counts(ids, starts, lengths, cand, ref, V, n_min, n_max, dynamic, out.get("lcs"), names))
+    return np.stack([out[name] for name in names]).astype(np.int64, copy=False)
 
+
+def set_counts(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cand: np.ndarray, ref: np.ndarray, V: int,
+               n_min: int, n_max: int | None, dynamic: bool, lcs: np.ndarray | None,
+               names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The unique-token, n-gram and greedy counts among ``names`` of pairs ``(cand[p], ref[p])`` of texts
+    ``ids[starts[t]:starts[t] + lengths[t]]``, from one generalised suffix array (module doc)."""
+    P = len(cand)
     # Generalised text: pair p contributes c_p #_p r_p $_p with symbols offset by p * (V + 2), so
     # each pair has its own alphabet and every separator is unique: no common prefix crosses a
     # text or a pair, and two suffixes of different pairs have LCP 0.
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    starts = np.cumsum(lengths) - lengths
-    ext = np.concatenate([*ids, [V, V + 1]])  # separators live at the end of ext
+    ext = np.append(ids, [V, V + 1])  # separators live at the end of ext
     seg_len = np.ones(4 * P, dtype=np.int64)
     seg_len[0::4], seg_len[2::4] = lengths[cand], lengths[ref]
     seg_src = np.full(4 * P, len(ext) - 2, dtype=np.int64)
     seg_src[0::4], seg_src[2::4], seg_src[3::4] = starts[cand], starts[ref], len(ext) - 1
-    seg = np.repeat(np.arange(4 * P), seg_len)
+    seg = np.repeat(np.arange(4 * P, dtype=np.int32), seg_len)
     seg_end = np.cumsum(seg_len)
-    offset = np.arange(len(seg)) - (seg_end - seg_len)[seg]  # position inside its segment
-    # Only injectivity matters for the suffix array (not the order of symbols), so relabel densely:
-    # fewer bytes per symbol make libdivsufsort faster.
-    x = pd.factorize(ext[seg_src[seg] + offset] + (seg // 4) * (V + 2))[0].astype(np.int64)
-    suffix_len = seg_len[seg] - offset  # length of the suffix inside its own text
+    src = np.arange(len(seg)) + np.repeat(seg_src - (seg_end - seg_len), seg_len)  # position in ext
+    # Only injectivity matters for the suffix array (not the order of symbols), so relabel densely
+    # (by a table of the used symbols when it is small): fewer bytes per symbol make libdivsufsort faster.
+    x = ext[src] + np.repeat(np.arange(4 * P) // 4 * (V + 2), seg_len)
+    if P * (V + 2) <= 1 << 24:
+        rank = np.zeros(P * (V + 2), dtype=np.int32)
+        rank[x] = 1
+        x = np.cumsum(rank, out=rank)[x]
+    else:
+        x = pd.factorize(x)[0]
 
     sa = suffix_array(x)
-    lcp = kasai(x, sa).astype(np.int64)  # lcp[i] = LCP(suffix sa[i], suffix sa[i + 1])
-    text_rank = np.flatnonzero(seg[sa] % 2 == 0)  # drop separator suffixes
-    pos = sa[text_rank]
-    pair = seg[pos] // 4
-    is_ref = seg[pos] % 4 == 2
-    length = suffix_len[pos]
+    lcp = kasai(x, sa)  # lcp[i] = LCP(suffix sa[i], suffix sa[i + 1])
+    seg_sa = seg[sa]
+    text_rank = np.flatnonzero(seg_sa % 2 == 0)  # drop separator suffixes
+    pos, seg_pos = sa[text_rank], seg_sa[text_rank]
+    pair = seg_pos // 4
+    is_ref = seg_pos % 4 == 2
     edges = lcp[text_rank[:-1]]  # LCP of consecutive text suffixes (0 across a separator suffix)
+    if n_max is not None:  # every count below compares LCPs with lengths <= n_max only
+        edges = np.minimum(edges, n_max + 1)
 
     above_ref = since_last(is_ref, edges)  # LCP with the closest reference suffix above
     above_cand = since_last(~is_ref, edges)
@@ -210,30 +287,38 @@ def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: in
     # Matching statistics: the longest prefix a suffix shares with any suffix of the other text.
     matching = np.where(is_ref, np.maximum(above_cand, until_next(~is_ref, edges)),
                         np.maximum(above_ref, until_next(is_ref, edges)))
-    ms = np.zeros(len(x), dtype=np.int64)
-    ms[pos] = matching
-    cap = int(lengths.max(initial=0)) if n_max is None else n_max
-    seg_start = seg_end - seg_len
-    greedy_longest, greedy_covered = greedy_matches(ms, seg_end[seg], seg_start, seg_end, n_min, cap)
+    group = 2 * pair + is_ref
+    out = {}
+
+    def per_pair(weights: np.ndarray, side: int) -> np.ndarray:
+        return np.bincount(group, weights=weights, minlength=2 * P)[side::2].round().astype(np.int64)
+
+    new_token = lcp_prev == 0
+    for name, side, where in (("uniq_cand", 0, new_token), ("uniq_ref", 1, new_token),
+                              ("uniq_common", 0, new_token & (matching >= 1))):
+        if name in names:
+            out[name] = per_pair(where, side)
+    ngram_names = {"ngram_cand", "ngram_ref", "ngram_common"} & set(names)
+    if {"greedy_cand", "greedy_ref"} & set(names) or (dynamic and ngram_names):
+        ms = np.zeros(len(x), dtype=matching.dtype)
+        ms[pos] = matching
+        cap = int(lengths.max(initial=0)) if n_max is None else n_max
+        greedy_longest, greedy_covered = greedy_matches(ms, seg, seg_end - seg_len, seg_end, n_min, cap)
+        out["greedy_cand"], out["greedy_ref"] = greedy_covered[0::4], greedy_covered[2::4]
+    if not ngram_names:
+        return out
     if dynamic:
         hi_n = np.maximum(np.maximum(greedy_longest[0::4], greedy_longest[2::4]), n_min)
     else:
         hi_n = lcs if n_max is None else np.full(P, n_max, dtype=np.int64)
-
     first_new = np.maximum(n_min, lcp_prev + 1)  # shortest n-gram starting here not seen earlier in its text
     hi = hi_n[pair]
-    group = 2 * pair + is_ref
-
-    def per_pair(weights: np.ndarray) -> np.ndarray:
-        return np.bincount(group, weights=weights, minlength=2 * P).reshape(P, 2).round().astype(np.int64)
-
-    ngrams = per_pair(_span(first_new, np.minimum(hi, length)))
-    common = per_pair(_span(first_new, np.minimum(hi, matching)))
-    new_token = lcp_prev == 0
-    uniq, uniq_common = per_pair(new_token), per_pair(new_token & (matching >= 1))
-    return np.stack([seg_len[0::4], seg_len[2::4], uniq[:, 0], uniq[:, 1], uniq_common[:, 0], lcs,
-                     ngrams[:, 0], ngrams[:, 1], common[:, 0], greedy_covered[0::4], greedy_covered[2::4],
-                     n_words[cand], n_words[ref]])
+    if "ngram_cand" in names or "ngram_ref" in names:
+        ngrams = _span(first_new, np.minimum(hi, seg_end[seg_pos] - pos))  # suffix lengths in their texts
+        out["ngram_cand"], out["ngram_ref"] = per_pair(ngrams, 0), per_pair(ngrams, 1)
+    if "ngram_common" in names:
+        out["ngram_common"] = per_pair(_span(first_new, np.minimum(hi, matching)), 0)
+    return out
 
 
 @functools.cache
@@ -250,8 +335,9 @@ def worker_pool(workers: int) -> ProcessPoolExecutor:
 
 def lexical_counts(candidates: Sequence[str], references: Sequence[str], *, n_min: int = 3, n_max: int | None = None,
                    dynamic: bool = False, split_scripts: bool = True, workers: int = 1,
-                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> dict[str, np.ndarray]:
-    """Integer counts (``COUNT_NAMES``) of every (candidate, reference) pair, as int64 arrays.
+                   chunk_size: int = DEFAULT_CHUNK_SIZE, counts: Sequence[str] = COUNT_NAMES) -> dict[str, np.ndarray]:
+    """Integer counts ``counts`` (of ``COUNT_NAMES``, default all) of every (candidate, reference) pair, as int64
+    arrays; only what they need is computed (:func:`chunk_counts`).
 
     N-gram range and ``dynamic``: :func:`chunk_counts`; ``split_scripts``: the tokeniser's step 3.
 
@@ -266,7 +352,10 @@ def lexical_counts(candidates: Sequence[str], references: Sequence[str], *, n_mi
         raise ValueError("the dynamic n-gram range needs n_max (the code's search limit, 30)")
     if workers < 1 or chunk_size < 1:
         raise ValueError(f"workers and chunk_size must be >= 1, got {workers}, {chunk_size}")
-    candidates, references = list(candidates), list(references)
+    unknown = [name for name in counts if name not in COUNT_NAMES]
+    if unknown:
+        raise ValueError(f"unknown counts {unknown}; known: {', '.join(COUNT_NAMES)}")
+    candidates, references, counts = list(candidates), list(references), tuple(counts)
     for texts in (candidates, references):
         bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
         if bad is not None:
@@ -275,13 +364,13 @@ def lexical_counts(candidates: Sequence[str], references: Sequence[str], *, n_mi
     cands = [candidates[i:i + chunk_size] for i in starts]
     refs = [references[i:i + chunk_size] for i in starts]
     if workers == 1 or len(cands) <= 1:
-        parts = [chunk_counts(c, r, n_min, n_max, dynamic, split_scripts) for c, r in zip(cands, refs)]
+        parts = [chunk_counts(c, r, n_min, n_max, dynamic, split_scripts, counts) for c, r in zip(cands, refs)]
     else:
         k = len(cands)
         parts = list(worker_pool(workers).map(chunk_counts, cands, refs, [n_min] * k, [n_max] * k, [dynamic] * k,
-                                              [split_scripts] * k))
-    counts = np.concatenate(parts, axis=1) if parts else np.zeros((len(COUNT_NAMES), 0), dtype=np.int64)
-    return dict(zip(COUNT_NAMES, counts))
+                                              [split_scripts] * k, [counts] * k))
+    stacked = np.concatenate(parts, axis=1) if parts else np.zeros((len(counts), 0), dtype=np.int64)
+    return dict(zip(counts, stacked))
 
 
 def lexical_metrics(candidates: Sequence[str], references: Sequence[str], *, n_min: int = 3, n_max: int | None = None,

@@ -50,8 +50,28 @@ def safe_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 CONVENTIONS = ("code", "paper")
 
 
-def metrics_from_counts(counts: Mapping[str, np.ndarray], convention: str = "paper") -> dict[str, np.ndarray]:
-    """Every lexical metric of Table 16 (plus the word counts) from the integer counts.
+WORD_COUNTS = ("n_cand", "n_ref", "words_cand", "words_ref")
+
+
+def metric_counts(names: Sequence[str] = LEXICAL_METRICS, convention: str = "paper") -> tuple[str, ...]:
+    """The counts (of ``COUNT_NAMES``) from which :func:`metrics_from_counts` computes the metrics ``names``."""
+    code = convention == "code"
+    needs = {
+        "jaccard": ("uniq_cand", "uniq_ref", "uniq_common"),
+        "token_overlap_ref": ("uniq_common", "n_ref" if code else "uniq_ref"),
+        "token_overlap_cand": ("uniq_common", "n_cand" if code else "uniq_cand"),
+        "lcs_length": ("lcs",), "lcs_ratio_ref": ("lcs", "n_ref"), "lcs_ratio_cand": ("lcs", "n_cand"),
+        "ngram_coverage_ref": ("greedy_ref", "n_ref") if code else ("ngram_common", "ngram_ref"),
+        "ngram_coverage_cand": ("greedy_cand", "n_cand") if code else ("ngram_common", "ngram_cand"),
+    }
+    wanted = {count for name in names for count in needs[name]}
+    return tuple(count for count in COUNT_NAMES if count in wanted)
+
+
+def metrics_from_counts(counts: Mapping[str, np.ndarray], convention: str = "paper",
+                        names: Sequence[str] = LEXICAL_METRICS) -> dict[str, np.ndarray]:
+    """The lexical metrics ``names`` of Table 16 (default all), plus the word counts in ``counts``, from the integer
+    counts (only those of :func:`metric_counts` are read).
 
     ``paper``: the definitions of the table above (also the released code's *reward*); ``code``: the
     released code's *evaluation* (``reconstruction_evaluation.py``): token overlap divided by the
@@ -60,22 +80,23 @@ def metrics_from_counts(counts: Mapping[str, np.ndarray], convention: str = "pap
     """
     if convention not in CONVENTIONS:
         raise ValueError(f"unknown metric convention {convention!r}; known: {', '.join(CONVENTIONS)}")
-    common = np.asarray(counts["uniq_common"])
-    union = np.asarray(counts["uniq_cand"]) + np.asarray(counts["uniq_ref"]) - common
     code = convention == "code"
-    return {
-        "jaccard": safe_ratio(common, union),
-        "token_overlap_ref": safe_ratio(common, counts["n_ref" if code else "uniq_ref"]),
-        "token_overlap_cand": safe_ratio(common, counts["n_cand" if code else "uniq_cand"]),
-        "lcs_length": np.asarray(counts["lcs"], dtype=np.int64),
-        "lcs_ratio_ref": safe_ratio(counts["lcs"], counts["n_ref"]),
-        "lcs_ratio_cand": safe_ratio(counts["lcs"], counts["n_cand"]),
-        "ngram_coverage_ref": (safe_ratio(counts["greedy_ref"], counts["n_ref"]) if code
-                               else safe_ratio(counts["ngram_common"], counts["ngram_ref"])),
-        "ngram_coverage_cand": (safe_ratio(counts["greedy_cand"], counts["n_cand"]) if code
-                                else safe_ratio(counts["ngram_common"], counts["ngram_cand"])),
-        **{k: np.asarray(counts[k], dtype=np.int64) for k in ("n_cand", "n_ref", "words_cand", "words_ref")},
+    c = counts
+    formulas = {
+        "jaccard": lambda: safe_ratio(c["uniq_common"], np.asarray(c["uniq_cand"]) + np.asarray(c["uniq_ref"])
+                                      - np.asarray(c["uniq_common"])),
+        "token_overlap_ref": lambda: safe_ratio(c["uniq_common"], c["n_ref" if code else "uniq_ref"]),
+        "token_overlap_cand": lambda: safe_ratio(c["uniq_common"], c["n_cand" if code else "uniq_cand"]),
+        "lcs_length": lambda: np.asarray(c["lcs"], dtype=np.int64),
+        "lcs_ratio_ref": lambda: safe_ratio(c["lcs"], c["n_ref"]),
+        "lcs_ratio_cand": lambda: safe_ratio(c["lcs"], c["n_cand"]),
+        "ngram_coverage_ref": lambda: (safe_ratio(c["greedy_ref"], c["n_ref"]) if code
+                                       else safe_ratio(c["ngram_common"], c["ngram_ref"])),
+        "ngram_coverage_cand": lambda: (safe_ratio(c["greedy_cand"], c["n_cand"]) if code
+                                        else safe_ratio(c["ngram_common"], c["ngram_cand"])),
     }
+    return {**{name: formulas[name]() for name in names},
+            **{k: np.asarray(c[k], dtype=np.int64) for k in WORD_COUNTS if k in c}}
 
 
 def embedding_cosine(candidates: Sequence[str], references: Sequence[str], *, model: str = "all-MiniLM-L6-v2",

@@ -1,4 +1,4 @@
-"""The GRPO runs of a config (``rules/lara.smk``): ``kind: rl`` models grouped by run.
+"""The GRPO runs of a config (``rules/models.smk``): ``kind: rl`` models grouped by run.
 
 Models whose entries differ only in ``epoch``, ``reference`` or ``datasets`` are checkpoints of one
 run (:meth:`mialab.pipeline.plan.Plan.rl_run`), trained epoch by epoch into ``results/rl/<key>/epoch-<e>/``:
@@ -7,7 +7,7 @@ epoch 1 from the run's ``init`` model, epoch ``e`` from the trainer checkpoint o
 
 from __future__ import annotations
 
-from mialab.pipeline.plan import Plan
+from mialab.pipeline.plan import EPOCH_PART, Plan
 
 
 class RLPlan:
@@ -25,8 +25,9 @@ class RLPlan:
         try:
             return self.runs[key]
         except KeyError:
-            raise KeyError(f"results/rl/{key}: no configured rl model belongs to this run; current runs: "
-                           f"{', '.join(self.runs) or 'none'} (request outputs through the target rules)") from None
+            raise KeyError(f"{self.plan.pattern('rl', key=key)}: no configured rl model belongs to this run; "
+                           f"current runs: {', '.join(self.runs) or 'none'} (request outputs through the target "
+                           "rules)") from None
 
     def spec(self, key: str) -> dict:
         return self.plan.model_spec(self.model(key))
@@ -44,4 +45,4 @@ class RLPlan:
     def previous(self, key: str, epoch: int) -> list[str]:
         """The trainer checkpoint epoch ``epoch`` resumes from (none for the first epoch)."""
         self.model(key)
-        return [f"{self.plan.results}/rl/{key}/epoch-{int(epoch) - 1}/trainer"] if int(epoch) > 1 else []
+        return [self.plan.pattern("rl", EPOCH_PART, "trainer", key=key, epoch=int(epoch) - 1)] if int(epoch) > 1 else []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -73,10 +74,35 @@ def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, total_steps
     return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * min(1.0, progress_)))
 
 
-def pretrain(model, blocks: np.ndarray, *, steps: int, batch_size: int, lr: float, min_lr: float,
-             warmup_steps: int, weight_decay: float, grad_clip: float, seed: int,
-             precision: str = "fp32", checkpoint_dir: str | None = None, checkpoint_every: int = 0) -> list[float]:
-    """Train ``model`` on random batches of ``blocks`` for ``steps`` steps; return the loss curve.
+@dataclass(frozen=True)
+class PretrainSettings:
+    """A pretraining run: a ``kind: pretrain`` model's ``train`` section (the schema fills its defaults)."""
+
+    steps: int
+    batch_size: int
+    seq_len: int
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    weight_decay: float
+    grad_clip: float
+    precision: str
+    checkpoint_every: int
+    seed: int
+
+    @classmethod
+    def from_config(cls, spec: dict) -> PretrainSettings:
+        """Settings from a validated ``train`` section; an unknown key is an error naming it and the known ones."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(spec) - set(known))
+        if unknown:
+            raise KeyError(f"unknown pretraining setting(s) {unknown}; known: {', '.join(known)}")
+        return cls(**spec)
+
+
+def pretrain(model, blocks: np.ndarray, settings: PretrainSettings, *,
+             checkpoint_dir: str | None = None) -> list[float]:
+    """Train ``model`` on random batches of ``blocks`` for ``settings.steps`` steps; return the loss curve.
 
     ``precision="bf16"`` runs forward and backward under bf16 autocast; weights, gradients and the
     optimizer state stay fp32 (mixed precision, as on a GPU). With ``checkpoint_dir`` the run is
@@ -85,16 +111,17 @@ def pretrain(model, blocks: np.ndarray, *, steps: int, batch_size: int, lr: floa
     """
     import torch
 
+    steps, batch_size, lr, precision = settings.steps, settings.batch_size, settings.lr, settings.precision
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"unknown precision {precision!r}; known: bf16, fp32")
     device_type = next(model.parameters()).device.type
     check_bf16_speed(precision, device_type)
 
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
+    torch.manual_seed(settings.seed)
+    rng = np.random.default_rng(settings.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": settings.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
     order = rng.permutation(len(blocks))
     cursor, losses, start = 0, [], 0
@@ -111,20 +138,21 @@ def pretrain(model, blocks: np.ndarray, *, steps: int, batch_size: int, lr: floa
             batch = torch.from_numpy(blocks[order[cursor:cursor + batch_size]])
             cursor += batch_size
             for group in opt.param_groups:
-                group["lr"] = lr_at(step, lr=lr, min_lr=min_lr, warmup_steps=warmup_steps, total_steps=steps)
+                group["lr"] = lr_at(step, lr=lr, min_lr=settings.min_lr, warmup_steps=settings.warmup_steps,
+                                     total_steps=steps)
             with torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16"):
                 loss = model(input_ids=batch, labels=batch).loss
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"pretraining loss is {loss.item()} at step {step}")
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
             opt.step()
             losses.append(loss.item())
             if step % 50 == 0 or step == steps - 1:
                 console.log(f"step {step} loss {loss.item():.4f} lr {opt.param_groups[0]['lr']:.2e}")
             prog.advance(task)
-            if checkpoint_dir and is_due(step + 1, checkpoint_every, steps):
+            if checkpoint_dir and is_due(step + 1, settings.checkpoint_every, steps):
                 save_checkpoint(checkpoint_dir, step + 1, model, opt, rng, order=order, cursor=cursor, losses=losses)
     model.eval()
     return losses

@@ -47,11 +47,14 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from mialab.core.registry import Registry
-from mialab.similarity.kernel import lexical_metrics
+from mialab.similarity.kernel import lexical_counts
+from mialab.similarity.metrics import COUNT_NAMES, LEXICAL_METRICS, metric_counts, metrics_from_counts
 
 DEFAULT_TAU = 1.5
 NGRAM_RANGES = ("dynamic", "fixed")
-LENGTH_WORDS = ("whitespace", "tokens")
+#: The (candidate, reference) word counts of the length penalty, by ``length_words``.
+LENGTH_COUNTS = {"whitespace": ("words_cand", "words_ref"), "tokens": ("n_cand", "n_ref")}
+LENGTH_WORDS = tuple(LENGTH_COUNTS)
 
 RewardFn = Callable[..., np.ndarray]
 REWARDS: Registry[RewardFn] = Registry("reward", plural="rewards")
@@ -60,6 +63,10 @@ register_reward = REWARDS.register
 known_rewards = REWARDS.known
 #: The reward function called ``name``; an unknown name fails with the list of known ones.
 get_reward = REWARDS.get
+#: The metrics each registered reward reads (:func:`compute_rewards` computes only these; a reward
+#: missing here gets every lexical metric).
+REWARD_METRICS = {"trio": ("token_overlap_ref", "lcs_ratio_ref", "ngram_coverage_ref"),
+                  "ngram": ("ngram_coverage_ref",)}
 
 
 def length_penalty(n_cand: np.ndarray, n_ref: np.ndarray, tau: float = DEFAULT_TAU) -> np.ndarray:
@@ -79,10 +86,10 @@ def length_penalty(n_cand: np.ndarray, n_ref: np.ndarray, tau: float = DEFAULT_T
 
 def word_counts(metrics: Mapping[str, np.ndarray], length_words: str) -> tuple[np.ndarray, np.ndarray]:
     """(candidate, reference) word counts of the length penalty (module doc)."""
-    if length_words not in LENGTH_WORDS:
+    if length_words not in LENGTH_COUNTS:
         raise ValueError(f"unknown length_words {length_words!r}; known: {', '.join(LENGTH_WORDS)}")
-    return ((metrics["words_cand"], metrics["words_ref"]) if length_words == "whitespace"
-            else (metrics["n_cand"], metrics["n_ref"]))
+    cand, ref = LENGTH_COUNTS[length_words]
+    return metrics[cand], metrics[ref]
 
 
 @register_reward("trio")
@@ -102,16 +109,21 @@ def ngram(metrics: Mapping[str, np.ndarray], *, tau: float = DEFAULT_TAU, length
 def compute_rewards(name: str, candidates: Sequence[str], references: Sequence[str], *, tau: float = DEFAULT_TAU,
                     n_min: int = 3, n_max: int | None = None, ngram_range: str = "fixed",
                     length_words: str = "tokens", workers: int = 1) -> np.ndarray:
-    """Reward ``name`` of every (candidate, reference) pair through the fast batched kernel (module doc).
+    """Reward ``name`` of every (candidate, reference) pair through the fast batched kernel (module doc),
+    which computes only the counts of the reward's metrics (``REWARD_METRICS``) and word counts.
 
     The defaults are the paper's text; ADRA's config defaults (``adra.reward``) are the released code's.
     """
     fn = get_reward(name)
     if ngram_range not in NGRAM_RANGES:
         raise ValueError(f"unknown ngram_range {ngram_range!r}; known: {', '.join(NGRAM_RANGES)}")
-    metrics = lexical_metrics(candidates, references, n_min=n_min, n_max=n_max, dynamic=ngram_range == "dynamic",
-                              workers=workers)
-    return fn({k: metrics[k].to_numpy() for k in metrics.columns}, tau=tau, length_words=length_words)
+    if length_words not in LENGTH_COUNTS:
+        raise ValueError(f"unknown length_words {length_words!r}; known: {', '.join(LENGTH_WORDS)}")
+    names = REWARD_METRICS.get(name, LEXICAL_METRICS)
+    needed = set(metric_counts(names)) | set(LENGTH_COUNTS[length_words])
+    counts = lexical_counts(candidates, references, n_min=n_min, n_max=n_max, dynamic=ngram_range == "dynamic",
+                            workers=workers, counts=[k for k in COUNT_NAMES if k in needed])
+    return fn(metrics_from_counts(counts, names=names), tau=tau, length_words=length_words)
 
 
 RewardFunction = Callable[..., list[float]]

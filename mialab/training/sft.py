@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from mialab.core.io import grant_umask_mode, remove_stale_temporaries
 from mialab.core.progress import console, progress
@@ -104,7 +104,7 @@ def deepspeed_config(*, micro_batch_size: int, grad_accum: int, lr: float, warmu
         "zero_optimization": {"stage": zero_stage},
         "bf16": {"enabled": precision == "bf16"},
         # torch's AdamW (ZeRO shards its state as for any optimizer): DeepSpeed's FusedAdam is a
-        # JIT-compiled op, ~50 s of compiling in a fresh environment for no gain at this size
+        # JIT-compiled op, compiled in every fresh environment for no gain at this size
         "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.999], "eps": 1e-8,
                                                     "weight_decay": weight_decay, "torch_adam": True}},
         "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": lr if no_warmup else 0.0,
@@ -127,10 +127,37 @@ class SFTRun:
     losses: list[float] = field(repr=False)
 
 
-def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: float, effective_batch_size: int,
-            micro_batch_size: int, max_length: int, warmup: float, zero_stage: int, precision: str,
-            grad_clip: float, weight_decay: float, seed: int, checkpoint_dir: str | None = None,
-            checkpoint_every: int = 0, trust_remote_code: bool = False) -> SFTRun:
+@dataclass(frozen=True)
+class SFTSettings:
+    """An SFT run: a ``kind: sft`` model's ``train`` section (the schema fills its defaults; ``schedule``:
+    linear warmup then decay, the only one)."""
+
+    epochs: int
+    lr: float
+    effective_batch_size: int
+    micro_batch_size: int
+    max_length: int
+    warmup: float
+    schedule: str
+    precision: str
+    zero_stage: int
+    grad_clip: float
+    weight_decay: float
+    checkpoint_every: int
+    seed: int
+
+    @classmethod
+    def from_config(cls, spec: dict) -> SFTSettings:
+        """Settings from a validated ``train`` section; an unknown key is an error naming it and the known ones."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(spec) - set(known))
+        if unknown:
+            raise KeyError(f"unknown SFT setting(s) {unknown}; known: {', '.join(known)}")
+        return cls(**spec)
+
+
+def run_sft(init_path: str, texts: list[str], out_dir: str, settings: SFTSettings, *,
+            checkpoint_dir: str | None = None, trust_remote_code: bool = False) -> SFTRun:
     """Fine-tune ``init_path`` on ``texts`` with DeepSpeed; rank 0 saves the model to ``out_dir``.
 
     With ``checkpoint_dir`` a DeepSpeed checkpoint (ZeRO-partitioned optimizer state, scheduler)
@@ -144,16 +171,16 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: 
 
     from mialab.lm.loading import check_bf16_speed, load_tokenizer
 
-    check_bf16_speed(precision, "cuda" if torch.cuda.is_available() else "cpu")
-    torch.manual_seed(seed)
+    check_bf16_speed(settings.precision, "cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(settings.seed)
     if torch.cuda.is_available():  # one GPU per process, known to NCCL before its first collective
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    if effective_batch_size % (micro_batch_size * world):
-        raise ValueError(f"effective_batch_size {effective_batch_size} is not a multiple of "
-                         f"micro_batch_size {micro_batch_size} x {world} processes")
-    grad_accum = effective_batch_size // (micro_batch_size * world)
+    if settings.effective_batch_size % (settings.micro_batch_size * world):
+        raise ValueError(f"effective_batch_size {settings.effective_batch_size} is not a multiple of "
+                         f"micro_batch_size {settings.micro_batch_size} x {world} processes")
+    grad_accum = settings.effective_batch_size // (settings.micro_batch_size * world)
 
     from transformers import AutoModelForCausalLM
 
@@ -161,20 +188,21 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: 
     tok = load_tokenizer(init_path, padding_side="right", trust_remote_code=trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(init_path, dtype=torch.float32, use_safetensors=True,
                                                  trust_remote_code=trust_remote_code)
-    enc = tok(texts, truncation=True, max_length=max_length)["input_ids"]
-    enc = [e + [tok.eos_token_id] if len(e) < max_length else e for e in enc]
+    enc = tok(texts, truncation=True, max_length=settings.max_length)["input_ids"]
+    enc = [e + [tok.eos_token_id] if len(e) < settings.max_length else e for e in enc]
 
-    steps_per_epoch = math.ceil(len(enc) / effective_batch_size)
-    total_steps = steps_per_epoch * epochs
-    warmup_steps = int(warmup * total_steps) if warmup < 1 else int(warmup)
-    cfg = deepspeed_config(micro_batch_size=micro_batch_size, grad_accum=grad_accum, lr=lr,
-                           warmup_steps=warmup_steps, total_steps=total_steps, zero_stage=zero_stage,
-                           precision=precision, grad_clip=grad_clip, weight_decay=weight_decay)
+    steps_per_epoch = math.ceil(len(enc) / settings.effective_batch_size)
+    total_steps = steps_per_epoch * settings.epochs
+    warmup_steps = int(settings.warmup * total_steps) if settings.warmup < 1 else int(settings.warmup)
+    cfg = deepspeed_config(micro_batch_size=settings.micro_batch_size, grad_accum=grad_accum, lr=settings.lr,
+                           warmup_steps=warmup_steps, total_steps=total_steps, zero_stage=settings.zero_stage,
+                           precision=settings.precision, grad_clip=settings.grad_clip,
+                           weight_decay=settings.weight_decay)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     refuse_pickled_code(engine)
     device = engine.device
 
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(settings.seed)
     losses: list[float] = []
     n_micro = steps_per_epoch * grad_accum
     first_epoch, first_micro, order = 0, 0, None
@@ -189,14 +217,14 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: 
             console.log(f"resuming SFT from {resume} (step {engine.global_steps} of {total_steps})")
     engine.train()
     with progress() as prog:
-        task = prog.add_task("sft", total=epochs * n_micro, completed=len(losses)) if rank == 0 else None
-        for epoch in range(first_epoch, epochs):
+        task = prog.add_task("sft", total=settings.epochs * n_micro, completed=len(losses)) if rank == 0 else None
+        for epoch in range(first_epoch, settings.epochs):
             if epoch != first_epoch or order is None:
                 order = rng.permutation(len(enc))
             for m in range(first_micro if epoch == first_epoch else 0, n_micro):
                 # micro-batch m of this rank: a strided slice of the epoch's permutation
-                start = (m * world + rank) * micro_batch_size
-                idx = [order[(start + j) % len(order)] for j in range(micro_batch_size)]
+                start = (m * world + rank) * settings.micro_batch_size
+                idx = [order[(start + j) % len(order)] for j in range(settings.micro_batch_size)]
                 batch = tok.pad({"input_ids": [enc[i] for i in idx]}, return_tensors="pt")
                 ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
                 labels = ids.masked_fill(mask == 0, -100)
@@ -211,8 +239,8 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, *, epochs: int, lr: 
                     if m % 50 == 0:
                         console.log(f"epoch {epoch} micro-step {m}/{n_micro} loss {losses[-1]:.4f}")
                 done = epoch * n_micro + m + 1  # micro-steps done
-                if checkpoint_dir and done % grad_accum == 0 and is_due(done // grad_accum, checkpoint_every,
-                                                                         total_steps):
+                if checkpoint_dir and done % grad_accum == 0 and is_due(done // grad_accum,
+                                                                         settings.checkpoint_every, total_steps):
                     save_sft_checkpoint(engine, checkpoint_dir, done // grad_accum, rng, order=order,
                                         epoch=epoch, micro=m + 1, losses=losses)
             if rank == 0:

@@ -1,0 +1,73 @@
+"""The model-access layer: every log-probability caller agrees with an unbatched one-sequence forward,
+and the two generation entry points decode alike (both run on the hf backend's batches)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+TEXTS = ["the cat walks", "line 3: the dog walks over the hill and sings of sun today, and again of rain.",
+         "the king sings", "the queen walks over the hill" * 3, "rain", "the bird sings of love today."]
+TINY_MODEL = {"corpus": [f"line {i}: the {w} walks over the hill and sings of {t} today."
+                         for i, (w, t) in enumerate(zip(["cat", "dog", "king", "queen"] * 25,
+                                                        ["rain", "sun", "war", "love"] * 25))]}
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_model):
+    from mialab.lm.loading import load_lm
+
+    return load_lm(tiny_model, device="cpu")
+
+
+def alone(model, ids: list[int]) -> np.ndarray:
+    """``log p`` of tokens 1..n-1 of one sequence from its own forward: no batch, no padding."""
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1].double()
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0].numpy()
+
+
+def test_map_logprobs_returns_rows_in_input_order_whatever_the_batching(lm):
+    from mialab.lm.logprobs import map_logprobs, token_logprobs
+
+    model, tok = lm
+    rows = tok(TEXTS)["input_ids"]
+    lengths = map_logprobs(model, rows, lambda logp, targets: (len(logp), targets.tolist()),
+                           pad_token_id=tok.pad_token_id, batch_size=4)
+    assert lengths == [(len(r) - 1, r[1:]) for r in rows]
+    one, batched = (token_logprobs(model, rows, pad_token_id=tok.pad_token_id, batch_size=b) for b in (1, 4))
+    for r, a, b in zip(rows, one, batched):
+        np.testing.assert_allclose(a, alone(model, r), atol=1e-5)
+        np.testing.assert_allclose(b, a, atol=1e-5)
+    with pytest.raises(ValueError, match="more than the model's 512 positions"):
+        token_logprobs(model, [rows[0] * 200], pad_token_id=tok.pad_token_id)
+
+
+def test_scoring_lara_and_calibdcd_log_probabilities_equal_an_unbatched_forward(lm, tiny_model):
+    from mialab.calibdcd.reference import packed_rows, reference_probabilities
+    from mialab.lara.baselines import mean_log_likelihood
+    from mialab.lm.logprobs import token_stats
+
+    model, tok = lm
+    rows = tok(TEXTS)["input_ids"]
+    for st, r in zip(token_stats(model, tok, TEXTS, batch_size=4, max_length=512), rows):   # scoring
+        np.testing.assert_allclose(st.logp, alone(model, r), atol=1e-5)
+    np.testing.assert_allclose(mean_log_likelihood(model, tok, TEXTS, batch_size=4),              # LaRA
+                               [alone(model, r).mean() for r in rows], atol=1e-5)
+    parts, length = [[t[:9], t[9:]] for t in TEXTS], 12                                          # DPDLLM
+    z = reference_probabilities(tiny_model, parts, length=length, batch_size=4, device="cpu")
+    for row, packed in zip(z, packed_rows(tok, parts, length)):
+        np.testing.assert_allclose(row[:len(packed) - 1], np.exp(alone(model, packed)), atol=1e-5)
+        assert not row[len(packed) - 1:].any()
+
+
+def test_lara_generation_and_the_rollout_engine_decode_alike(tiny_model):
+    from mialab.lm.engine import rollout_generator
+    from mialab.lm.generation import generate
+    from mialab.lm.loading import load_lm
+
+    model, tok = load_lm(tiny_model, device="cpu", padding_side="left")
+    lara = [g[0].text for g in generate(model, tok, TEXTS, max_new_tokens=5, batch_size=4, entropies=False)]
+    engine = rollout_generator(tiny_model, backend_options={"device": "cpu", "batch_size": 4})
+    assert engine(TEXTS, max_new_tokens=5) == lara
