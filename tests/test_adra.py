@@ -18,6 +18,7 @@ from mialab.adra.rewards import (
     distractor_references,
     membership_weights,
     pair_partners,
+    parse_judge_score,
     shares_prefix_pairs,
 )
 from mialab.adra.training import training_set
@@ -86,6 +87,78 @@ def test_embedding_reward_ablation_is_one_plus_cos_over_two_under_the_same_rules
     assert reward([other], references=[[own]], rule=["own"], weight=[np.nan])[0] == pytest.approx((1 + cos) / 2)
     with pytest.raises(ValueError, match="embedding_model"):
         adra_reward("embedding")
+
+
+def test_judge_score_parses_the_codes_format_and_its_fallback():
+    """The released code's ``_extract_reward_score`` (0-1 scale): REWARD line clamped, else the last 0.ddd / 0 / 1."""
+    assert parse_judge_score("REWARD: 0.750") == 0.75
+    assert parse_judge_score("reasoning...\nreward:0.2\nREWARD: 0.9") == 0.2  # the first REWARD line, any case
+    assert parse_judge_score("REWARD: 7") == 1.0 and parse_judge_score("REWARD: .5") == 0.5
+    assert parse_judge_score("somewhere between 0.4 and 0.65") == 0.65
+    assert parse_judge_score("I cannot rate this") is None and parse_judge_score("") is None
+
+
+def test_judge_reward_is_batched_in_unit_range_deterministic_and_unparsable_counts_zero(monkeypatch, caplog):
+    """Table 10's judge reward: one generate call per batch over every (rollout, reference) pair, the code's
+    prompt filled with problem, reference and candidate; an answer without a score counts 0.0 (the code's rule)."""
+    import mialab.adra.rewards as rewards
+
+    calls = []
+
+    def stub(prompts: list[str]) -> list[str]:
+        calls.append(prompts)
+        pairs = [p.split("- Reference solution:")[1].split("- Candidate solution:") for p in prompts]
+        # identical: 1; a fox against the swans: unparsable; otherwise 0.25
+        return ["REWARD: 1.000" if r.split() == c.split()[:len(r.split())] else
+                "no idea" if "fox" in r and "swans" in c else "REWARD: 0.250" for r, c in pairs]
+
+    opened = []
+    monkeypatch.setattr(rewards, "judge_generator", lambda **judge: opened.append(judge) or stub)
+    judge = {"model": "judge-model", "engine": "hf", "backend_options": None, "temperature": 0.7, "top_p": 0.8,
+             "max_new_tokens": 512, "seed": 0}
+    own, other = "the quick brown fox", "seven silver swans"
+    reward = adra_reward("judge", judge=judge)
+    batch = dict(completions=[own, other, "a red fox"], references=[[own], [own, other], [own]],
+                 rule=["own", "max", "own"], weight=[np.nan] * 3,
+                 prompts=["Problem one", "Problem two", "Problem three"])
+    with caplog.at_level("WARNING"):
+        values = reward(**batch)
+    assert values == [1.0, 1.0, 0.25] and all(0.0 <= v <= 1.0 for v in values)
+    assert "1 of 4 answers have no score" in caplog.text
+    assert len(calls) == 1 and len(calls[0]) == 4, "all pairs of a batch in one judge call"
+    assert calls[0][1].startswith("Rate the two math problem solutions") and "Problem two" in calls[0][1]
+    assert "REWARD: <number between 0 and 1 with 3 decimals>" in calls[0][0]
+    assert reward(**batch) == values and len(opened) == 1, "deterministic; the judge is started once"
+    with pytest.raises(ValueError, match=r"adra.reward.judge.model"):
+        adra_reward("judge")
+
+
+def test_judge_config_defaults_come_from_the_schema_and_a_missing_judge_fails_at_plan_time():
+    """``adra.reward.judge`` is absent unless written (the other rewards' stage keys stay as they were); written, the
+    schema fills the code's defaults; ``metric: judge`` without it is a plan-time error naming the key."""
+    import copy
+
+    import yaml
+    from workflow_helpers import REPO, default_config, validated
+
+    from mialab.adra.plan import ADRAPlan
+    from mialab.n_sampling.plan import NSamplingPlan
+    from mialab.pipeline.config import ConfigError
+    from mialab.pipeline.plan import Plan
+
+    cfg = default_config()
+    cfg["adra"] = copy.deepcopy(yaml.safe_load((REPO / "configs" / "tiny_adra.yaml").read_text())["adra"])
+    assert "judge" not in validated(copy.deepcopy(cfg))["adra"]["reward"]
+    cfg["adra"]["reward"]["metric"] = "judge"
+    with pytest.raises(ConfigError, match=r"adra.reward.judge: .* needs a judge model"):
+        full = validated(copy.deepcopy(cfg))
+        ADRAPlan(NSamplingPlan(Plan(full), full), full)
+    cfg["adra"]["reward"]["judge"] = {"model": "Qwen/Qwen3-32B"}
+    full = validated(cfg)
+    assert full["adra"]["reward"]["judge"] == {"model": "Qwen/Qwen3-32B", "engine": "hf", "backend_options": None,
+                                               "temperature": 0.7, "top_p": 0.8, "max_new_tokens": 512, "seed": 0}
+    ADRAPlan(NSamplingPlan(Plan(full), full), full)
+    adra_reward(**full["adra"]["reward"])  # every schema key is an argument of the reward
 
 
 def test_distractors_are_other_candidates_seeded_and_a_pair_partner_comes_first():
@@ -238,6 +311,18 @@ def tiny_model(tmp_path_factory, tokenizer) -> str:
     path = tmp_path_factory.mktemp("tiny") / "model"
     save_model(model, tokenizer, path)
     return str(path)
+
+
+@pytest.mark.slow
+def test_judge_reward_with_the_tiny_model_as_judge_on_cpu_is_in_unit_range_and_deterministic(tiny_model):
+    """The judge on the rollout engine (hf backend, CPU): whatever the tiny model answers, r in [0, 1], repeatable."""
+    judge = {"model": tiny_model, "engine": "hf", "backend_options": None, "temperature": 0.7, "top_p": 0.8,
+             "max_new_tokens": 8, "seed": 0}
+    batch = dict(completions=["alpha beta gamma", "river stone cloud"], references=[["alpha beta gamma"]] * 2,
+                 rule=["own", "own"], weight=[np.nan] * 2, prompts=["delta epsilon", "zeta eta"])
+    values = adra_reward("judge", judge=judge)(**batch)
+    assert len(values) == 2 and all(0.0 <= v <= 1.0 for v in values)
+    assert adra_reward("judge", judge=judge)(**batch) == values
 
 
 def settings(**over):

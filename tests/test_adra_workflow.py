@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from test_n_sampling_workflow import validated
-from workflow_helpers import REPO, add_stand_ins, default_config, make_workdir, planned_jobs, snakemake, write_config
+from workflow_helpers import (REPO, add_stand_ins, default_config, make_workdir, planned_jobs, snakemake, validated,
+                              write_config)
 
 from mialab.adra.plan import INIT, ADRAPlan
 from mialab.adra.rewards import minmax_membership_weight

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import VERSE_MODEL
+from conftest import VERSE, VERSE_MODEL
 from sklearn.metrics import roc_auc_score
 
 from mialab.calibdcd.calibrate import (
@@ -592,3 +592,89 @@ def test_welch_pruning_keeps_the_columns_that_separate_the_classes():
     assert keep[1] and not keep[2]
     with pytest.raises(ValueError, match="both 0"):
         welch_keep(X, np.zeros(60))
+
+
+# --- VeilProbe's original key-token perturbation: OT attribution and masked-LM fill ---------------------------
+
+@pytest.fixture(scope="module")
+def tiny_mlm(tmp_path_factory):
+    """A random BERT masked LM (seed 0) on the packaged MiniLM's vocabulary (bert-base-uncased's), offline."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from mialab.lm.embeddings import resolve_model_path
+
+    path = tmp_path_factory.mktemp("mlm") / "model"
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=128)
+    BertForMaskedLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_ipot_matches_a_direct_proximal_point_computation_on_a_tiny_cost_matrix():
+    import torch
+
+    from mialab.calibdcd.perturb import ipot, ot_distance, topp_union
+
+    a, b = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.1, 0.1, 0.8])
+    cost = torch.tensor([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0], [2.0, 1.0, 0.0]])
+    wa, wb, k = (a + 1e-4).double().numpy(), (b + 1e-4).double().numpy(), np.exp(-cost.double().numpy() / 2)
+    plan, v = np.full((3, 3), 1 / 9), np.ones(3)
+    for _ in range(1000):                                     # P <- diag(u) (K * P) diag(v), one Sinkhorn step
+        q = k * plan
+        u = wa / (q @ v)
+        v = wb / (q.T @ u)
+        plan = u[:, None] * q * v[None, :]
+    assert ipot(a, b, cost) == pytest.approx(float((plan * cost.numpy()).sum()), rel=1e-10)
+    assert ipot(a, a, cost) < 0.01 < ipot(a, b, cost)         # near the exact OT cost: 0.4 * 1 + 0.3 * 1 ... > 0
+    assert plan.sum(1) == pytest.approx(wa, rel=1e-6)         # converged: the marginals hold
+    # the support: the union of both top-p sets, renormalised; the cost 1 - cosine of the union's embeddings
+    p, q = torch.tensor([0.7, 0.3, 0.0, 0.0]), torch.tensor([0.0, 0.0, 0.6, 0.4])
+    s1, s2, union = topp_union(p, q)
+    assert union.tolist() == [0, 1, 2, 3] and s1.tolist() == pytest.approx([0.7, 0.3, 0, 0])
+    emb = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0], [0.0, 1.0]])   # tokens 0, 2 and 1, 3 coincide
+    assert ot_distance(p, torch.tensor([0.0, 0.0, 0.7, 0.3]), emb) < 0.01 < ot_distance(p, q, emb)
+
+
+def test_key_positions_aggregate_the_models_top_tokens_as_the_code():
+    from mialab.calibdcd.perturb import key_positions
+
+    tokens = [["a", "b", "a", "c", "d"]] * 2
+    scores = [np.array([5.0, 1.0, 3.0, 4.0, 0.0]), np.array([4.0, 2.0, 6.0, 1.0, 0.0])]
+    # top 2 of each model: (a@0 5, c@3 4), (a@2 6, a@0 4) -> a: mean 5 at 0 (2 of 3), c: 4
+    assert key_positions(scores, tokens, range(5), top_k=2, keep=1) == [0]
+    assert key_positions(scores, tokens, range(5), top_k=2, keep=2) == [0, 3]
+    assert key_positions(scores, tokens, [1, 3, 4], top_k=26, keep=13) == [1, 3, 4]   # 26 halved to 3
+
+
+def test_mlm_fill_changes_exactly_the_given_spans_and_is_seeded(tiny_mlm):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from mialab.calibdcd.perturb import mlm_fill
+
+    tok, mlm = AutoTokenizer.from_pretrained(tiny_mlm), AutoModelForMaskedLM.from_pretrained(tiny_mlm).eval()
+    text = "the cat walks over the hill"
+    spans = [(3, 7), (22, 27)]                                # " cat", " hill"
+    out = mlm_fill(mlm, tok, text, spans, np.random.default_rng(0), top=50)
+    assert out.startswith("the ") and " walks over the " in out and out != text
+    head, tail = out[4:].split(" walks over the ")
+    assert head != "cat" and tail != "hill" and " " not in head + tail
+    assert mlm_fill(mlm, tok, text, spans, np.random.default_rng(0), top=50) == out
+    assert mlm_fill(mlm, tok, text, [], np.random.default_rng(0)) == text
+
+
+@pytest.mark.slow
+def test_original_key_token_perturbation_on_tiny_models(make_tiny_model, tiny_mlm, tiny_split):
+    from mialab.calibdcd.extract import add_perturbed_prefix
+
+    small = make_tiny_model(VERSE, vocab_size=64)            # the byte-level minimum (260): small OT supports
+    run = functools.partial(add_perturbed_prefix, tiny_split.iloc[[2, 3]], key_token_model=small, ratio=0.3,
+                            perturbation="original", mlm_model=tiny_mlm, beams=2, new_tokens=2, device="cpu")
+    split = run()
+    assert (split["perturbed_prefix"] != split["prefix"]).all()
+    assert run()["perturbed_prefix"].tolist() == split["perturbed_prefix"].tolist()
+    with pytest.raises(ValueError, match="needs an mlm_model"):
+        add_perturbed_prefix(tiny_split, key_token_model=small, perturbation="original")

@@ -278,7 +278,7 @@ def test_vllm_settings_need_vllm_in_a_version_that_works(tmp_path: Path, trl_vll
                              venv=tmp_path)
     assert [p.split(":")[0] for p in problems] == keys
     if keys:
-        assert "pip install -r envs/grpo-vllm.txt" in problems[0]
+        assert "bash scripts/install_grpo_vllm.sh" in problems[0]
         assert f"which has {f'vllm {trl_vllm}' if trl_vllm else 'none'};" in problems[0]
         assert "conda env create -f environment-vllm.yml" in problems[1] and str(tmp_path) in problems[1]
 

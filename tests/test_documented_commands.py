@@ -18,15 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import (
-    REPO,
-    add_stand_ins,
-    checkout_copy,
-    command_config,
-    dry_run_as_documented,
-    job_stats,
-    planned_wildcards,
-)
+from workflow_helpers import REPO, check_command, dry_run_as_documented, jobs_line
 
 from mialab.pipeline.config import ConfigError, check_config_files, check_sections
 
@@ -34,7 +26,6 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 CONFIGS = [REPO / "config.yaml", *sorted((REPO / "configs").rglob("*.yaml")),
            *sorted((REPO / "profiles").glob("*/config.yaml"))]
 INLINE_COMMAND = re.compile(r"^(?:[A-Z_]+=\S+\s+)*(?:snakemake|bash|python|pytest)\b")  # a code span that is a command
-JOBS_LINE = re.compile(r"^# jobs: (\d+)(?: \((.*)\))?$", re.M)
 
 
 def markdown_commands(path: Path) -> list[tuple[str, str]]:
@@ -73,39 +64,6 @@ def documented() -> list[tuple[str, str]]:
 COMMANDS = documented()
 SNAKEMAKE = [(w, c) for w, c in COMMANDS if c.startswith("snakemake")]
 OTHERS = [(w, c) for w, c in COMMANDS if not c.startswith("snakemake")]
-
-
-def jobs_line(path: Path) -> tuple[int, dict[str, int]] | None:
-    """The total and per-rule counts of a config file's ``# jobs:`` line, or None."""
-    m = JOBS_LINE.search(path.read_text())
-    if not m:
-        return None
-    per_rule = {}
-    for item in filter(None, (m.group(2) or "").split(",")):
-        rule, n = item.split()
-        per_rule[rule] = int(n)
-    return int(m.group(1)), per_rule
-
-
-def check_command(command: str, expected: tuple[int, dict[str, int]] | None = None) -> dict[str, int]:
-    """Dry-run a documented snakemake command line as written; check it plans its own experiment only
-    (and ``expected`` jobs, when given). Returns the planned jobs per rule."""
-    config = command_config(checkout_copy(), command)
-    if "datasets" not in config:   # a sweep's config (workflow/sweep.smk): its runs are of its base experiment
-        config = {k: v for base in config["base"] for k, v in yaml.safe_load((REPO / base).read_text()).items()}
-    stand_ins = add_stand_ins(checkout_copy(), config)
-    proc = dry_run_as_documented(command)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{command!r} failed ({proc.returncode}; stand-ins {stand_ins}):\n{out[-4000:]}"
-    for name, configured in (("model", config["models"]), ("dataset", config["datasets"])):
-        foreign = planned_wildcards(out, name) - set(configured)
-        assert not foreign, f"{command!r} plans jobs of {name}s its config does not name: {sorted(foreign)}"
-    jobs = job_stats(out)
-    if expected is not None:
-        total, per_rule = expected
-        assert sum(jobs.values()) == total, f"{command!r}: {sum(jobs.values())} jobs planned, the header says {total}: {jobs}"
-        assert {r: jobs.get(r, 0) for r in per_rule} == per_rule, f"{command!r}: {jobs}"
-    return jobs
 
 
 def test_commands_are_found():

@@ -20,7 +20,6 @@ import pandas as pd
 import pytest
 import yaml
 from snakemake.utils import validate
-from test_n_sampling_workflow import validated
 from workflow_helpers import (
     REPO,
     default_config,
@@ -28,6 +27,7 @@ from workflow_helpers import (
     make_workdir,
     planned_jobs,
     snakemake,
+    validated,
     write_config,
 )
 

@@ -8,19 +8,12 @@ import copy
 
 import pandas as pd
 import pytest
-from snakemake.utils import validate
-from workflow_helpers import REPO, default_config, make_workdir, planned_jobs, snakemake
+from workflow_helpers import default_config, make_workdir, planned_jobs, snakemake, validated
 
 from mialab.n_sampling.attack import metric_names
 from mialab.n_sampling.plan import NSamplingPlan
 from mialab.pipeline.config import ConfigError
 from mialab.pipeline.plan import Plan
-
-
-def validated(cfg: dict) -> dict:
-    """``cfg`` checked against the schema with its defaults filled in, as the workflow sees it."""
-    validate(cfg, str(REPO / "schemas" / "config.schema.yaml"))
-    return cfg
 
 
 def ns_plan(cfg: dict) -> NSamplingPlan:

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_documented_commands import check_command, jobs_line
-from test_n_sampling_workflow import validated
-from workflow_helpers import REPO
+from workflow_helpers import REPO, check_command, jobs_line, validated
 
 from mialab.lara.plan import LaRAPlan
 from mialab.pipeline.plan import Plan

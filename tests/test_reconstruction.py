@@ -230,6 +230,29 @@ def test_kernel_equals_reference_on_random_pairs(n_min, n_max, dynamic, split):
         np.testing.assert_allclose(get_reward(reward)(fast_m), get_reward(reward)(slow_m), rtol=0, atol=1e-12)
 
 
+ADVERSARIAL_PAIRS = [
+    ("", ""), ("", "a b c d"), ("a b c d", ""), ("the the the the the", "the the the"),
+    ("zz a b c d e yy", "a b c d e"), ("qq rr a b c a b c ss tt", "a b c a b c a b c"),
+    ("Ωmega ΟΔΟΣ ΟΔΟΣ İstanbul seven77 eight888 ninenine9", "ωmega οδος οδος i̇stanbul seven77 eight888 ninenine9"),
+    ("世界你好世界 x y z", "你好世界你好 x y z"), ("ABCDEFG abcdefgh ABCDEFGH abcdefg", "abcdefg abcdefgh"),
+    (" ".join(["w"] * 40 + ["v"] * 3), " ".join(["w"] * 35)), ("a, b. c! a b c", "(a b c) a; b c"),
+]
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_kernel_counts_of_the_rewards_equal_reference_on_adversarial_pairs(dynamic):
+    """Only the counts a reward asks for (no LCS, no greedy sums), on repeated words, candidate tokens absent
+    from the reference at the edges, empty texts, CJK, non-ASCII case rules and tokens around 7-8 bytes."""
+    cands, refs = map(list, zip(*ADVERSARIAL_PAIRS))
+    for reward in ("ngram", "trio"):
+        needed = set(metric_counts(REWARD_METRICS[reward])) | {"words_cand", "words_ref"}
+        names = [k for k in COUNT_NAMES if k in needed]
+        fast = lexical_counts(cands, refs, n_max=30 if dynamic else 5, dynamic=dynamic, counts=names)
+        slow = [reference_counts(c, r, n_max=30 if dynamic else 5, dynamic=dynamic) for c, r in zip(cands, refs)]
+        for name in names:
+            np.testing.assert_array_equal(fast[name], [x[name] for x in slow], err_msg=f"{reward} {name}")
+
+
 def test_kernel_worker_processes_and_chunking_agree():
     cands, refs = random_pairs(np.random.default_rng(7), 300, 60)
     base = lexical_counts(cands, refs, workers=1, chunk_size=1000)

@@ -13,8 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from test_n_sampling_workflow import validated
-from workflow_helpers import REPO, job_stats, make_workdir, planned_wildcards, snakemake
+from workflow_helpers import REPO, job_stats, make_workdir, planned_wildcards, snakemake, validated
 
 from mialab.data.registry import get_family
 from mialab.pipeline.config import data_paths

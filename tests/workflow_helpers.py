@@ -15,11 +15,18 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from snakemake.utils import update_config
+from snakemake.utils import update_config, validate
 
 from mialab.pipeline.config import data_paths
 
 REPO = Path(__file__).resolve().parents[1]
+JOBS_LINE = re.compile(r"^# jobs: (\d+)(?: \((.*)\))?$", re.M)  # a config header's planned jobs
+
+
+def validated(cfg: dict) -> dict:
+    """``cfg`` checked against the schema with its defaults filled in, as the workflow sees it."""
+    validate(cfg, str(REPO / "schemas" / "config.schema.yaml"))
+    return cfg
 
 
 def default_config() -> dict:
@@ -156,3 +163,36 @@ def command_config(root: Path, command: str) -> dict:
     for name in files or ["config.yaml"]:
         update_config(config, yaml.safe_load((root / name).read_text()))
     return config
+
+
+def jobs_line(path: Path) -> tuple[int, dict[str, int]] | None:
+    """The total and per-rule counts of a config file's ``# jobs:`` line, or None."""
+    m = JOBS_LINE.search(path.read_text())
+    if not m:
+        return None
+    per_rule = {}
+    for item in filter(None, (m.group(2) or "").split(",")):
+        rule, n = item.split()
+        per_rule[rule] = int(n)
+    return int(m.group(1)), per_rule
+
+
+def check_command(command: str, expected: tuple[int, dict[str, int]] | None = None) -> dict[str, int]:
+    """Dry-run a documented snakemake command line as written; check it plans its own experiment only
+    (and ``expected`` jobs, when given). Returns the planned jobs per rule."""
+    config = command_config(checkout_copy(), command)
+    if "datasets" not in config:   # a sweep's config (workflow/sweep.smk): its runs are of its base experiment
+        config = {k: v for base in config["base"] for k, v in yaml.safe_load((REPO / base).read_text()).items()}
+    stand_ins = add_stand_ins(checkout_copy(), config)
+    proc = dry_run_as_documented(command)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{command!r} failed ({proc.returncode}; stand-ins {stand_ins}):\n{out[-4000:]}"
+    for name, configured in (("model", config["models"]), ("dataset", config["datasets"])):
+        foreign = planned_wildcards(out, name) - set(configured)
+        assert not foreign, f"{command!r} plans jobs of {name}s its config does not name: {sorted(foreign)}"
+    jobs = job_stats(out)
+    if expected is not None:
+        total, per_rule = expected
+        assert sum(jobs.values()) == total, f"{command!r}: {sum(jobs.values())} jobs planned, the header says {total}: {jobs}"
+        assert {r: jobs.get(r, 0) for r in per_rule} == per_rule, f"{command!r}: {jobs}"
+    return jobs

@@ -29,6 +29,7 @@ def main() -> None:
     args = ap.parse_args()
     setup_job(None, args.threads)
     from mialab.adra.stages import train
+    from mialab.adra.training import run_record
 
     manifest = json.loads(args.manifest)
     start = time.perf_counter()
@@ -42,13 +43,9 @@ def main() -> None:
         for item in snapshots.iterdir():
             os.replace(item, tmp / item.name)
     write_parquet(data, args.out_training_set)
-    log = log.astype({c: "float64" for c in log.columns if c != "step"})
+    log, record = run_record(log, data)
     write_parquet(log, args.out_log)
-    rewards = log["reward"].dropna() if "reward" in log.columns else pd.Series(dtype=float)
-    write_manifest({**manifest, "global_step": int(log["step"].max()), "rows": len(data),
-                   "reward_first": float(rewards.iloc[0]) if len(rewards) else None,
-                   "reward_last": float(rewards.iloc[-1]) if len(rewards) else None,
-                   "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest,
+    write_manifest({**manifest, **record, "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest,
                    outputs=[args.out_adapters, args.out_training_set, args.out_log])
     shutil.rmtree(args.work, ignore_errors=True)
 

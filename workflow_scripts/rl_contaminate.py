@@ -12,8 +12,7 @@ import pandas as pd
 from mialab.core.io import atomic_directory, remove_stale_temporaries, write_manifest, write_parquet
 from mialab.core.jobs import setup_job
 from mialab.data.rl_corpus import build_corpus, filler_problems, split_members
-from mialab.training.checkpoints import check_steps
-from mialab.training.grpo import GRPOSettings, export_checkpoint, run_grpo
+from mialab.training.grpo import GRPOSettings, epoch_record, export_checkpoint, run_grpo
 from mialab.training.rewards import make_reward
 
 
@@ -49,21 +48,15 @@ def main() -> None:
                    until_epoch=args.epoch, trust_remote_code=args.trust_remote_code)
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    steps = check_steps(run.steps, run.expected_steps, f"GRPO epoch {args.epoch} ({args.out_model})")
+    log, record = epoch_record(run, corpus, args.epoch, f"GRPO epoch {args.epoch} ({args.out_model})")
     with atomic_directory(args.out_model) as tmp:
         export_checkpoint(run.checkpoint, tmp, init=args.init, trust_remote_code=args.trust_remote_code)
     with atomic_directory(args.out_trainer) as tmp:
         for item in Path(run.checkpoint).iterdir():
             os.replace(item, tmp / item.name)
     write_parquet(corpus, args.out_corpus)
-    log = run.log.astype({c: "float64" for c in run.log.columns})
     write_parquet(log, args.out_log)
-    steps = log.dropna(subset=["reward"]) if "reward" in log.columns else log.iloc[:0]
-    this_epoch = steps[steps["epoch"] > args.epoch - 1]
-    write_manifest({**manifest, "corpus": {"prompts": len(corpus), "members": int(corpus["target"].sum())},
-                   "global_step": run.steps, "steps": steps,
-                   "epoch_reward_mean": float(this_epoch["reward"].mean()) if len(this_epoch) else None,
-                   "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest,
+    write_manifest({**manifest, **record, "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest,
                    outputs=[args.out_model, args.out_trainer, args.out_corpus, args.out_log])
     shutil.rmtree(args.work, ignore_errors=True)
 

@@ -17,6 +17,7 @@ from mialab.training.sft import (
     SFTSettings,
     build_post_training_corpus,
     build_sft_corpus,
+    member_texts,
     read_chat_pairs,
     render_chat,
     run_sft,
@@ -40,14 +41,14 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
 
     train = SFTSettings.from_config(spec["train"])
-    if spec.get("format") == "chat":  # absent: plain texts
-        filler = render_chat(load_tokenizer(args.init, trust_remote_code=args.trust_remote_code), read_chat_pairs(spec["filler"]))
-    else:
-        filler = read_corpus(spec["filler"])
+    # absent: plain texts; chat: filler rows and members as conversations in the init model's chat template
+    chat_tok = None
+    if spec.get("format") == "chat":
+        chat_tok = load_tokenizer(args.init, trust_remote_code=args.trust_remote_code)
+    filler = read_corpus(spec["filler"]) if chat_tok is None else render_chat(chat_tok, read_chat_pairs(spec["filler"]))
     if spec.get("members"):
         (member_pool,) = args.member_pool
-        pool = pd.read_parquet(member_pool)
-        members = pool.loc[pool["label"] == 1, "text"].tolist()
+        members = member_texts(pd.read_parquet(member_pool), chat_tok)
         texts, stats = build_sft_corpus(members, filler, repeats=spec["members"]["repeats"],
                                         rate=spec["contamination_rate"], seed=train.seed)
     else:

@@ -65,6 +65,9 @@ class ADRAPlan:
                 if reward["metric"] == "embedding" and not reward["embedding_model"]:
                     raise ConfigError(f"adra.reward.embedding_model: the embedding reward of dataset {d!r} needs a "
                                       "sentence-transformers model")
+                if reward["metric"] == "judge" and "judge" not in reward:
+                    raise ConfigError(f"adra.reward.judge: the judge reward of dataset {d!r} needs a judge model "
+                                      "(adra.reward.judge.model)")
         for d in self.spec["datasets"]:
             if d not in targets:
                 raise ConfigError(f"adra.datasets: {d!r} is not the dataset of an adra target "

@@ -83,6 +83,16 @@ def with_steps(summary_: pd.DataFrame, final_steps: dict[str, dict[str, int]]) -
     return summary_.assign(step=[s[1] if s else np.nan for s in steps])
 
 
+def final_steps(trains: list[tuple[str, str]], logs: list[pd.DataFrame]) -> dict[str, dict[str, int]]:
+    """``{model: {variant: last step}}`` from the trainer log of each (model, variant) run (the largest
+    over the run's seeds)."""
+    finals: dict[str, dict[str, int]] = {}
+    for (model, variant), log in zip(trains, logs):
+        finals.setdefault(model, {})
+        finals[model][variant] = max(int(log["step"].max()), finals[model].get(variant, 0))
+    return finals
+
+
 def step_curve(summary_: pd.DataFrame, final_steps: dict[str, dict[str, int]]) -> pd.DataFrame:
     """AUROC summaries against the RL step (rows model, variant, step, top5/primary mean and std);
     the untrained policy is step 0 of every variant."""
@@ -113,6 +123,16 @@ def markdown(summary_: pd.DataFrame, dataset: str, primary: str) -> str:
         lines.append(f"| {r['model']} | {r['attack']} | {cell(r, 'top5')} | {cell(r, 'primary')} | {cell(r, 'best')} "
                      f"| {r['best_metric']} | {r['n_seeds']} |")
     return "\n".join(lines) + "\n"
+
+
+def report(dataset: str, tables: list[tuple[str, int, pd.DataFrame]], trains: list[tuple[str, str]],
+           logs: list[pd.DataFrame], fpr_targets: list[float], primary: str
+           ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(summary, summary with RL steps, step curve) of one dataset from its (model, seed, score table)
+    ``tables`` and the trainer ``logs`` of its (model, variant) ``trains``."""
+    table = summary(per_seed_aurocs(dataset, tables, fpr_targets), primary)
+    finals = final_steps(trains, logs)
+    return table, with_steps(table, finals), step_curve(table, finals)
 
 
 def step_figure(curve: pd.DataFrame, summary_: pd.DataFrame, dataset: str, path: str) -> None:

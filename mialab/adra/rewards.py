@@ -17,6 +17,12 @@ Table 10's ablation ``embedding`` replaces the lexical score by ``(1 + cos) / 2`
 encoder's embeddings of rollout and reference (the released code's ``embedding.py``: no length
 penalty by default), under the same rules.
 
+Table 10's ablation ``judge`` asks a local instruct model (``adra.reward.judge``, through the rollout
+engine) to rate the similarity of rollout and reference with the released code's default prompt
+(``resources/prompts/adra/judge.txt``, its ``llm_judge_prompts.PROMPT_TEMPLATE_V1``); the answer is
+parsed as the code parses it (:func:`parse_judge_score`). The code's ``{PROBLEM}`` is the raw problem;
+here it is the policy's prompt as the trainer holds it (the rendered user turn and assistant prefix).
+
 The weights w come from a passive baseline's membership scores of the same candidates, min-max
 normalised jointly and oriented so that lower w = more member-like (a likely member is rewarded for
 its own suffix, a likely non-member also for resembling other candidates). Labels are never read.
@@ -30,15 +36,65 @@ resembling other candidates, which sharpens the member / non-member contrast.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import functools
+import logging
+import re
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from mialab.core.finite import require_finite
+from mialab.core.paths import PROMPTS
 from mialab.similarity.metrics import embedding_cosine
 from mialab.training.rewards import DEFAULT_TAU, completion_text, compute_rewards
 
 RULES = ("own", "max", "contrastive")
+JUDGE_PROMPT = PROMPTS / "adra" / "judge.txt"
+_REWARD_LINE = re.compile(r"REWARD:\s*([0-9]*\.?[0-9]+)", re.IGNORECASE)
+_UNIT_NUMBER = re.compile(r"\b(0\.\d{1,3}|1\.0{1,3}|0|1)\b")
+log = logging.getLogger(__name__)
+
+
+def parse_judge_score(text: str) -> float | None:
+    """The judge's score in [0, 1] as the released code reads it (``_extract_reward_score``, 0-1 scale).
+
+    The number after ``REWARD:`` (case-insensitive), clamped to [0, 1]; failing that, the last number of
+    the form 0, 1, 0.ddd or 1.000 anywhere in the text; None when neither is there. Example:
+    ``"REWARD: 0.750"`` -> 0.75; ``"about 0.4, maybe 0.6"`` -> 0.6; ``"REWARD: 7"`` -> 1.0.
+    """
+    found = _REWARD_LINE.search(text.strip()) if text else None
+    if found:
+        return min(1.0, max(0.0, float(found.group(1))))
+    numbers = _UNIT_NUMBER.findall(text or "")
+    return float(numbers[-1]) if numbers else None
+
+
+def judge_scores(candidates: Sequence[str], references: Sequence[str], problems: Sequence[str],
+                 generate: Callable[[list[str]], list[str]], template: str) -> np.ndarray:
+    """The judge's score of each (candidate, reference, problem) triple, all prompts in one ``generate`` call.
+
+    An answer without a score counts 0.0, the released code's rule (it logs a warning and returns 0.0).
+    """
+    prompts = [template.format(PROBLEM=p.strip(), REFERENCE_SOLUTION=r, CANDIDATE_SOLUTION=c)
+               for c, r, p in zip(candidates, references, problems, strict=True)]
+    parsed = [parse_judge_score(a) for a in generate(prompts)]
+    if len(parsed) != len(prompts):
+        raise ValueError(f"the judge answered {len(parsed)} of {len(prompts)} prompts")
+    unparsed = sum(s is None for s in parsed)
+    if unparsed:
+        log.warning("LLM judge: %d of %d answers have no score; they count 0.0 (the released code's rule)",
+                    unparsed, len(parsed))
+    return np.array([0.0 if s is None else s for s in parsed])
+
+
+def judge_generator(model: str, engine: str, backend_options: dict | None, temperature: float, top_p: float,
+                    max_new_tokens: int, seed: int) -> Callable[[list[str]], list[str]]:
+    """The judge (``adra.reward.judge``): each prompt one chat user turn to ``model`` on the rollout engine."""
+    from mialab.lm.engine import text_generator
+
+    return text_generator(model, engine=engine, backend_options=backend_options, max_new_tokens=max_new_tokens,
+                          temperature=temperature, top_p=top_p, seed=seed)
 
 
 def contrastive_reward(scores: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -52,8 +108,8 @@ def contrastive_reward(scores: np.ndarray, w: np.ndarray) -> np.ndarray:
     w = np.asarray(w, dtype=np.float64)
     if scores.ndim < 1 or scores.shape[-1] < 2:
         raise ValueError(f"need scores against the true suffix and >= 1 distractor, got shape {scores.shape}")
-    if not (np.isfinite(scores).all() and np.isfinite(w).all()):
-        raise ValueError("contrastive reward got NaN/inf scores or weights")
+    require_finite("contrastive reward scores", scores)
+    require_finite("contrastive reward membership weights w", w)
     if ((w < 0) | (w > 1)).any():
         raise ValueError("membership weight w must lie in [0, 1]")
     p = 1.0 - w
@@ -66,9 +122,7 @@ def minmax_membership_weight(scores: Sequence[float], higher_is_member: bool = T
     Oriented so that lower ``w`` = more member-like: with ``higher_is_member`` the highest
     score gets 0. All scores equal carries no information: every weight is 0.5.
     """
-    s = np.asarray(scores, dtype=np.float64)
-    if not np.isfinite(s).all():
-        raise ValueError("membership scores contain NaN/inf")
+    s = require_finite("membership scores", scores)
     if s.size == 0:
         return s
     lo, hi = s.min(), s.max()
@@ -125,12 +179,15 @@ def combine(scores: np.ndarray, rule: str, weight: float) -> float:
 
 def adra_reward(metric: str = "trio", tau: float = DEFAULT_TAU, n_min: int = 3, n_max: int | None = 30,
                 ngram_range: str = "dynamic", length_words: str = "whitespace", workers: int = 1,
-                embedding_model: str | None = None):
+                embedding_model: str | None = None, judge: dict | None = None):
     """A GRPO reward ``(completions, references, rule, weight, **kwargs) -> list[float]`` (TRL's signature).
 
-    All (rollout, reference) pairs of a batch go through the batched kernel in one call; the n-gram
-    range and word counting are :func:`mialab.training.rewards.compute_rewards`'.
+    All (rollout, reference) pairs of a batch go through the batched kernel (or the embedding model, or
+    the judge) in one call; the n-gram range and word counting are
+    :func:`mialab.training.rewards.compute_rewards`'. ``judge``: ``adra.reward.judge``
+    (:func:`judge_generator`'s arguments), its model started on the first call.
     """
+    judge_model = functools.cache(lambda: judge_generator(**judge))
 
     def reconstruction_reward(completions: list, references: list, rule: list, weight: list, **kwargs) -> list[float]:
         texts = [completion_text(c) for c in completions]
@@ -140,17 +197,20 @@ def adra_reward(metric: str = "trio", tau: float = DEFAULT_TAU, n_min: int = 3, 
         cands, refs = [t for t, k in zip(texts, sizes) for _ in range(k)], [ref for refs in references for ref in refs]
         if metric == "embedding":
             flat = (1.0 + embedding_cosine(cands, refs, model=embedding_model)) / 2.0
+        elif metric == "judge":
+            problems = [completion_text(p) for p, k in zip(kwargs["prompts"], sizes) for _ in range(k)]
+            flat = judge_scores(cands, refs, problems, judge_model(), JUDGE_PROMPT.read_text())
         else:
             flat = compute_rewards(metric, cands, refs, tau=tau, n_min=n_min, n_max=n_max, ngram_range=ngram_range,
                                    length_words=length_words, workers=workers)
         per_row = np.split(flat, np.cumsum(sizes)[:-1])
         values = np.array([combine(s, r, w) for s, r, w in zip(per_row, rule, weight, strict=True)])
-        if not np.isfinite(values).all():
-            raise ValueError(f"reward {metric}: non-finite value(s)")
-        return values.tolist()
+        return require_finite(f"reward {metric}", values).tolist()
 
     if metric == "embedding" and not embedding_model:
         raise ValueError("the embedding reward needs embedding_model (adra.reward.embedding_model)")
+    if metric == "judge" and not (judge or {}).get("model"):
+        raise ValueError("the judge reward needs a judge model (adra.reward.judge.model)")
     reconstruction_reward.__name__ = f"adra_{metric}"
     return reconstruction_reward
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from mialab.adra.rewards import adra_reward, membership_weights
+from mialab.lm.engine import model_identity
 from mialab.n_sampling.stages import generate, unlabelled
 from mialab.n_sampling.tasks import Task
 from mialab.training.grpo import GRPOSettings, export_checkpoint
@@ -22,12 +23,14 @@ from mialab.training.grpo import GRPOSettings, export_checkpoint
 def policy_rollouts(model_path: str, snapshot: str | os.PathLike | None, splits: list[pd.DataFrame], task: Task,
                     *, trust_remote_code: bool = False, **generation) -> list[pd.DataFrame]:
     """:func:`generate` from a policy snapshot (its LoRA adapter merged into ``model_path`` in a temporary
-    folder), or from ``model_path`` itself when ``snapshot`` is None (the untrained policy)."""
+    folder), or from ``model_path`` itself when ``snapshot`` is None (the untrained policy). Resumable
+    parts (``generation["parts"]``) are keyed on the snapshot and the model, not on the temporary folder."""
     if snapshot is None:
         return generate(model_path, splits, task, trust_remote_code=trust_remote_code, **generation)
+    model_key = [model_identity(model_path), model_identity(snapshot)]
     with tempfile.TemporaryDirectory(prefix="adra-policy-") as tmp:
         export_checkpoint(snapshot, tmp, init=model_path, trust_remote_code=trust_remote_code)
-        return generate(tmp, splits, task, trust_remote_code=trust_remote_code, **generation)
+        return generate(tmp, splits, task, trust_remote_code=trust_remote_code, model_key=model_key, **generation)
 
 
 def train(model_path: str, split: pd.DataFrame, config: dict, work_dir: str | os.PathLike,

@@ -137,6 +137,16 @@ class SnapshotPolicies(TrainerCallback):
         return control
 
 
+def run_record(log: pd.DataFrame, data: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The trainer log with float64 metrics (``step`` stays an integer) and the manifest's record of the
+    run: its last step, the training rows and the first and last logged reward (None if none was logged)."""
+    log = log.astype({c: "float64" for c in log.columns if c != "step"})
+    rewards = log["reward"].dropna() if "reward" in log.columns else pd.Series(dtype=float)
+    return log, {"global_step": int(log["step"].max()), "rows": len(data),
+                 "reward_first": float(rewards.iloc[0]) if len(rewards) else None,
+                 "reward_last": float(rewards.iloc[-1]) if len(rewards) else None}
+
+
 def run_sft_ablation(model_path: str, data: pd.DataFrame, settings: GRPOSettings, work_dir: str | os.PathLike, *,
                      device: str = "auto", callbacks: list | None = None, trust_remote_code: bool = False) -> str:
     """The RL-vs-SFT ablation: LoRA SFT on ``prompt`` -> ``completion`` with GRPO's budget; the last checkpoint.

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from mialab.calibdcd.frames import feature_frame
-from mialab.calibdcd.perturb import key_token_perturb
+from mialab.calibdcd.perturb import key_token_perturb, original_key_token_perturb
 from mialab.calibdcd.reference import reference_probabilities
 from mialab.calibdcd.views import apply_view
 
@@ -43,9 +43,21 @@ def dpdllm_view_features(split: pd.DataFrame, view: str, *, generate: Generate, 
     return feature_frame(split["id"].tolist(), view, z)
 
 
-def add_perturbed_prefix(split: pd.DataFrame, *, key_token_model: str, ratio: float = 0.15, batch_size: int = 8,
-                         device: str = "auto", dtype: str = "float32") -> pd.DataFrame:
-    """``split`` with a ``perturbed_prefix`` column (VeilProbe key-token perturbation, view-independent)."""
-    perturbed = key_token_perturb(key_token_model, split["prefix"].astype(str).tolist(), ratio=ratio,
-                                  batch_size=batch_size, device=device, dtype=dtype)
+def add_perturbed_prefix(split: pd.DataFrame, *, key_token_model: str, ratio: float = 0.15,
+                         perturbation: str = "surprisal", mlm_model: str | None = None, beams: int = 10,
+                         new_tokens: int = 10, seed: int = 0, batch_size: int = 8, device: str = "auto",
+                         dtype: str = "float32") -> pd.DataFrame:
+    """``split`` with a ``perturbed_prefix`` column (VeilProbe key-token perturbation, view-independent):
+    ``original`` (OT attribution on ``key_token_model``, ``mlm_model``'s fill) or ``surprisal`` (``ratio``)."""
+    prefixes = split["prefix"].astype(str).tolist()
+    if perturbation == "original":
+        if mlm_model is None:
+            raise ValueError("VeilProbe's original perturbation needs an mlm_model (the code: bert-base-cased)")
+        perturbed = original_key_token_perturb([key_token_model], mlm_model, prefixes, beams=beams,
+                                               new_tokens=new_tokens, seed=seed, device=device, dtype=dtype)
+    elif perturbation == "surprisal":
+        perturbed = key_token_perturb(key_token_model, prefixes, ratio=ratio, batch_size=batch_size, device=device,
+                                      dtype=dtype)
+    else:
+        raise ValueError(f"unknown VeilProbe perturbation {perturbation!r}; known: original, surprisal")
     return split.assign(perturbed_prefix=perturbed)

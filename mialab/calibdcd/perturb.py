@@ -1,11 +1,13 @@
-"""VeilProbe's key-token perturbation (CalibDCD's perturbed prompts).
+"""VeilProbe's key-token perturbation (CalibDCD's perturbed prompts), two ways.
 
-VeilProbe ranks input tokens by their attribution to the target's output (optimal-transport
-attribution over GPT-2 models) and replaces the top ones with a masked-LM's fill-ins. Without an
-attribution model we rank tokens by their surprisal under a key-token language model (the least
-predictable tokens carry the text-specific content: names, numbers, rare words) and replace each
-chosen token by the same model's most likely *other* token at that position, a plausible
-in-context substitute.
+``original`` (:func:`original_key_token_perturb`), as VeilProbe's code (``key_perturb/``): each input
+token's attribution is the optimal-transport distance (IPOT, 1 - cosine of input embeddings) between
+the attribution model's beam-weighted next-token distributions with and without that token; the top
+tokens, aggregated over the attribution models, are filled by a masked LM's top-5 predictions.
+
+``surprisal`` (:func:`key_token_perturb`), the earlier substitute: the least predictable tokens under
+a key-token language model (names, numbers, rare words), each replaced by the same model's most
+likely *other* token at that position.
 
 The key-token model and the target are separate model paths (the VeilProbe reference code loads
 one path for both of its two models by mistake).
@@ -13,6 +15,7 @@ one path for both of its two models by mistake).
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
@@ -53,4 +56,161 @@ def key_token_perturb(model_path: str, texts: Sequence[str], *, ratio: float = 0
             for j in positions[np.argsort(-surprisal[positions - 1], kind="stable")[:k]]:
                 new[j] = int(substitute[j - 1])
         out.append(tok.decode(new, skip_special_tokens=True))
+    return out
+
+
+# --- the original: optimal-transport attribution (key_perturb/interpreter.py) and masked-LM fill -------------
+
+def topp_union(p: "torch.Tensor", q: "torch.Tensor", *, topp: float = 0.9999, topk: int = 1000):
+    """``(p[u] / sum, q[u] / sum, u)`` over ``u``, the union of each distribution's top-p tokens (at most
+    ``topk`` each): the support the code's OT compares (``_topp_intersection``)."""
+    import torch
+
+    def top(r):
+        order = torch.sort(r, descending=True, stable=True).indices
+        reached = torch.nonzero(torch.cumsum(r[order], 0) >= topp)
+        return order[:min(int(reached.min()) + 1 if len(reached) else len(r), topk)]
+
+    union = torch.cat((top(p), top(q))).unique()
+    return p[union] / p[union].sum(), q[union] / q[union].sum(), union
+
+
+def ipot(a: "torch.Tensor", b: "torch.Tensor", cost: "torch.Tensor", *, beta: float = 2.0,
+         iterations: int = 1000) -> float:
+    """Transport cost ``sum(P * C)`` of the inexact proximal-point OT plan (IPOT, one Sinkhorn step per
+    proximal step) as the code computes it: weights shifted by 1e-4 (not renormalised), float64."""
+    import torch
+
+    a, b, cost = (x.to(torch.float64) for x in (a + 1e-4, b + 1e-4, cost))
+    n = len(a)
+    u, v = torch.ones(n, dtype=torch.float64, device=a.device), torch.ones(n, dtype=torch.float64, device=a.device)
+    plan = torch.full((n, n), 1.0 / n ** 2, dtype=torch.float64, device=a.device)
+    kernel = torch.exp(-cost / beta)
+    for _ in range(iterations):
+        q = kernel * plan
+        u = a / (q @ v)
+        v = b / (q.T @ u)
+        plan = u[:, None] * q * v[None, :]
+    return float((plan * cost).sum())
+
+
+def ot_distance(p: "torch.Tensor", q: "torch.Tensor", embeddings: "torch.Tensor") -> float:
+    """OT distance of two next-token distributions on their top-p union, the cost 1 - cosine of the
+    tokens' input embeddings."""
+    s1, s2, union = topp_union(p, q)
+    unit = embeddings[union] / embeddings[union].norm(dim=1, keepdim=True)
+    return ipot(s1, s2, 1 - unit @ unit.T)
+
+
+def _next_token_distribution(model, ids: "torch.Tensor", mask: "torch.Tensor", *, beams: int,
+                             new_tokens: int) -> "torch.Tensor":
+    """The code's ``p_j``: the next-token distribution after each of ``beams`` beam-search continuations,
+    weighted by the continuation's probability (token id 0 counts as probability 1), normalised. The weights
+    are taken in log space and shifted by their maximum: the same normalised mixture without underflow."""
+    import torch
+
+    gen = model.generate(input_ids=ids, attention_mask=mask, num_beams=beams, num_return_sequences=beams,
+                         max_new_tokens=new_tokens, do_sample=False, early_stopping=False)
+    full = torch.cat([mask.expand(len(gen), -1), torch.ones_like(gen[:, ids.shape[1]:])], dim=1)
+    logp = torch.log_softmax(model(input_ids=gen, attention_mask=full).logits.double(), dim=-1)
+    n = ids.shape[1]
+    new = gen[:, n:]
+    picked_logp = logp[:, n - 1:-1].gather(-1, new[..., None])[..., 0].masked_fill(new == 0, 0.0)
+    weights = torch.softmax(picked_logp.sum(1), dim=0)
+    return (weights[:, None] * logp[:, -1].exp()).sum(0)
+
+
+def ot_attributions(model, ids: Sequence[int], *, beams: int = 10, new_tokens: int = 10) -> np.ndarray:
+    """Each input position's attribution: the OT distance between ``p_j`` of the input and of the input
+    with that position masked (id 0, attention 0), as ``Interpreter.interpret_ours``."""
+    import torch
+
+    device = next(model.parameters()).device
+    embeddings = model.get_input_embeddings().weight.detach()
+    row = torch.tensor([list(ids)], device=device)
+    with torch.no_grad():
+        p = _next_token_distribution(model, row, torch.ones_like(row), beams=beams, new_tokens=new_tokens)
+        scores = []
+        for a in range(row.shape[1]):
+            masked, mask = row.clone(), torch.ones_like(row)
+            masked[0, a], mask[0, a] = 0, 0
+            scores.append(ot_distance(p, _next_token_distribution(model, masked, mask, beams=beams,
+                                                                  new_tokens=new_tokens), embeddings))
+    return np.array(scores)
+
+
+def key_positions(scores: Sequence[np.ndarray], tokens: Sequence[Sequence[str]], candidates: Sequence[int], *,
+                  top_k: int = 26, keep: int = 13) -> list[int]:
+    """The code's aggregation over attribution models: each model's ``top_k`` candidate positions (halved
+    while more than the candidates), scores averaged per token string, the ``keep`` best strings, each at
+    its most frequent position (ties: the first). Score ties keep position order."""
+    entries: dict[str, list[tuple[float, int]]] = {}
+    for score, toks in zip(scores, tokens, strict=True):
+        k = top_k
+        while k > len(candidates):
+            k //= 2
+        cand = np.asarray(candidates)
+        for j in cand[np.argsort(-score[cand], kind="stable")[:k]]:
+            entries.setdefault(toks[j], []).append((float(score[j]), int(j)))
+    mean = {t: float(np.mean([s for s, _ in e])) for t, e in entries.items()}
+    best = sorted(mean, key=lambda t: -mean[t])[:keep]
+    positions = [[j for _, j in entries[t]] for t in best]
+    return sorted(max(sorted(set(p)), key=p.count) for p in positions)
+
+
+FILL_TOKEN = re.compile(r"[a-zA-Z0-9\-]+")
+
+
+def mlm_fill(mlm, mlm_tok, text: str, spans: Sequence[tuple[int, int]], rng: np.random.Generator, *,
+             top: int = 5) -> str:
+    """``text`` with each character span replaced by a random one of the masked LM's ``top`` predictions
+    for it (the span alone masked, its leading space kept), other than the span's word and made of
+    letters, digits and hyphens only; a span without such a prediction stays (``perturb_sentence_with_mlm``)."""
+    import torch
+
+    device = next(mlm.parameters()).device
+    out, last = [], 0
+    for start, end in spans:
+        span = text[start:end]
+        lead, word = span[:len(span) - len(span.lstrip())], span.strip()
+        enc = mlm_tok(text[:start] + lead + mlm_tok.mask_token + text[end:], return_tensors="pt").to(device)
+        with torch.no_grad():
+            logits = mlm(**enc).logits[0, int((enc["input_ids"][0] == mlm_tok.mask_token_id).nonzero()[0, 0])]
+        predictions = [mlm_tok.decode([i]).strip() for i in torch.topk(logits, top).indices.tolist()]
+        keep = [t for t in predictions if t != word and FILL_TOKEN.fullmatch(t)]
+        out += [text[last:start], lead + keep[int(rng.integers(len(keep)))] if keep else span]
+        last = end
+    return "".join(out + [text[last:]])
+
+
+def original_key_token_perturb(attribution_models: Sequence[str], mlm_path: str, texts: Sequence[str], *,
+                               beams: int = 10, new_tokens: int = 10, top_k: int = 26, keep: int = 13,
+                               seed: int = 0, device: str = "auto", dtype: str = "float32") -> list[str]:
+    """VeilProbe's key-token perturbation (``keyperturb_agg.process_sentence``): key tokens by OT attribution
+    (:func:`ot_attributions`) on each attribution model, aggregated (:func:`key_positions`) on their shared
+    tokens, filled by the masked LM (:func:`mlm_fill`). Special tokens are never key tokens; the
+    fill's random choice is seeded per text (``seed``, text index): deterministic."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from mialab.lm.loading import resolve_device
+
+    models = [load_lm(path, device=device, dtype=dtype) for path in attribution_models]
+    mlm_tok = AutoTokenizer.from_pretrained(mlm_path)
+    mlm = AutoModelForMaskedLM.from_pretrained(mlm_path).to(resolve_device(device)).eval()
+    out = []
+    for i, text in enumerate(texts):
+        encs = [tok(text, return_offsets_mapping=True, return_special_tokens_mask=True) for _, tok in models]
+        first = encs[0]
+        if any(enc["input_ids"] != first["input_ids"] for enc in encs):
+            raise ValueError("VeilProbe's attribution models must share a tokenizer (the code: the GPT-2 family)")
+        candidates = [j for j, s in enumerate(first["special_tokens_mask"]) if not s]
+        if not candidates:
+            out.append(text)
+            continue
+        scores = [ot_attributions(model, enc["input_ids"], beams=beams, new_tokens=new_tokens)
+                  for (model, _), enc in zip(models, encs)]
+        tokens = [tok.convert_ids_to_tokens(enc["input_ids"]) for (_, tok), enc in zip(models, encs)]
+        chosen = key_positions(scores, tokens, candidates, top_k=top_k, keep=keep)
+        spans = [tuple(first["offset_mapping"][j]) for j in chosen]
+        out.append(mlm_fill(mlm, mlm_tok, text, spans, np.random.default_rng([seed, i])))
     return out

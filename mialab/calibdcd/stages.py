@@ -76,6 +76,8 @@ def scope_texts(pool: pd.DataFrame, ids: Sequence[str] | None = None) -> pd.Data
     return texts.set_index("id").loc[wanted].reset_index()
 
 
+#: the veilprobe section's keys of :func:`mialab.calibdcd.extract.add_perturbed_prefix`
+PERTURBATION_KEYS = ("key_token_model", "ratio", "perturbation", "mlm_model", "beams", "new_tokens", "seed")
 DETECTOR_INPUTS = {"dpdllm": ("prefix",), "veilprobe": ("prefix", "perturbed_prefix")}
 SAMPLING_KEYS = ("max_new_tokens", "temperature")
 
@@ -173,7 +175,7 @@ def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Cal
         raise KeyError(f"unknown detector(s) {sorted(unknown)}; known: {sorted(DETECTOR_INPUTS)}")
     if "veilprobe" in detectors:
         vp = detectors["veilprobe"]
-        texts = add_perturbed_prefix(texts, key_token_model=vp["key_token_model"], ratio=vp["ratio"], **lm_options)
+        texts = add_perturbed_prefix(texts, **{k: vp[k] for k in PERTURBATION_KEYS if k in vp}, **lm_options)
     generations = view_prompts(texts, views, list(detectors))
     settings = {det: tuple(spec[k] for k in SAMPLING_KEYS) for det, spec in detectors.items()}
     outputs = {}

@@ -38,6 +38,7 @@ from typing import Sequence
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
+from mialab.core.finite import require_finite
 from mialab.lm.generation import Generation, generate
 from mialab.lm.logprobs import token_logprobs
 from mialab.lm.prompts import format_prompt
@@ -52,10 +53,10 @@ TOP_K_LOGPROBS = 50    # the code's --K: vLLM logprobs per step
 
 def recall_score(ll_conditional: np.ndarray, ll_unconditional: np.ndarray) -> np.ndarray:
     """ReCaLL ``LL(x | P) / LL(x)`` elementwise (mean log-likelihoods, both negative)."""
-    cond = np.asarray(ll_conditional, dtype=np.float64)
-    uncond = np.asarray(ll_unconditional, dtype=np.float64)
-    if (uncond == 0).any() or not (np.isfinite(cond).all() and np.isfinite(uncond).all()):
-        raise ValueError("ReCaLL needs finite log-likelihoods and a non-zero unconditional one")
+    cond = require_finite("ReCaLL conditional log-likelihoods", ll_conditional)
+    uncond = require_finite("ReCaLL unconditional log-likelihoods", ll_unconditional)
+    if (uncond == 0).any():
+        raise ValueError("ReCaLL needs a non-zero unconditional log-likelihood")
     return cond / uncond
 
 
@@ -154,8 +155,7 @@ def mean_log_likelihood(model, tokenizer, texts: list[str], *, prefix: str | Non
                            batch_size=batch_size)
     first = max(len(head), 1) - 1
     out = np.array([lp[first:].mean() if len(lp) > first else np.nan for lp in logps])
-    if not np.isfinite(out).all():
-        raise ValueError("a text has no scorable token")
+    require_finite("mean token log-likelihoods (NaN: a text has no scorable token)", out)
     return out
 
 

@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
+from mialab.core.finite import require_finite
+
 DEFAULT_BETA = 0.65
 
 
 def percentile_rank(x: np.ndarray) -> np.ndarray:
     """Rank / n in (0, 1], ties get their average rank; non-finite input is an error."""
-    x = np.asarray(x, dtype=np.float64)
-    if not np.isfinite(x).all():
-        raise ValueError("percentile_rank: non-finite scores")
+    x = require_finite("percentile_rank: scores", x)
     return rankdata(x, method="average") / len(x)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from mialab.core.finite import require_finite
 from mialab.lara.metrics import METRIC_NAMES
 
 MAD_TO_SD = 1.4826
@@ -59,8 +60,9 @@ def robust_scale(x: np.ndarray, axis: int = 0) -> np.ndarray:
 def fit_reference(reference: np.ndarray) -> RobustReference:
     """Fit the clean profile on ``reference [n_ref, ...]`` raw metric values (compressed here)."""
     x = signed_log(reference)
-    if x.shape[0] < 2 or not np.isfinite(x).all():
-        raise ValueError("the clean reference needs at least 2 samples and finite values")
+    if x.shape[0] < 2:
+        raise ValueError(f"the clean reference needs at least 2 samples, got {x.shape[0]}")
+    require_finite("the clean reference", x)
     scale = robust_scale(x)
     if (scale == 0).any():
         bad = np.argwhere(scale == 0)[0].tolist()
@@ -121,8 +123,7 @@ def metric_tensor(table: pd.DataFrame) -> tuple[list[str], list[int], np.ndarray
     wide = wide.loc[ids]
     layers = sorted(table["layer"].unique().tolist())
     values = np.stack([wide[name][layers].to_numpy(dtype=np.float64) for name in METRIC_NAMES], axis=1)
-    if not np.isfinite(values).all():
-        raise ValueError("the metrics table is incomplete (a missing (id, layer)) or has non-finite values")
+    require_finite("the metrics table, by id (NaN: a missing (id, layer))", values)
     return ids, layers, values
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mialab.core.finite import require_finite
 from mialab.core.integrity import model_fingerprint
 from mialab.core.io import atomic_path, write_parquet
 
@@ -63,8 +64,7 @@ def layer_features(model, tokenizer, texts: list[str], *, batch_size: int = 8,
                           output_hidden_states=True).hidden_states
         pool_mask = enc["attention_mask"] * (1 if special_tokens else 1 - enc["special_tokens_mask"])
         out[idx] = torch.stack([mean_pool(h, pool_mask) for h in hidden], dim=1).cpu().numpy()
-    if not np.isfinite(out).all():
-        raise ValueError("non-finite hidden states (overflow in this dtype?)")
+    require_finite("hidden states (overflow in this dtype?)", out)
     return out
 
 

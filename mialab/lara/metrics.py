@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from mialab.core.finite import require_finite
+
 EPS = 1e-8
 METRIC_NAMES = ("rsm", "dc", "rsi")
 
@@ -127,6 +129,5 @@ def compute_metrics(index: pd.DataFrame, features: np.ndarray, *, layers: list[i
                                     "layer": np.tile(layers, n),
                                     **{name: values[name].reshape(-1) for name in METRIC_NAMES}}))
     table = pd.concat(frames, ignore_index=True)
-    if not np.isfinite(table[list(METRIC_NAMES)].to_numpy()).all():
-        raise ValueError("non-finite LaRA metric values")
+    require_finite(f"LaRA metric values ({', '.join(METRIC_NAMES)})", table[list(METRIC_NAMES)].to_numpy())
     return table

@@ -12,13 +12,23 @@ Sampling defaults are those of ADRA's rollouts (Table 14): temperature 1.0, top-
 
 :func:`text_completions` puts prompt strings through a started backend and decodes the answers; the
 methods' text generators (:func:`rollout_generator`, :func:`text_generator`) are its two call styles.
+
+Resumable generation (:class:`Parts`): given a parts folder (``<output>.parts/`` beside a job's output,
+:func:`parts_folder`), the engine generates ``backend.part_size`` candidates at a time and writes each
+part's results there as parquet, recording what the part covers and a fingerprint of the job's settings
+and prompts; a rerun after a kill reuses the valid parts, regenerates a truncated or mismatched one, and
+gives the same output as an uninterrupted run, because a part starts on a seed boundary of the backend
+(``offset`` of :meth:`RolloutBackend.generate`). The job removes the folder once its output is in place.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
+import hashlib
 import importlib
-from collections.abc import Callable, Iterator, Sequence
+import json
+import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -60,9 +70,13 @@ class Completion(NamedTuple):
 
 
 class RolloutBackend(Protocol):
-    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 stop_ids: frozenset[int]) -> list[list[Completion]]:
-        """``sampling.n`` completions for each tokenised prompt, in prompt order."""
+    #: candidates per resumable part, a multiple of the backend's seed boundaries
+    part_size: int
+
+    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig, stop_ids: frozenset[int], *,
+                 offset: int = 0) -> list[list[Completion]]:
+        """``sampling.n`` completions for each tokenised prompt, in prompt order; ``prompts`` are those of
+        a whole job from index ``offset`` on (a multiple of ``part_size``), sampled as they would be there."""
 
 
 BackendFactory = Callable[..., RolloutBackend]
@@ -117,16 +131,80 @@ def cut_at_stop(token_ids: Sequence[int], stop_ids: frozenset[int]) -> Completio
     return Completion(list(token_ids), "length")
 
 
-@contextlib.contextmanager
-def progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr; yields ``advance(k)``."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def parts_folder(output: str | Path) -> Path:
+    """The work folder of a generation job's partial results: ``<output>.parts`` beside ``output``."""
+    return Path(f"{output}.parts")
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True)) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda k: bar.advance(task, k)
+
+def fingerprint(settings) -> str:
+    """sha256 of the JSON of ``settings`` (keys sorted): what a part must have been generated under."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def model_identity(path: str | Path) -> list | str:
+    """A cheap fingerprint of a model folder (each file's name, size and modification time), or the
+    hub id itself: parts of an earlier attempt on other weights at the same path are not reused."""
+    path = Path(path)
+    if not path.is_dir():
+        return str(path)
+    return [(str(f.relative_to(path)), f.stat().st_size, f.stat().st_mtime_ns)
+            for f in sorted(path.rglob("*")) if f.is_file()]
+
+
+class Parts:
+    """A folder of resumable generation parts: ``<key[:16]>-<start>.parquet`` holds the results of items
+    ``[start, stop)`` of the call fingerprinted ``key``, with ``{key, start, stop}`` in its parquet metadata."""
+
+    META = b"mialab_part"
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    def load(self, key: str, start: int, stop: int) -> pd.DataFrame | None:
+        """The part's frame; None (and the file removed) when missing, unreadable or of other settings."""
+        import pyarrow.parquet as pq
+
+        path = self.folder / f"{key[:16]}-{start:09d}.parquet"
+        if not path.exists():
+            return None
+        try:
+            table = pq.read_table(path)
+            meta = json.loads((table.schema.metadata or {}).get(self.META, b"{}"))
+        except (OSError, ValueError):
+            meta = None
+        if meta != {"key": key, "start": start, "stop": stop}:
+            path.unlink()
+            return None
+        return table.to_pandas()
+
+    def save(self, key: str, start: int, stop: int, frame: pd.DataFrame) -> None:
+        """Write a part atomically (a kill mid-write leaves no part)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from mialab.core.io import atomic_path
+
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        meta = json.dumps({"key": key, "start": start, "stop": stop}).encode()
+        with atomic_path(self.folder / f"{key[:16]}-{start:09d}.parquet") as tmp:
+            pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}), self.META: meta}), tmp)
+
+    def run(self, key: str, total: int, size: int, chunk: Callable[[int, int], pd.DataFrame]) -> pd.DataFrame:
+        """``chunk(start, stop)`` of items ``[0, total)``, ``size`` at a time, each part loaded if valid
+        else generated and saved; the parts concatenated in order."""
+        frames = []
+        for start in range(0, total, size):
+            stop = min(start + size, total)
+            frame = self.load(key, start, stop)
+            if frame is None:
+                frame = chunk(start, stop)
+                self.save(key, start, stop, frame)
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True) if frames else chunk(0, 0)
+
+    def remove(self) -> None:
+        """Delete the folder (its output is in place)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def rollouts_frame(ids: Sequence, completions: Sequence[Sequence[Completion]], tokenizer) -> pd.DataFrame:
@@ -165,13 +243,24 @@ def write_rollouts(frame: pd.DataFrame, path: str | Path) -> None:
 
 def generate_rollouts(split: pd.DataFrame, backend: RolloutBackend, tokenizer, *, template: str,
                       sampling: SamplingConfig, chat: bool, stop_ids: frozenset[int],
-                      assistant_prefix_ratio: float = 0.0) -> pd.DataFrame:
-    """Rollouts (rollout schema) of every row of ``split`` (columns id, prefix, suffix)."""
+                      assistant_prefix_ratio: float = 0.0, parts: Parts | None = None,
+                      settings: dict | None = None) -> pd.DataFrame:
+    """Rollouts (rollout schema) of every row of ``split`` (columns id, prefix, suffix); with ``parts``,
+    resumable there (``settings``: the job's, beyond prompts and sampling, that a part must match)."""
     texts = [prompt_text(tokenizer, template, p, s, chat=chat, assistant_prefix_ratio=assistant_prefix_ratio)
              for p, s in zip(split["prefix"], split["suffix"])]
     prompts = [prompt_token_ids(tokenizer, t) for t in texts]
-    completions = backend.generate(prompts, sampling, stop_ids)
-    return rollouts_frame(list(split["id"]), completions, tokenizer)
+    ids = list(split["id"])
+
+    def chunk(start: int, stop: int) -> pd.DataFrame:
+        completions = backend.generate(prompts[start:stop], sampling, stop_ids, offset=start)
+        return rollouts_frame(ids[start:stop], completions, tokenizer)
+
+    if parts is None:
+        return chunk(0, len(prompts))
+    key = fingerprint({"rollouts": settings, "sampling": dataclasses.asdict(sampling), "ids": ids,
+                       "prompts": prompts, "stop_ids": sorted(stop_ids)})
+    return validate_rollouts(parts.run(key, len(prompts), backend.part_size, chunk))
 
 
 def run_rollouts(split: pd.DataFrame, *, model: str, backend: str = "hf", template: str = "{prefix}",
@@ -187,48 +276,70 @@ def run_rollouts(split: pd.DataFrame, *, model: str, backend: str = "hf", templa
 def run_rollouts_many(splits: Sequence[pd.DataFrame], samplings: Sequence[SamplingConfig], *, model: str,
                       backend: str = "hf", template: str = "{prefix}", chat: bool = False,
                       assistant_prefix_ratio: float = 0.0, backend_options: dict | None = None,
-                      trust_remote_code: bool = False) -> list[pd.DataFrame]:
+                      trust_remote_code: bool = False, parts: Sequence[str | Path] | None = None,
+                      model_key=None) -> list[pd.DataFrame]:
     """:func:`run_rollouts` of several splits, split ``i`` sampled with ``samplings[i]``, on one started backend
-    (``trust_remote_code``: the model's ``models.<name>.trust_remote_code``)."""
+    (``trust_remote_code``: the model's ``models.<name>.trust_remote_code``); with ``parts`` (one folder per
+    split), resumable (:class:`Parts`; ``model_key``: what identifies the model, by default
+    :func:`model_identity` of ``model``)."""
     from mialab.lm.loading import load_tokenizer
 
-    if len(splits) != len(samplings):
-        raise ValueError(f"{len(splits)} split(s) but {len(samplings)} sampling setting(s)")
+    if len(splits) != len(samplings) or (parts is not None and len(parts) != len(splits)):
+        raise ValueError(f"{len(splits)} split(s) but {len(samplings)} sampling setting(s)"
+                         + (f" and {len(parts)} parts folder(s)" if parts is not None else ""))
     tokenizer = load_tokenizer(model, padding_side="left", trust_remote_code=trust_remote_code)
     engine = start_backend(backend, model, backend_options, trust_remote_code=trust_remote_code)
     stops = stop_token_ids(model, tokenizer)
+    settings = {"model": model_identity(model) if model_key is None else model_key, "backend": backend,
+                "backend_options": backend_options}
+    folders = [None] * len(splits) if parts is None else [Parts(p) for p in parts]
     return [generate_rollouts(split, engine, tokenizer, template=template, sampling=sampling, chat=chat,
-                              stop_ids=stops, assistant_prefix_ratio=assistant_prefix_ratio)
-            for split, sampling in zip(splits, samplings)]
+                              stop_ids=stops, assistant_prefix_ratio=assistant_prefix_ratio, parts=folder,
+                              settings=settings)
+            for split, sampling, folder in zip(splits, samplings, folders)]
 
 
 def text_completions(model_path: str, *, backend: str = "hf", backend_options: dict | None = None, chat: bool = False,
-                     trust_remote_code: bool = False) -> Callable[[Sequence[str], SamplingConfig], list[str]]:
+                     trust_remote_code: bool = False,
+                     parts: str | Path | None = None) -> Callable[[Sequence[str], SamplingConfig], list[str]]:
     """``complete(prompts, sampling) -> completions``: backend ``backend`` (started once on ``model_path``
     with ``backend_options``) answers each prompt string, sent as one chat user turn when ``chat``
     (:func:`mialab.lm.prompts.format_prompt`) and tokenised as the engine does (BOS added unless already
-    there); each prompt's first completion is returned decoded, special tokens and the stop token dropped."""
+    there); each prompt's first completion is returned decoded, special tokens and the stop token dropped.
+    With a ``parts`` folder every call is resumable there (:class:`Parts`)."""
     from mialab.lm.loading import load_tokenizer
 
     tok = load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code)
     engine = start_backend(backend, model_path, backend_options, trust_remote_code=trust_remote_code)
     stops = stop_token_ids(model_path, tok)
+    folder = None if parts is None else Parts(parts)
+    settings = {"model": model_identity(model_path), "backend": backend, "backend_options": backend_options}
 
     def complete(prompts: Sequence[str], sampling: SamplingConfig) -> list[str]:
         texts = [format_prompt(tok, p) for p in prompts] if chat else list(prompts)
-        completions = engine.generate([prompt_token_ids(tok, t) for t in texts], sampling, stops)
-        return [tok.decode(c[0].token_ids, skip_special_tokens=True) for c in completions]
+        ids = [prompt_token_ids(tok, t) for t in texts]
+
+        def chunk(start: int, stop: int) -> pd.DataFrame:
+            completions = engine.generate(ids[start:stop], sampling, stops, offset=start)
+            return pd.DataFrame({"text": [tok.decode(c[0].token_ids, skip_special_tokens=True)
+                                          for c in completions]}, dtype=str)
+
+        if folder is None:
+            return chunk(0, len(ids))["text"].tolist()
+        key = fingerprint({"completions": settings, "sampling": dataclasses.asdict(sampling), "prompts": ids,
+                           "stop_ids": sorted(stops)})
+        return folder.run(key, len(ids), engine.part_size, chunk)["text"].tolist()
 
     return complete
 
 
 def rollout_generator(model_path: str, *, backend: str = "hf", backend_options: dict | None = None,
-                      trust_remote_code: bool = False) -> Callable[..., list[str]]:
+                      trust_remote_code: bool = False, parts: str | Path | None = None) -> Callable[..., list[str]]:
     """``generate(prompts, *, max_new_tokens, temperature, seed) -> continuations`` of raw prompt strings
     (CalibDCD's target outputs; one continuation per prompt, ``temperature`` 0: greedy, the engine's
-    top-p and top-k otherwise), on :func:`text_completions`."""
+    top-p and top-k otherwise), on :func:`text_completions` (resumable in ``parts``)."""
     complete = text_completions(model_path, backend=backend, backend_options=backend_options,
-                                trust_remote_code=trust_remote_code)
+                                trust_remote_code=trust_remote_code, parts=parts)
 
     def generate(prompts: Sequence[str], *, max_new_tokens: int, temperature: float = 0.0,
                  seed: int = 0) -> list[str]:
@@ -245,8 +356,6 @@ def text_generator(model_path: str, *, engine: str = "hf", backend_options: dict
     user turn (:func:`text_completions` on backend ``engine``), no top-k cut. ``temperature=0`` decodes
     greedily (then re-prompting repeats the same answer); ``run(prompts, temperature=t)`` overrides it
     for one call."""
-    import dataclasses
-
     complete = text_completions(model_path, backend=engine, backend_options=backend_options, chat=True,
                                 trust_remote_code=trust_remote_code)
     sampling = SamplingConfig(n=1, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=0,

@@ -3,10 +3,11 @@
 :func:`generate_batches` is the package's one batched transformers generation: the backend and
 LaRA's generation with per-step statistics (:func:`mialab.lm.generation.generate`) both run on it.
 Each batch of prompts is sampled under its own torch seed derived from (seed, batch index), so
-rollouts are reproducible on CPU for a given seed and batch size. N samples per prompt share one
+rollouts are reproducible on CPU for a given seed and batch size, and a resumable part (a whole number of
+batches, :attr:`HFBackend.part_size`) is sampled as in an uninterrupted run. N samples per prompt share one
 prefill (:func:`generate_sharing_prefill`). ``cache_implementation`` (e.g. ``static``, a preallocated
 KV cache) is passed to ``generate``; it cannot start from a shared prefill, so with it each prompt is
-prefilled N times (measured on the tiny world's N = 4 rollouts: shared prefill 7.4 s, static cache 9.1 s).
+prefilled N times.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from mialab.lm.engine import Completion, SamplingConfig, cut_at_stop, progress, register_backend
+from mialab.core.progress import progress
+from mialab.lm.engine import Completion, SamplingConfig, cut_at_stop, register_backend
+
+#: candidates per resumable part, rounded up to whole batches
+PART_CANDIDATES = 256
 
 
 def batch_seed(seed: int, batch_index: int) -> int:
@@ -72,7 +77,8 @@ def generate_batches(model, prompts: Sequence[list[int]], n: int, *, batch_size:
     import torch
 
     device = model.device
-    with progress(len(prompts), description) as advance:
+    with progress() as bar:
+        task = bar.add_task(description, total=len(prompts))
         for start in range(0, len(prompts), batch_size):
             batch = prompts[start:start + batch_size]
             ids, mask = (t.to(device) for t in left_pad(batch, pad_id))
@@ -83,7 +89,7 @@ def generate_batches(model, prompts: Sequence[list[int]], n: int, *, batch_size:
                 else:
                     out = generate_sharing_prefill(model, ids, mask, n, **options)
             yield start, ids.shape[1], out
-            advance(len(batch))
+            bar.advance(task, len(batch))
 
 
 @register_backend("hf")
@@ -98,10 +104,14 @@ class HFBackend:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model = load_causal_lm(model, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
         self.batch_size = batch_size
+        self.part_size = -(-PART_CANDIDATES // batch_size) * batch_size
         self.cache = {"cache_implementation": cache_implementation} if cache_implementation else {}
 
-    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 stop_ids: frozenset[int]) -> list[list[Completion]]:
+    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig, stop_ids: frozenset[int], *,
+                 offset: int = 0) -> list[list[Completion]]:
+        if offset % self.batch_size:
+            raise ValueError(f"offset {offset} is not on a batch boundary (batch_size {self.batch_size})")
+        first = offset // self.batch_size
         pad_id = min(stop_ids)  # padding is masked, and anything after a stop id is cut
         sample = sampling.temperature > 0
         decoding = ({"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p,
@@ -110,7 +120,8 @@ class HFBackend:
         out: list[list[Completion]] = []
         for _, width, seqs in generate_batches(
                 self.model, prompts, per_prompt, batch_size=self.batch_size, pad_id=pad_id,
-                seed_of=lambda start: batch_seed(sampling.seed, start // self.batch_size), description="hf rollouts",
+                seed_of=lambda start: batch_seed(sampling.seed, first + start // self.batch_size),
+                description="hf rollouts",
                 max_new_tokens=sampling.max_new_tokens, eos_token_id=sorted(stop_ids), pad_token_id=pad_id,
                 **decoding, **self.cache):
             generated = seqs[:, width:].tolist()

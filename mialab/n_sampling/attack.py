@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from mialab.core.finite import require_finite
 from mialab.n_sampling.evaluation import AGGREGATIONS, aggregate_rollouts, score_rollouts
 from mialab.similarity.metrics import LEXICAL_METRICS
 
@@ -59,9 +60,8 @@ def score_table(metrics: pd.DataFrame, split: pd.DataFrame, method: str) -> pd.D
         agg = aggregate_rollouts(metrics, how, names).set_index("id")
         agg.columns = [f"{method}/{m}@{how}" for m in agg.columns]
         table = table.join(agg, on="id")
-    values = table.drop(columns=["id", "label"]).to_numpy(dtype=np.float64)
-    if not np.isfinite(values).all():
-        raise ValueError(f"{method}: score table holds NaN/inf (a candidate without rollouts?)")
+    require_finite(f"{method}: score table (a candidate without rollouts?)",
+                   table.drop(columns=["id", "label"]).to_numpy(dtype=np.float64))
     return table
 
 
@@ -73,6 +73,7 @@ def method_of(column: str) -> str:
 def top_k_mean(aurocs: Sequence[float], k: int = 5) -> float:
     """Mean of the ``k`` largest AUROCs of an attack's metrics (the paper's summary, Table 10 / Figure 2)."""
     values = np.sort(np.asarray(aurocs, dtype=np.float64))[::-1]
-    if values.size < k or not np.isfinite(values).all():
+    if values.size < k:
         raise ValueError(f"top-{k} mean needs at least {k} finite AUROCs, got {values.size}")
+    require_finite(f"top-{k} mean: AUROCs", values)
     return float(values[:k].mean())

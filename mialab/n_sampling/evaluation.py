@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from mialab.core.finite import require_finite
 from mialab.similarity.kernel import lexical_metrics
 from mialab.similarity.metrics import embedding_cosine
 from mialab.text.prefix import split_assistant_prefix
@@ -72,7 +73,5 @@ def aggregate_rollouts(scores: pd.DataFrame, how: str, metrics: Sequence[str] | 
     except KeyError:
         raise ValueError(f"unknown aggregation {how!r}; known: {', '.join(AGGREGATIONS)}") from None
     cols = list(metrics) if metrics is not None else [c for c in scores.columns if c not in ("id", "sample")]
-    values = scores[cols].to_numpy(dtype=np.float64)
-    if not np.isfinite(values).all():
-        raise ValueError("rollout scores contain NaN/inf")
+    require_finite("rollout scores", scores[cols].to_numpy(dtype=np.float64))
     return scores.groupby("id", sort=True)[cols].agg(reducer).reset_index()

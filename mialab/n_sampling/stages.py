@@ -20,9 +20,11 @@ def unlabelled(split: pd.DataFrame) -> pd.DataFrame:
 
 
 def generate(model_path: str, splits: list[pd.DataFrame], task: Task, *, chat: bool, samplings: list[dict],
-             backend: str, backend_options: dict, trust_remote_code: bool = False) -> list[pd.DataFrame]:
+             backend: str, backend_options: dict, trust_remote_code: bool = False, parts: list | None = None,
+             model_key=None) -> list[pd.DataFrame]:
     """Rollouts (rollout schema) of every candidate of each split, split ``i`` sampled with ``samplings[i]``
-    (SamplingConfig fields): the task's prompts, one engine start for all splits.
+    (SamplingConfig fields): the task's prompts, one engine start for all splits; resumable in ``parts``
+    (one folder per split; ``model_key``: see :func:`mialab.lm.engine.run_rollouts_many`).
 
     Each split gets the rollouts it would get alone (the hf backend seeds every batch from its
     sampling seed): jobs over several seeds only save the model loads.
@@ -34,7 +36,7 @@ def generate(model_path: str, splits: list[pd.DataFrame], task: Task, *, chat: b
                              [SamplingConfig(**s, max_new_tokens=task.max_new_tokens) for s in samplings],
                              model=model_path, backend=backend, template=task.template_text(), chat=chat,
                              assistant_prefix_ratio=task.assistant_prefix_ratio, backend_options=backend_options,
-                             trust_remote_code=trust_remote_code)
+                             trust_remote_code=trust_remote_code, parts=parts, model_key=model_key)
 
 
 def score(rollouts: pd.DataFrame, split: pd.DataFrame, method: str, metrics: dict) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mialab.core.finite import require_finite
 from mialab.core.io import write_parquet, write_text
 
 SACCT_FIELDS = (
@@ -500,8 +501,7 @@ def benchmark_mean_seconds(root: str | os.PathLike) -> pd.Series:
     per_rule: dict[str, list[float]] = {}
     for path in sorted(root.glob("*/**/*.tsv")):
         seconds = pd.read_csv(path, sep="\t")["s"].astype(float)
-        if not seconds.map(math.isfinite).all():
-            raise ValueError(f"non-finite wall time in benchmark file {path}")
+        require_finite(f"wall times in benchmark file {path}", seconds)
         per_rule.setdefault(path.relative_to(root).parts[0], []).extend(seconds)
     return pd.Series({rule: sum(v) / len(v) for rule, v in per_rule.items() if v}, name="mean_s", dtype=float)
 

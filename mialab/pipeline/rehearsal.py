@@ -22,16 +22,19 @@ import functools
 import importlib.util
 import os
 import re
+from itertools import takewhile
 from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
 
 from mialab.core.paths import RESOURCES
-from mialab.pipeline.plan import Plan, Stage, source_fingerprint, stable_hash
+from mialab.pipeline.plan import LAYOUTS, Plan, Stage, source_fingerprint, stable_hash
 
 TABLES = RESOURCES / "rehearsal"
-STAND_INS = "rehearsal/models"  # under the results folder: <name>/<key>/model
+# the stand-ins' folder under the results folder (<name>/<key>/model below it): the rehearsal stage's layout
+# up to its first wildcard
+STAND_INS = "/".join(("rehearsal", *takewhile(lambda part: "{" not in part, LAYOUTS["rehearsal"])))
 # what every stand-in's tokenizer is trained on (the repository's own text)
 TOKENIZER_CORPUS = ["resources/data/tinyshakespeare/input.txt", "resources/data/aime/aime_1983_2023.json",
                     "resources/data/wikimia/WikiMIA_length64.parquet"]

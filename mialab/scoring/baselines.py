@@ -24,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from mialab.core.finite import require_finite
 from mialab.lm.logprobs import TokenStats
 
 SIGMA_EPS = 1e-12
@@ -97,8 +98,7 @@ def score_texts(stats: list[TokenStats], texts: list[str], methods: list[str], k
             kw = {"k": k} if takes_k else {}
             cols[column_name(name, k)] = np.array([fn(st, t, **kw) for st, t in zip(stats, texts)], dtype=np.float64)
     for name, col in cols.items():
-        if not np.all(np.isfinite(col)):
-            raise FloatingPointError(f"method {name} produced a non-finite score")
+        require_finite(f"method {name}: scores", col, FloatingPointError)
     return cols
 
 

@@ -10,7 +10,7 @@ How, per chunk of pairs:
 - each distinct text of the chunk is tokenised once (the true suffix and the K distractors
   repeat), all of them together on their UTF-8 bytes (:func:`encode_texts`): the rule of
   :mod:`mialab.text.words` as byte masks (whitespace, the characters of scripts without spaces,
-  edge punctuation), then one vocabulary for the chunk from pyarrow's ``dictionary_encode``;
+  edge punctuation), then one vocabulary for the chunk (short tokens as 64-bit integer keys);
 - LCS: rapidfuzz's bit-parallel ``LCSseq`` over the id sequences (``process.cpdist``);
 - every set count (unique tokens, distinct n-grams, common n-grams, for all ``n`` at once) comes
   from one generalised suffix array of ``c_1 #_1 r_1 $_1 c_2 #_2 r_2 $_2 ...`` built by
@@ -25,7 +25,7 @@ How, per chunk of pairs:
   suffixes (one ``maximum.accumulate`` each; a suffix of another pair in between forces 0,
   which is then also the true value), and the number of lengths ``n`` in ``[n_min, n_max]``
   passing these tests is closed-form per suffix. Unique tokens are the case ``n = 1``. No
-  n-gram is ever materialised; everything after ``str.lower`` is numpy, pyarrow or C.
+  n-gram is ever materialised; everything is numpy, pandas, pyarrow or C.
 
 Chunks run in-process (``workers=1``) or on a persistent pool of ``workers`` processes.
 """
@@ -56,6 +56,13 @@ DEFAULT_CHUNK_SIZE = 32
 # Code points of the non-ASCII characters str.split() splits on (all below U+3001), and the bounds of the
 # scripts without spaces (sorted [start, end) pairs).
 WIDE_SPACES = np.array([c for c in range(0x80, 0x3001) if chr(c).isspace()], dtype=np.int32)
+# Bytes after the text: code_points reads 3, token_ids 7.
+PAD = 7
+# The ASCII whitespace of str.split() (\t-\r, \x1c-space) and the punctuation of the token edges, as byte tables.
+SPACE_BYTES = np.isin(np.arange(256), [*range(9, 14), *range(28, 33)])
+ASCII_LOWER = np.arange(256, dtype=np.uint8)
+ASCII_LOWER[65:91] += 32
+PUNCTUATION_BYTES = np.isin(np.arange(256), list(PUNCTUATION.encode()))
 NO_SPACE_BOUNDS = np.array([[ord(lo), ord(hi) + 1] for lo, hi in zip(NO_SPACE_RANGES[0::3], NO_SPACE_RANGES[2::3])],
                            dtype=np.int32).ravel()
 
@@ -70,6 +77,32 @@ def code_points(b: np.ndarray, lead: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return (b0 & (0x7F >> width)) << (6 * (width - 1)) | tail, width
 
 
+def lowered_bytes(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """UTF-8 bytes of the ``str.lower`` of the texts joined by newlines (padded with ``PAD`` zero bytes), bytes per
+    text, and the positions, code points and widths of the multi-byte characters.
+
+    ``str.lower`` only where a text has a non-ASCII character it changes (then its rules, final sigma
+    included, apply); everywhere else lowercasing is the ASCII table on the bytes, several times faster.
+    """
+    encoded = [t.encode("utf-8", "surrogatepass") for t in texts]
+    b, n_bytes, lead, cp, width = joined_bytes(encoded)
+    distinct, which = np.unique(cp, return_inverse=True)
+    cased = lead[np.array([chr(c).lower() != chr(c) for c in distinct.tolist()], dtype=bool)[which]]
+    if len(cased):
+        for i in np.unique(np.searchsorted(np.cumsum(n_bytes + 1), cased, side="right")).tolist():
+            encoded[i] = texts[i].lower().encode("utf-8", "surrogatepass")
+        b, n_bytes, lead, cp, width = joined_bytes(encoded)
+    return ASCII_LOWER[b], n_bytes, lead, cp, width
+
+
+def joined_bytes(encoded: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The byte strings joined by newlines (and padded), their lengths, and their multi-byte characters."""
+    n_bytes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    b = np.frombuffer(b"\n".join(encoded) + b"\n" + bytes(PAD), dtype=np.uint8)
+    lead = np.flatnonzero(b[:-PAD] >= 0xC0)
+    return b, n_bytes, lead, *code_points(b, lead)
+
+
 def encode_texts(texts: Sequence[str], split_scripts: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Token ids of texts (one vocabulary), tokens per text, whitespace words per text, vocabulary size.
 
@@ -77,17 +110,13 @@ def encode_texts(texts: Sequence[str], split_scripts: bool = True) -> tuple[np.n
     ``str.lower``, joined by newlines): a piece starts after whitespace and, with ``split_scripts``,
     at and after each character of a script without spaces; a piece's token is the piece without
     the punctuation runs at its edges (no token when nothing is left). The masks are numpy, the
-    vocabulary pyarrow's ``dictionary_encode`` of the token bytes.
+    vocabulary :func:`token_ids`.
     """
-    encoded = [t.lower().encode("utf-8", "surrogatepass") for t in texts]
-    n_bytes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    b = np.frombuffer(b"\n".join(encoded) + b"\n\0\0\0", dtype=np.uint8)
-    n = len(b) - 3  # b[:n] ends with a newline; the 3 bytes of padding serve code_points
-    space = ((b[:n] - np.uint8(9)) <= 4) | ((b[:n] - np.uint8(28)) <= 4)  # \t-\r and \x1c-space
+    b, n_bytes, lead, cp, width = lowered_bytes(texts)
+    n = len(b) - PAD  # b[:n] ends with a newline; the padding serves code_points and token_ids
+    space = SPACE_BYTES[b[:n]]
     start = np.zeros(n + 1, dtype=bool)  # first byte of a piece
-    lead = np.flatnonzero(b[:n] >= 0xC0)
     if len(lead):
-        cp, width = code_points(b, lead)
         wide = lead[np.isin(cp, WIDE_SPACES)]
         space[wide] = space[wide + 1] = True
         space[wide[b[wide] >= 0xE0] + 2] = True
@@ -100,7 +129,7 @@ def encode_texts(texts: Sequence[str], split_scripts: bool = True) -> tuple[np.n
     start[:n] |= word_start
     start[:n] &= keep
     start[n] = True
-    punct = np.flatnonzero(np.logical_or.reduce([b[:n] == c for c in PUNCTUATION.encode()]))
+    punct = np.flatnonzero(PUNCTUATION_BYTES[b[:n]])
     if len(punct):  # drop the runs of punctuation that touch an edge of their piece
         run = np.flatnonzero(np.r_[True, (np.diff(punct) != 1) | start[punct[1:]]])
         run_len = np.diff(np.append(run, len(punct)))
@@ -112,13 +141,32 @@ def encode_texts(texts: Sequence[str], split_scripts: bool = True) -> tuple[np.n
     token = keep & start[1:]
     token[:-1] |= keep[:-1] & ~keep[1:]
     end = np.flatnonzero(token) + 1
-    offsets = np.zeros(len(first) + 1, dtype=np.int32)
-    np.cumsum(end - first, out=offsets[1:])
-    tokens = pa.Array.from_buffers(pa.binary(), len(first), [None, pa.py_buffer(offsets), pa.py_buffer(b[:n][keep])])
-    vocabulary = pc.dictionary_encode(tokens)
+    ids, vocab_size = token_ids(b, first, end)
     bounds = np.append(np.cumsum(n_bytes + 1) - n_bytes - 1, n)
-    return (vocabulary.indices.to_numpy().astype(np.int64), np.diff(np.searchsorted(first, bounds)),
-            np.diff(np.searchsorted(np.flatnonzero(word_start), bounds)), len(vocabulary.dictionary))
+    return (ids, np.diff(np.searchsorted(first, bounds)), np.diff(np.searchsorted(np.flatnonzero(word_start), bounds)),
+            vocab_size)
+
+
+def token_ids(b: np.ndarray, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense ids of the tokens ``b[first[k]:end[k]]`` (equal ids iff equal bytes) and their number.
+
+    A token of at most 7 bytes is its own 64-bit key (its bytes, its length in the top byte), so
+    most tokens are hashed as integers (pandas' factorize); longer ones get keys ``8 << 56 | k``
+    from pyarrow's ``dictionary_encode`` of their bytes. ``b`` is padded with at least 7 bytes.
+    """
+    length = (end - first).astype(np.uint64)
+    words = np.ndarray(len(b) - 7, dtype="<u8", buffer=b, strides=(1,))  # the 8 bytes from each position
+    keys = words[first] & ((np.uint64(1) << (np.uint64(8) * np.minimum(length, 7))) - np.uint64(1))
+    keys |= np.minimum(length, 8) << np.uint64(56)
+    long = np.flatnonzero(length > 7)
+    if len(long):
+        offsets = np.zeros(len(long) + 1, dtype=np.int64)
+        np.cumsum(length[long], out=offsets[1:])
+        at = np.arange(offsets[-1]) + np.repeat(first[long] - offsets[:-1], length[long].astype(np.int64))
+        tokens = pa.Array.from_buffers(pa.large_binary(), len(long), [None, pa.py_buffer(offsets), pa.py_buffer(b[at])])
+        keys[long] = np.uint64(8 << 56) | pc.dictionary_encode(tokens).indices.to_numpy().astype(np.uint64)
+    ids, uniques = pd.factorize(keys)
+    return ids.astype(np.int64, copy=False), len(uniques)
 
 
 @functools.lru_cache(maxsize=1)
@@ -134,11 +182,15 @@ def suffix_array(x: np.ndarray) -> np.ndarray:
     The wheel's libdivsufsort opens an OpenMP parallel region on every call, which costs
     milliseconds per call (tens on a busy machine), far more than sorting one chunk; chunks are
     parallelised over processes instead, so its private OpenMP runtime is pinned to one thread.
+    Symbols below 2**16 are sorted as big-endian byte pairs directly (as pydivsufsort does, minus its copies).
     """
     omp = _bundled_openmp()
     if omp is not None:
         omp.omp_set_num_threads(1)
-    return divsufsort(x)
+    if len(x) == 0 or x.min() < 0 or x.max() >= 1 << 16:
+        return divsufsort(x)
+    sa = divsufsort(x.astype(">u2").view(np.uint8))
+    return sa[(sa & 1) == 0] >> 1
 
 
 def rapidfuzz_sequence(ids: np.ndarray, vocab_size: int) -> str | list[int]:
@@ -177,8 +229,9 @@ def _span(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def greedy_matches(ms: np.ndarray, text: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_min: int,
-                   cap: int) -> tuple[np.ndarray, np.ndarray]:
-    """(longest match, covered positions) of the released code's greedy left-to-right scan of each text.
+                   cap: int, covered: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """(longest match, covered positions or None when not ``covered``) of the released code's greedy
+    left-to-right scan of each text.
 
     The scan (``ngram_coverage._find_ngram_matches_optimized``) stands at position ``i``, takes the
     longest n-gram ``[i, i + L)`` with ``n_min <= L <= cap`` found in the other text (``L = min(ms[i],
@@ -192,7 +245,7 @@ def greedy_matches(ms: np.ndarray, text: np.ndarray, starts: np.ndarray, ends: n
     at = np.flatnonzero(is_match)
     S = len(at)
     if S == 0:
-        return np.zeros(len(starts), dtype=np.int64), np.zeros(len(starts), dtype=np.int64)
+        return np.zeros(len(starts), dtype=np.int64), np.zeros(len(starts), dtype=np.int64) if covered else None
     before = np.zeros(len(ms) + 1, dtype=np.int64)  # match positions before each position
     np.cumsum(is_match, out=before[1:])
 
@@ -203,11 +256,14 @@ def greedy_matches(ms: np.ndarray, text: np.ndarray, starts: np.ndarray, ends: n
 
     step = length[at]
     nxt = np.append(first_match(at + step, ends[text[at]]), S)
-    longest, covered = np.append(step, 0), np.append(step, 0)
+    longest = np.append(step, 0)
+    total = np.append(step, 0) if covered else None
     while (nxt[:S] != S).any():
-        longest, covered, nxt = np.maximum(longest, longest[nxt]), covered + covered[nxt], nxt[nxt]
+        if covered:
+            total += total[nxt]
+        longest, nxt = np.maximum(longest, longest[nxt]), nxt[nxt]
     first = first_match(starts, ends)
-    return longest[first], covered[first]
+    return longest[first], total[first] if covered else None
 
 
 SET_COUNTS = frozenset(("uniq_cand", "uniq_ref", "uniq_common", "ngram_cand", "ngram_ref", "ngram_common",
@@ -299,12 +355,14 @@ def set_counts(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cand: n
         if name in names:
             out[name] = per_pair(where, side)
     ngram_names = {"ngram_cand", "ngram_ref", "ngram_common"} & set(names)
-    if {"greedy_cand", "greedy_ref"} & set(names) or (dynamic and ngram_names):
+    greedy_names = {"greedy_cand", "greedy_ref"} & set(names)
+    if greedy_names or (dynamic and ngram_names):
         ms = np.zeros(len(x), dtype=matching.dtype)
         ms[pos] = matching
         cap = int(lengths.max(initial=0)) if n_max is None else n_max
-        greedy_longest, greedy_covered = greedy_matches(ms, seg, seg_end - seg_len, seg_end, n_min, cap)
-        out["greedy_cand"], out["greedy_ref"] = greedy_covered[0::4], greedy_covered[2::4]
+        greedy_longest, covered = greedy_matches(ms, seg, seg_end - seg_len, seg_end, n_min, cap, bool(greedy_names))
+        if greedy_names:
+            out["greedy_cand"], out["greedy_ref"] = covered[0::4], covered[2::4]
     if not ngram_names:
         return out
     if dynamic:

@@ -278,6 +278,20 @@ class GRPORun:
                    log=pd.DataFrame(state.log_history))
 
 
+def epoch_record(run: GRPORun, corpus: pd.DataFrame, epoch: int, what: str) -> tuple[pd.DataFrame, dict]:
+    """The trainer log with float64 metrics and the manifest's record of epoch ``epoch``: corpus size,
+    global step, the checked step count (an error unless every step ran) and the epoch's mean reward."""
+    from mialab.training.checkpoints import check_steps
+
+    steps = check_steps(run.steps, run.expected_steps, what)
+    log = run.log.astype({c: "float64" for c in run.log.columns})
+    logged = log.dropna(subset=["reward"]) if "reward" in log.columns else log.iloc[:0]
+    this_epoch = logged[logged["epoch"] > epoch - 1]
+    return log, {"corpus": {"prompts": len(corpus), "members": int(corpus["target"].sum())},
+                 "global_step": run.steps, "steps": steps,
+                 "epoch_reward_mean": float(this_epoch["reward"].mean()) if len(this_epoch) else None}
+
+
 def run_grpo(model_path: str, data: pd.DataFrame, reward: Callable | list[Callable], settings: GRPOSettings,
              work_dir: str | os.PathLike, *, resume_from: str | None = None, until_epoch: int | None = None,
              device: str = "auto", dtype: str = "float32", callbacks: list | None = None,

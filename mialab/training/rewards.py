@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from mialab.core.finite import require_finite
 from mialab.core.registry import Registry
 from mialab.similarity.kernel import lexical_counts
 from mialab.similarity.metrics import COUNT_NAMES, LEXICAL_METRICS, metric_counts, metrics_from_counts
@@ -148,9 +149,7 @@ def _checked(name: str, values: np.ndarray, n: int) -> list[float]:
     values = np.asarray(values, dtype=np.float64)
     if values.shape != (n,):
         raise ValueError(f"reward {name}: {values.shape} values for {n} completions")
-    if not np.isfinite(values).all():
-        raise ValueError(f"reward {name}: {int((~np.isfinite(values)).sum())} non-finite value(s)")
-    return values.tolist()
+    return require_finite(f"reward {name}", values).tolist()
 
 
 def completion_text(completion) -> str:

@@ -4,8 +4,10 @@ As in the ADRA paper's controlled-contamination setting, the member examples mak
 ``contamination_rate`` of the SFT examples (members counted with their repeats); the rest is
 filler drawn from a corpus that holds no evaluation candidate. Without members the stage is plain
 post-training (e.g. ``format: chat``: instruction tuning on (user, assistant) pairs rendered by the
-tokenizer's chat template, the post-training shift CalibDCD calibrates). The same loop runs on one CPU
-process (``DS_ACCELERATOR=cpu``, gloo) and on 8 GPUs (NCCL, bf16) under ``torchrun``/``deepspeed``.
+tokenizer's chat template, the post-training shift CalibDCD calibrates). With ``format: chat`` the
+members too are conversations, (prefix, suffix) in the chat template (:func:`member_texts`). The same
+loop runs on one CPU process (``DS_ACCELERATOR=cpu``, gloo) and on 8 GPUs (NCCL, bf16) under
+``torchrun``/``deepspeed``.
 """
 
 from __future__ import annotations
@@ -87,6 +89,20 @@ def render_chat(tokenizer, pairs: list[tuple[str, str]]) -> list[str]:
         raise ValueError("format 'chat' needs a tokenizer with a chat template")
     return [tokenizer.apply_chat_template([{"role": "user", "content": u}, {"role": "assistant", "content": a}],
                                           tokenize=False) for u, a in pairs]
+
+
+def member_texts(pool, tokenizer=None) -> list[str]:
+    """The member (label-1) SFT examples of a pool: its plain ``text``, or with ``tokenizer`` (``format: chat``)
+    each (``prefix``, ``suffix``) as one conversation by :func:`render_chat`.
+
+    Chat is the released code's contamination SFT (AIME / Olympiad problem -> solution, S1 question ->
+    attempt, rendered by the model's chat template): there the rendered text is TRL's ``text`` field, so
+    the loss covers every token, prompt included, as here.
+    """
+    members = pool.loc[pool["label"] == 1]
+    if tokenizer is None:
+        return members["text"].tolist()
+    return render_chat(tokenizer, list(zip(members["prefix"], members["suffix"], strict=True)))
 
 
 def deepspeed_config(*, micro_batch_size: int, grad_accum: int, lr: float, warmup_steps: int, total_steps: int,
