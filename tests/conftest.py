@@ -13,10 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from workflow_helpers import make_workdir, snakemake
 
 from mialab.core.io import write_manifest
+from mialab.training.grpo import GRPOSettings
 
 REPO = Path(__file__).resolve().parents[1]
 BOOT = REPO / "tests" / "slurm" / "boot.sh"
@@ -59,6 +61,62 @@ VERSE = [f"line {i}: the {['cat', 'dog', 'king', 'queen', 'bird'][i % 5]} walks 
          f"{['rain', 'sun', 'war', 'love'][i % 4]} today." for i in range(100)]
 #: The CalibDCD tests' ``TINY_MODEL`` (tests/test_calibdcd.py, tests/test_calibdcd_workflow.py).
 VERSE_MODEL = {"corpus": VERSE, "model_vocab": 512}
+
+
+def tiny_mapping(**settings):
+    """A small :class:`MappingConfig`: the schema's defaults (the workflow's validated section) at test sizes."""
+    from mialab.calibdcd.mapping import MappingConfig
+    from mialab.data.registry import config_schema
+
+    props = config_schema()["properties"]["calibdcd"]["properties"]["detectors"]["properties"]["veilprobe"]
+    defaults = {k: v["default"] for k, v in props["properties"]["mapping"]["properties"].items() if k != "tokenizer"}
+    return MappingConfig(**{**defaults, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
+                            "max_length": 16, "batch_size": 2, **settings})
+
+
+#: The GRPO tests' problems, their ``TINY_MODEL``, data and settings (tests/test_rl.py, tests/test_resume.py).
+PROBLEMS = [
+    "Find the number of positive integers less than 1000 that are divisible by 7.",
+    "Alice and Bob play a game with 12 coins; what is the probability that Bob wins?",
+    "Let $x$ be a real number such that $x^2 + 3x = 10$. Find the largest value of $x$.",
+    "How many ways can Carol arrange 5 distinct books on a shelf?",
+    "Compute the sum of the first 20 odd numbers.",
+    "A circle of radius 6 is inscribed in a square. Find the area of the square.",
+]
+PROBLEMS_MODEL = {"corpus": PROBLEMS * 20, "num_heads": 4}
+DATA = pd.DataFrame({"prompt": [p + "\n\n" for p in PROBLEMS], "reference": PROBLEMS[::-1]})
+SETTINGS = GRPOSettings(lr=1e-3, epochs=2, num_generations=4, batch_size=8, max_completion_length=8,
+                        max_prompt_length=12, save_steps=2, save_total_limit=None)
+
+
+def distinct_characters(completions, **kwargs) -> list[float]:
+    """A reward every random policy earns with variance: the number of distinct characters / 20."""
+    return [len(set(c)) / 20.0 for c in completions]
+
+
+def weights(checkpoint: str) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(checkpoint, "model.safetensors"))
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    import torch
+
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), "weights differ"
+
+
+def stop_at(step: int):
+    """A callback that ends training after optimizer step ``step`` (a job killed right after a save)."""
+    from transformers import TrainerCallback
+
+    class Stop(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step == step
+            return control
+
+    return Stop()
 
 
 def tiny_llama(path: Path, corpus: list[str], *, vocab_size: int = 512, min_frequency: int = 2,

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import VERSE, VERSE_MODEL
+from conftest import VERSE, VERSE_MODEL, tiny_mapping
 from sklearn.metrics import roc_auc_score
 
 from mialab.calibdcd.calibrate import (
@@ -227,11 +227,11 @@ def test_selection_rule_on_a_constructed_table():
     assert select_correction(table, tolerance=0.0065) == (3, 0.9)         # smallest r, then smallest lambda
     assert select_correction(table, tolerance=0.05) == (3, 0.7)
     harmful = table.assign(J=-0.01)
-    assert select_correction(harmful) == (0, 0.0)                          # identity beats every harm
+    assert select_correction(harmful, 0.005) == (0, 0.0)                      # identity beats every harm
     one = pd.DataFrame({"rank": [3], "lam": [0.9], "J": [-0.01]})
-    assert select_correction(one, allow_identity=False) == (3, 0.9)
+    assert select_correction(one, 0.005, allow_identity=False) == (3, 0.9)
     with pytest.raises(ValueError, match="non-finite"):
-        select_correction(table.assign(J=np.nan))
+        select_correction(table.assign(J=np.nan), 0.005)
 
 
 # --- calibration and labels ---------------------------------------------------------------------------
@@ -515,24 +515,14 @@ def test_dpdllm_extractor_on_tiny_llama(tiny_model, tiny_split):
 def test_key_token_perturbation_on_tiny_llama(tiny_model, tiny_split):
     from mialab.calibdcd.extract import add_perturbed_prefix
 
-    split = add_perturbed_prefix(tiny_split, key_token_model=tiny_model, ratio=0.3, device="cpu")
+    surprisal = dict(key_token_model=tiny_model, ratio=0.3, perturbation="surprisal", beams=10, new_tokens=10, seed=0)
+    split = add_perturbed_prefix(tiny_split, **surprisal, device="cpu")
     assert (split["perturbed_prefix"] != split["prefix"]).all()
-    again = add_perturbed_prefix(tiny_split, key_token_model=tiny_model, ratio=0.3, device="cpu")
+    again = add_perturbed_prefix(tiny_split, **surprisal, device="cpu")
     assert again["perturbed_prefix"].tolist() == split["perturbed_prefix"].tolist()
 
 
 # --- VeilProbe's mapping model and pruning ----------------------------------------------------------------
-
-def tiny_mapping(**settings):
-    """A small :class:`MappingConfig`: the schema's defaults (the workflow's validated section) at test sizes."""
-    from mialab.calibdcd.mapping import MappingConfig
-    from mialab.data.registry import config_schema
-
-    props = config_schema()["properties"]["calibdcd"]["properties"]["detectors"]["properties"]["veilprobe"]
-    defaults = {k: v["default"] for k, v in props["properties"]["mapping"]["properties"].items() if k != "tokenizer"}
-    return MappingConfig(**{**defaults, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
-                            "max_length": 16, "batch_size": 2, **settings})
-
 
 def test_mapping_model_training_is_seeded_and_deterministic(tmp_path):
     from safetensors.numpy import load_file
@@ -672,9 +662,10 @@ def test_original_key_token_perturbation_on_tiny_models(make_tiny_model, tiny_ml
 
     small = make_tiny_model(VERSE, vocab_size=64)            # the byte-level minimum (260): small OT supports
     run = functools.partial(add_perturbed_prefix, tiny_split.iloc[[2, 3]], key_token_model=small, ratio=0.3,
-                            perturbation="original", mlm_model=tiny_mlm, beams=2, new_tokens=2, device="cpu")
+                            perturbation="original", mlm_model=tiny_mlm, beams=2, new_tokens=2, seed=0, device="cpu")
     split = run()
     assert (split["perturbed_prefix"] != split["prefix"]).all()
     assert run()["perturbed_prefix"].tolist() == split["perturbed_prefix"].tolist()
     with pytest.raises(ValueError, match="needs an mlm_model"):
-        add_perturbed_prefix(tiny_split, key_token_model=small, perturbation="original")
+        add_perturbed_prefix(tiny_split, key_token_model=small, ratio=0.3, perturbation="original", beams=2,
+                             new_tokens=2, seed=0)

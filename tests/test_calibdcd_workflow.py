@@ -101,14 +101,16 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
 
     views = [ORIGINAL, "cue_answer", "tiny_chat"]
     dets = {"dpdllm": {"reference_model": tiny_model, "length": 6, "max_new_tokens": 4, "temperature": 0.7},
-            "veilprobe": {"key_token_model": tiny_model, "ratio": 0.3, "max_new_tokens": 4, "temperature": 0.0}}
+            "veilprobe": {"key_token_model": tiny_model, "ratio": 0.3, "perturbation": "surprisal", "beams": 10,
+                          "new_tokens": 10, "seed": 0, "max_new_tokens": 4, "temperature": 0.0}}
     run = extract_features(texts, views, generate=generate, detectors=dets, lm_options={"batch_size": 2})
     assert [c[1] for c in calls] == [{"max_new_tokens": 4, "temperature": 0.7}, {"max_new_tokens": 4, "temperature": 0.0}]
     for prompts, _ in calls:                                                  # distinct prompts, shortest first
         assert len(prompts) == len(set(prompts)) and [len(p) for p in prompts] == sorted(map(len, prompts))
     gens = run.generations
     assert len(gens) == 3 * 3 + 3 * 2 * 3                   # dpdllm: views x texts; veilprobe: x (prefix, perturbed)
-    perturbed = add_perturbed_prefix(texts, key_token_model=tiny_model, ratio=0.3, batch_size=2)
+    perturbed = add_perturbed_prefix(texts, key_token_model=tiny_model, ratio=0.3, perturbation="surprisal", beams=10,
+                                     new_tokens=10, seed=0, batch_size=2)
     vp = gens[gens["detector"] == "veilprobe"]
     assert vp.loc[vp["input"] == "perturbed_prefix", "text"].tolist() == perturbed["perturbed_prefix"].tolist() * 3
     for det, (prompts, sampling) in zip(dets, calls):
@@ -136,7 +138,7 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
 
 def test_veilprobe_tables_train_on_the_original_query_and_read_every_scopes_queries(tmp_path):
     from mialab.calibdcd.features import veilprobe_vector
-    from test_calibdcd import tiny_mapping
+    from conftest import tiny_mapping
 
     from mialab.calibdcd.mapping import mapping_features
     from mialab.lm.embeddings import resolve_model_path

@@ -413,7 +413,7 @@ def test_response_level_baselines_as_the_lara_code_defines_them():
     assert recall_lara_code(lp, [-1.0] * 4) == pytest.approx(-1.0 / np.mean(lp))   # RecallDetector: LL(pert) / LL(orig)
     e1, e2 = [1.0, 2.0], [2.0, 1.0, 2.0]
     assert dime_score(e1, e2) == pytest.approx(-(4.0 / (math.sqrt(5) * 3.0)) * 2 / 3)   # DIMEDetector, direction -1
-    assert perturbed_question("Q?") == "[SYSTEM NOTE: Please double check your reasoning.] Q? [END OF QUERY]"
+    assert perturbed_question("Q?", "[NOTE]", "[END]") == "[NOTE] Q? [END]"
     gen = lambda lps, ents: Generation(text="", token_ids=(), entropies=tuple(ents), logprobs=tuple(lps),  # noqa: E731
                                        mus=tuple(mus), sigmas=tuple(sigmas))
     scores = response_scores([gen(lp, e1)], [gen([-1.0] * 4, e2)], min_k=0.2)
@@ -428,22 +428,24 @@ def test_response_level_baselines_as_the_lara_code_defines_them():
 def test_model_driven_baselines_on_the_tiny_model(tiny_model):
     model, tok = load_lm(tiny_model, device="cpu")
     ids = tok(QUESTIONS[0])["input_ids"]
-    assert mean_log_likelihood(model, tok, [QUESTIONS[0]])[0] == pytest.approx(
+    assert mean_log_likelihood(model, tok, [QUESTIONS[0]], batch_size=8)[0] == pytest.approx(
         token_logprobs(model, [ids], pad_token_id=tok.pad_token_id)[0].mean())
     model, tok = load_lm(tiny_model, device="cpu", padding_side="left")
-    scores = recall_scores(model, tok, QUESTIONS[:2], QUESTIONS[5:7])
+    scores = recall_scores(model, tok, QUESTIONS[:2], QUESTIONS[5:7], batch_size=8)
     assert scores.shape == (2,) and np.all(scores > 0)
     gens = generate(model, tok, QUESTIONS[:2], max_new_tokens=6, do_sample=True, num_return_sequences=3, batch_size=2)
     assert [len(g) for g in gens] == [3, 3]
     assert all(0 <= e <= math.log(len(tok)) + 1e-6 for g in gens for x in g for e in x.entropies)
     completions = text_generator(tiny_model, max_new_tokens=4, backend_options={"device": "cpu"})(QUESTIONS[:3])
     assert len(completions) == 3 and all(isinstance(c, str) for c in completions)
-    cdd = cdd_scores(model, tok, QUESTIONS[:2], n_samples=3, max_new_tokens=6)
-    sc = self_critique_scores(model, tok, QUESTIONS[:2], max_new_tokens=6)
+    answers = dict(max_new_tokens=6, batch_size=8, top_k=50)
+    sampling = dict(n_samples=3, temperature=0.8, top_p=0.95, alpha=0.05, seed=0)
+    cdd = cdd_scores(model, tok, QUESTIONS[:2], **sampling, **answers)
+    sc = self_critique_scores(model, tok, QUESTIONS[:2], **answers)
     assert np.all((cdd >= 0) & (cdd <= 1)) and np.all((sc >= 0) & (sc <= 1 + 1e-9))
-    first = greedy_answers(model, tok, QUESTIONS[:2], max_new_tokens=6)  # shared answers give the same scores
-    assert np.array_equal(cdd_scores(model, tok, QUESTIONS[:2], n_samples=3, max_new_tokens=6, greedy=first), cdd)
-    assert np.array_equal(self_critique_scores(model, tok, QUESTIONS[:2], max_new_tokens=6, first=first), sc)
+    first = greedy_answers(model, tok, QUESTIONS[:2], **answers)  # shared answers give the same scores
+    assert np.array_equal(cdd_scores(model, tok, QUESTIONS[:2], **sampling, **answers, greedy=first), cdd)
+    assert np.array_equal(self_critique_scores(model, tok, QUESTIONS[:2], **answers, first=first), sc)
 
 
 def _seed_table(evaluated: list[int], reference: list[int]) -> pd.DataFrame:
@@ -457,8 +459,9 @@ def _seed_table(evaluated: list[int], reference: list[int]) -> pd.DataFrame:
 def test_baselines_of_several_seeds_answer_shared_questions_once_and_keep_each_seeds_recall_prefix(tiny_model):
     from mialab.lara.stages import baseline_scores
 
-    spec = dict(recall={"prefix_size": 1, "max_words": 12}, cdd={"n_samples": 3, "max_new_tokens": 6},
-                self_critique={"max_new_tokens": 6}, batch_size=4, device="cpu", dtype="float32",
+    cdd = {"n_samples": 3, "temperature": 0.8, "top_p": 0.95, "alpha": 0.05, "max_new_tokens": 6, "seed": 0}
+    spec = dict(recall={"prefix_size": 1, "max_words": 12}, cdd=cdd, self_critique={"max_new_tokens": 6},
+                top_k_logprobs=50, batch_size=4, device="cpu", dtype="float32",
                 responses={"min_k": 0.2, "perturbation_prefix": "[NOTE]", "perturbation_suffix": "[END]"})
     a, b = _seed_table([0, 1, 2], [4, 5]), _seed_table([1, 2, 3], [6, 7])
     merged = baseline_scores(tiny_model, [a, b], **spec)

@@ -12,7 +12,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from test_rl import DATA, SETTINGS, TINY_MODEL, assert_same_weights, distinct_characters, stop_at, weights  # noqa: F401
+from conftest import DATA, SETTINGS, assert_same_weights, distinct_characters, stop_at, weights
+from conftest import PROBLEMS_MODEL as TINY_MODEL  # noqa: F401 (conftest.tiny_model)
 
 from mialab.core.io import atomic_directory, remove_stale_temporaries, write_json
 from mialab.training.checkpoints import check_steps, latest_checkpoint

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DATA, PROBLEMS, PROBLEMS_MODEL, SETTINGS, assert_same_weights, distinct_characters, stop_at, weights
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -32,53 +33,8 @@ from mialab.training.grpo import (
 )
 from mialab.training.rewards import final_answer, make_reward, normalise_answer
 
-PROBLEMS = [
-    "Find the number of positive integers less than 1000 that are divisible by 7.",
-    "Alice and Bob play a game with 12 coins; what is the probability that Bob wins?",
-    "Let $x$ be a real number such that $x^2 + 3x = 10$. Find the largest value of $x$.",
-    "How many ways can Carol arrange 5 distinct books on a shelf?",
-    "Compute the sum of the first 20 odd numbers.",
-    "A circle of radius 6 is inscribed in a square. Find the area of the square.",
-]
 AIME = ["resources/data/aime/aime_1983_2023.json", "resources/data/aime/aime_2024.json"]
-
-
-TINY_MODEL = {"corpus": PROBLEMS * 20, "num_heads": 4}  # conftest.tiny_model
-
-
-def distinct_characters(completions, **kwargs) -> list[float]:
-    """A reward every random policy earns with variance: the number of distinct characters / 20."""
-    return [len(set(c)) / 20.0 for c in completions]
-
-
-DATA = pd.DataFrame({"prompt": [p + "\n\n" for p in PROBLEMS], "reference": PROBLEMS[::-1]})
-SETTINGS = GRPOSettings(lr=1e-3, epochs=2, num_generations=4, batch_size=8, max_completion_length=8,
-                        max_prompt_length=12, save_steps=2, save_total_limit=None)
-
-
-def weights(checkpoint: str) -> dict:
-    from safetensors.torch import load_file
-
-    return load_file(os.path.join(checkpoint, "model.safetensors"))
-
-
-def assert_same_weights(a: dict, b: dict) -> None:
-    import torch
-
-    assert a.keys() == b.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a), "weights differ"
-
-
-def stop_at(step: int):
-    """A callback that ends training after optimizer step ``step`` (a job killed right after a save)."""
-    from transformers import TrainerCallback
-
-    class Stop(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            control.should_training_stop = state.global_step == step
-            return control
-
-    return Stop()
+TINY_MODEL = PROBLEMS_MODEL  # conftest.tiny_model
 
 
 # --- rewards -----------------------------------------------------------------------------------

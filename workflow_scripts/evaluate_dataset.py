@@ -10,7 +10,7 @@ import pandas as pd
 from mialab.core.io import atomic_path, write_parquet
 from mialab.evaluation.headline import headline_table
 from mialab.evaluation.report import roc_figure
-from mialab.evaluation.stage import evaluate_tables, merge_tables, summarise
+from mialab.evaluation.stage import evaluate_tables, merge_tables, roc_panels, summarise
 
 params = snakemake.params  # noqa: F821
 dataset = snakemake.wildcards.dataset  # noqa: F821
@@ -22,7 +22,5 @@ write_parquet(per_seed, snakemake.output.per_seed)  # noqa: F821
 write_parquet(summarise(per_seed, targets), snakemake.output.summary)  # noqa: F821
 write_parquet(headline_table(tables, params.headline, params.baseline, targets, params.bootstrap),
               snakemake.output.headline)  # noqa: F821
-panels = {m: pd.concat([t[3] for t in tables if t[0] == m], ignore_index=True)
-          for m in dict.fromkeys(t[0] for t in tables)}
 with atomic_path(snakemake.output.roc) as tmp:  # noqa: F821
-    roc_figure(panels, params.headline, dataset, str(tmp))
+    roc_figure(roc_panels(tables), params.headline, dataset, str(tmp))

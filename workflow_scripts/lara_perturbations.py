@@ -10,7 +10,7 @@ import time
 import pandas as pd
 
 from mialab.core.io import write_manifest, write_parquet
-from mialab.lara.stages import REFERENCE, backend_specs, perturbation_table, stage_questions
+from mialab.lara.stages import backend_specs, perturbation_counts, perturbation_table, stage_questions
 from mialab.lm.engine import text_generator
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
@@ -28,9 +28,6 @@ for seed, split_path, table_path in zip(params.seeds, inputs.splits, output.tabl
     table = perturbation_table(questions, backend_specs(spec, neighbour_pool, generate),
                                n_neighbours=spec["neighbours"]["n"], n_variants=spec["paraphrase"]["n_variants"])
     write_parquet(table, table_path)
-    counts[f"seed-{seed}"] = {"questions": int((questions["set"] != REFERENCE).sum()),
-                              "reference_questions": int((questions["set"] == REFERENCE).sum()),
-                              "neighbour_pool": len(neighbour_pool), "rows": len(table),
-                              "distinct_texts": int(table["text"].nunique())}
+    counts[f"seed-{seed}"] = perturbation_counts(questions, neighbour_pool, table)
 write_manifest({**params.manifest, "seeds_tables": counts, "seconds": round(time.perf_counter() - start, 1)},
                output.manifest, outputs=output)

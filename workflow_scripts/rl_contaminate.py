@@ -11,7 +11,7 @@ import pandas as pd
 
 from mialab.core.io import atomic_directory, remove_stale_temporaries, write_manifest, write_parquet
 from mialab.core.jobs import setup_job
-from mialab.data.rl_corpus import build_corpus, filler_problems, split_members
+from mialab.data.rl_corpus import stage_corpus
 from mialab.training.grpo import GRPOSettings, epoch_record, export_checkpoint, run_grpo
 from mialab.training.rewards import make_reward
 
@@ -38,11 +38,8 @@ def main() -> None:
     if int(os.environ.get("RANK", "0")) == 0:  # temporaries left by a killed earlier attempt
         remove_stale_temporaries(args.out_model, args.out_trainer, args.out_corpus, args.out_log, args.out_manifest)
 
-    corpus_spec = spec["corpus"]
-    fillers = filler_problems(spec["filler"], max_words=corpus_spec.get("max_words"))
-    pool = pd.read_parquet(args.member_pool)
-    member_ids = split_members(pd.read_parquet(args.member_split), pool) if args.member_split else None
-    corpus = build_corpus(pool, fillers, **corpus_spec, member_ids=member_ids)
+    corpus = stage_corpus(spec, pd.read_parquet(args.member_pool),
+                          pd.read_parquet(args.member_split) if args.member_split else None)
     run = run_grpo(args.init, corpus[["prompt", "reference"]], make_reward(spec["reward"]),
                    GRPOSettings.from_config(spec["train"]), args.work, resume_from=args.previous,
                    until_epoch=args.epoch, trust_remote_code=args.trust_remote_code)

@@ -10,18 +10,9 @@ import pandas as pd
 
 from mialab.core.io import atomic_directory, remove_stale_temporaries, write_manifest
 from mialab.core.jobs import setup_job
-from mialab.data.corpus import read_corpus
 from mialab.lm.loading import load_tokenizer
 from mialab.training.checkpoints import check_steps, checkpoint_root
-from mialab.training.sft import (
-    SFTSettings,
-    build_post_training_corpus,
-    build_sft_corpus,
-    member_texts,
-    read_chat_pairs,
-    render_chat,
-    run_sft,
-)
+from mialab.training.sft import SFTSettings, run_sft, stage_corpus
 
 
 def main() -> None:
@@ -45,14 +36,7 @@ def main() -> None:
     chat_tok = None
     if spec.get("format") == "chat":
         chat_tok = load_tokenizer(args.init, trust_remote_code=args.trust_remote_code)
-    filler = read_corpus(spec["filler"]) if chat_tok is None else render_chat(chat_tok, read_chat_pairs(spec["filler"]))
-    if spec.get("members"):
-        (member_pool,) = args.member_pool
-        members = member_texts(pd.read_parquet(member_pool), chat_tok)
-        texts, stats = build_sft_corpus(members, filler, repeats=spec["members"]["repeats"],
-                                        rate=spec["contamination_rate"], seed=train.seed)
-    else:
-        texts, stats = build_post_training_corpus(filler, seed=train.seed)
+    texts, stats = stage_corpus(spec, [pd.read_parquet(p) for p in args.member_pool], chat_tok, seed=train.seed)
     manifest_path = os.path.join(os.path.dirname(args.out), "manifest.json")
     checkpoints = checkpoint_root(args.out)
     if rank == 0:

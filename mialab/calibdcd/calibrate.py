@@ -48,6 +48,7 @@ from mialab.calibdcd.shift import (
 )
 from mialab.calibdcd.views import ORIGINAL
 
+
 @dataclass(frozen=True)
 class Variant:
     """One CalibDCD configuration; each ablation changes one field of the default."""

@@ -25,7 +25,6 @@ from mialab.calibdcd.checks import require_finite, require_matrix
 
 RANKS = (3, 4, 5, 6)
 LAMBDAS = (0.7, 0.8, 0.9, 1.0)
-TOLERANCE = 0.005
 
 
 def correction_matrix(basis: np.ndarray, lam: float) -> np.ndarray:
@@ -52,7 +51,7 @@ def correction_objective(score: Callable[[np.ndarray], np.ndarray], z_cal: np.nd
     return float(np.mean(before - after))
 
 
-def select_correction(table: pd.DataFrame, tolerance: float = TOLERANCE, *,
+def select_correction(table: pd.DataFrame, tolerance: float, *,
                       allow_identity: bool = True) -> tuple[int, float]:
     """``(r, lambda)`` from a table with columns ``rank``, ``lam``, ``J`` (rule in the module docstring).
 

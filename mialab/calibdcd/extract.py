@@ -43,10 +43,9 @@ def dpdllm_view_features(split: pd.DataFrame, view: str, *, generate: Generate, 
     return feature_frame(split["id"].tolist(), view, z)
 
 
-def add_perturbed_prefix(split: pd.DataFrame, *, key_token_model: str, ratio: float = 0.15,
-                         perturbation: str = "surprisal", mlm_model: str | None = None, beams: int = 10,
-                         new_tokens: int = 10, seed: int = 0, batch_size: int = 8, device: str = "auto",
-                         dtype: str = "float32") -> pd.DataFrame:
+def add_perturbed_prefix(split: pd.DataFrame, *, key_token_model: str, ratio: float, perturbation: str,
+                         beams: int, new_tokens: int, seed: int, mlm_model: str | None = None, batch_size: int = 8,
+                         device: str = "auto", dtype: str = "float32") -> pd.DataFrame:
     """``split`` with a ``perturbed_prefix`` column (VeilProbe key-token perturbation, view-independent):
     ``original`` (OT attribution on ``key_token_model``, ``mlm_model``'s fill) or ``surprisal`` (``ratio``)."""
     prefixes = split["prefix"].astype(str).tolist()

@@ -16,12 +16,15 @@ one path for both of its two models by mistake).
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from mialab.lm.loading import load_lm
 from mialab.lm.logprobs import map_logprobs, picked
+
+if TYPE_CHECKING:
+    import torch
 
 
 def key_token_perturb(model_path: str, texts: Sequence[str], *, ratio: float = 0.15, batch_size: int = 8,

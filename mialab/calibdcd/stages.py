@@ -28,7 +28,7 @@ so the target answers VeilProbe's prompts under the original query only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -254,3 +254,20 @@ def attach_labels(scores: pd.DataFrame, split: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("the scores cover other ids than the split")
     out = scores.astype({"id": str}).merge(labels, on="id", how="left", validate="one_to_one")
     return out[["id", "label", *[c for c in scores.columns if c != "id"]]]
+
+
+def calibrate_detectors(features: Iterable[tuple[pd.DataFrame, pd.DataFrame]], seeds: Sequence[Mapping], *,
+                        detectors: Sequence[str],
+                        spec: Mapping) -> Iterator[tuple[str, int, CalibrationRun, pd.DataFrame]]:
+    """Rule ``calibdcd_calibrate``: :func:`calibrate_variants` for every detector and seed, detector-major (the
+    rule's output order), each with its score table labelled by :func:`attach_labels` once every score is fixed.
+
+    ``features``: each detector's (original, controlled-view) feature tables; ``seeds``: per seed its
+    ``seed``, ``supervised`` table, ``calibration`` and ``evaluation`` ids and ``split`` (id, label).
+    """
+    for detector, (original, views) in zip(detectors, features, strict=True):
+        for s in seeds:
+            run = calibrate_variants(original, views, s["supervised"], s["calibration"], s["evaluation"],
+                                     detector=detector, variants=spec["variants"], tau=spec["tau"],
+                                     tolerance=spec["tolerance"], seed=s["seed"])
+            yield detector, s["seed"], run, attach_labels(run.scores, s["split"])

@@ -5,7 +5,7 @@ process per visible GPU (``CUDA_VISIBLE_DEVICES``, as set by SLURM for ``--gpus`
 process with DeepSpeed's CPU accelerator (gloo) on a machine without GPUs.
 
 ``python -m mialab.core.launch --build-ops`` compiles the DeepSpeed ops a CPU training job loads (the
-install script runs it), so that the first SFT job does not spend ~35 s compiling them.
+install script runs it), so that the first SFT job does not spend its time compiling them.
 """
 
 from __future__ import annotations

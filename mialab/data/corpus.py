@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from mialab.data.registry import config_schema
 from mialab.data.sources import read_table, require_columns
 from mialab.text.prefix import truncate_words
+
+#: a table corpus's ``columns`` when its spec names none (the schema's ``$defs/corpus`` default)
+DEFAULT_COLUMNS: list = next(form for form in config_schema()["$defs"]["corpus"]["oneOf"]
+                             if "properties" in form)["properties"]["columns"]["default"]
 
 # ``where`` conditions: a fixed set of comparisons, so a config string is never evaluated
 OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
@@ -49,7 +54,7 @@ def read_corpus(spec: str | dict) -> list[str]:
     if str(src).endswith(".txt") and Path(src).is_file():
         return [Path(src).read_text(encoding="utf-8")]
     df = read_table(src)
-    cols = spec.get("columns", ["text"])
+    cols = spec.get("columns", DEFAULT_COLUMNS)
     require_columns(df, cols, source=src)
     if spec.get("where"):
         df = df[row_filter(df, spec["where"], source=src)]

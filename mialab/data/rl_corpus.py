@@ -139,3 +139,12 @@ def build_rl_corpus(split: pd.DataFrame, fillers: pd.DataFrame, *, size: int = 1
         chosen.assign(target=False, source="filler")[["id", "problem", "answer", "target", "source"]],
     ], ignore_index=True)
     return corpus.iloc[rng.permutation(len(corpus))].reset_index(drop=True)
+
+
+def stage_corpus(spec: dict, pool: pd.DataFrame, split: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Rule ``rl_contaminate``'s corpus from a model's config entry: the pool's members (only the split's,
+    when ``members.split_seed`` gives one) plus the entry's filler problems."""
+    corpus_spec = spec["corpus"]
+    fillers = filler_problems(spec["filler"], max_words=corpus_spec.get("max_words"))
+    member_ids = split_members(split, pool) if split is not None else None
+    return build_corpus(pool, fillers, **corpus_spec, member_ids=member_ids)

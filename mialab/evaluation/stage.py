@@ -75,3 +75,9 @@ def summarise(per_seed: pd.DataFrame, fpr_targets: list[float]) -> pd.DataFrame:
         out = out.merge(counts.reset_index(), on=["dataset", "model", "method"])
         out["n_truncated"] = out["n_truncated"].astype("Int64")
     return out
+
+
+def roc_panels(tables: list[tuple[str, str, int, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+    """One ROC panel per model (in first-seen order): its score tables of every seed, stacked."""
+    return {m: pd.concat([t[3] for t in tables if t[0] == m], ignore_index=True)
+            for m in dict.fromkeys(t[0] for t in tables)}

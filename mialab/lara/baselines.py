@@ -44,11 +44,7 @@ from mialab.lm.logprobs import token_logprobs
 from mialab.lm.prompts import format_prompt
 from mialab.text.llm_prompts import load_template
 
-CDD_ALPHA = 0.05
 CDD_MAX_TOKENS = 100   # the code's token_to_detect
-PERTURBATION_PREFIX = "[SYSTEM NOTE: Please double check your reasoning.]"
-PERTURBATION_SUFFIX = "[END OF QUERY]"
-TOP_K_LOGPROBS = 50    # the code's --K: vLLM logprobs per step
 
 
 def recall_score(ll_conditional: np.ndarray, ll_unconditional: np.ndarray) -> np.ndarray:
@@ -69,7 +65,7 @@ def cdd_distance(a: Sequence, b: Sequence, max_tokens: int = CDD_MAX_TOKENS) -> 
     return Levenshtein.distance(a, b)
 
 
-def cdd_peakedness(greedy: Sequence, samples: Sequence[Sequence], alpha: float = CDD_ALPHA) -> float:
+def cdd_peakedness(greedy: Sequence, samples: Sequence[Sequence], alpha: float) -> float:
     """CDD ``Peak = mean_i [ED(sample_i, greedy) <= alpha * l]``, ``l`` the mean length of the
     samples and the greedy output (the LaRA code; :func:`cdd_distance`)."""
     if not samples:
@@ -126,14 +122,14 @@ def _lowest_k(values: np.ndarray, ratio: float) -> np.ndarray:
     return np.sort(values)[:max(1, int(len(values) * ratio))]
 
 
-def min_k_response(logprobs: Sequence[float], ratio: float = 0.2) -> float:
+def min_k_response(logprobs: Sequence[float], ratio: float) -> float:
     """The code's Min-K% of a response: ``-mean`` of its lowest ``int(ratio n)`` log-probabilities."""
     _mean_ll(logprobs)
     return -float(_lowest_k(np.asarray(logprobs, dtype=np.float64), ratio).mean())
 
 
 def min_k_plus_plus_response(logprobs: Sequence[float], mus: Sequence[float], sigmas: Sequence[float],
-                             ratio: float = 0.2) -> float:
+                             ratio: float) -> float:
     """Min-K%++ of a response: mean of the lowest ``int(ratio n)`` values of ``(log p - mu) / sigma``."""
     n = min(len(logprobs), len(mus), len(sigmas))
     if n == 0:
@@ -142,8 +138,8 @@ def min_k_plus_plus_response(logprobs: Sequence[float], mus: Sequence[float], si
     return float(_lowest_k(z, ratio).mean())
 
 
-def mean_log_likelihood(model, tokenizer, texts: list[str], *, prefix: str | None = None,
-                        batch_size: int = 8) -> np.ndarray:
+def mean_log_likelihood(model, tokenizer, texts: list[str], *, batch_size: int,
+                        prefix: str | None = None) -> np.ndarray:
     """Mean ``log p`` of each text's tokens, optionally after ``prefix`` (tokenised on its own,
     with the tokenizer's special tokens; the text's tokens are the same with or without it).
 
@@ -159,8 +155,8 @@ def mean_log_likelihood(model, tokenizer, texts: list[str], *, prefix: str | Non
     return out
 
 
-def recall_scores(model, tokenizer, texts: list[str], prefix_texts: list[str], *, separator: str = "\n\n",
-                  batch_size: int = 8, unconditional: np.ndarray | None = None) -> np.ndarray:
+def recall_scores(model, tokenizer, texts: list[str], prefix_texts: list[str], *, batch_size: int,
+                  separator: str = "\n\n", unconditional: np.ndarray | None = None) -> np.ndarray:
     """ReCaLL scores of ``texts`` with the non-member ``prefix_texts`` joined by ``separator``.
 
     ``unconditional``: the texts' :func:`mean_log_likelihood` without prefix, when already at hand.
@@ -172,13 +168,14 @@ def recall_scores(model, tokenizer, texts: list[str], prefix_texts: list[str], *
                         unconditional)
 
 
-def perturbed_question(question: str, prefix: str = PERTURBATION_PREFIX, suffix: str = PERTURBATION_SUFFIX) -> str:
-    """The code's perturbed prompt for ``recall_lara_code`` and DIME: ``f"{prefix} {question} {suffix}"``."""
+def perturbed_question(question: str, prefix: str, suffix: str) -> str:
+    """The perturbed prompt for ``recall_lara_code`` and DIME: ``f"{prefix} {question} {suffix}"`` (the
+    code's prefix and suffix: config ``lara.baselines.responses``)."""
     return f"{prefix} {question} {suffix}".strip()
 
 
-def greedy_answers(model, tokenizer, questions: list[str], *, max_new_tokens: int = 256, batch_size: int = 8,
-                   top_k: int = TOP_K_LOGPROBS, system: str | None = None) -> list[Generation]:
+def greedy_answers(model, tokenizer, questions: list[str], *, max_new_tokens: int, batch_size: int, top_k: int,
+                   system: str | None = None) -> list[Generation]:
     """One greedy answer per question with its top-``top_k`` step statistics, each question sent as
     a chat user turn (after ``system`` when given)."""
     gens = generate(model, tokenizer, [format_prompt(tokenizer, q, system) for q in questions],
@@ -186,8 +183,7 @@ def greedy_answers(model, tokenizer, questions: list[str], *, max_new_tokens: in
     return [g[0] for g in gens]
 
 
-def response_scores(original: list[Generation], perturbed: list[Generation], *,
-                    min_k: float = 0.2) -> dict[str, np.ndarray]:
+def response_scores(original: list[Generation], perturbed: list[Generation], *, min_k: float) -> dict[str, np.ndarray]:
     """The code's response-level baselines (module doc) from the original and perturbed greedy answers."""
     pairs = list(zip(original, perturbed, strict=True))
     return {
@@ -200,17 +196,18 @@ def response_scores(original: list[Generation], perturbed: list[Generation], *,
     }
 
 
-def cdd_scores(model, tokenizer, questions: list[str], *, n_samples: int = 10, temperature: float = 0.8,
-               top_p: float = 0.95, alpha: float = CDD_ALPHA, max_new_tokens: int = 256, batch_size: int = 8,
-               seed: int = 0, system: str | None = None, greedy: list[Generation] | None = None) -> np.ndarray:
+def cdd_scores(model, tokenizer, questions: list[str], *, n_samples: int, temperature: float, top_p: float,
+               alpha: float, max_new_tokens: int, batch_size: int, seed: int, top_k: int, system: str | None = None,
+               greedy: list[Generation] | None = None) -> np.ndarray:
     """CDD peakedness per question: one greedy and ``n_samples`` sampled answers (token ids).
 
     ``greedy``: the questions' :func:`greedy_answers` with the same ``max_new_tokens``, ``batch_size``
-    and ``system``, when already at hand (e.g. Self-Critique's first answers).
+    and ``system``, when already at hand (e.g. Self-Critique's first answers); ``top_k`` only sizes the
+    step statistics of the greedy answers made here (CDD reads their token ids).
     """
     if greedy is None:
         greedy = greedy_answers(model, tokenizer, questions, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                                system=system)
+                                top_k=top_k, system=system)
     sampled = generate(model, tokenizer, [format_prompt(tokenizer, q, system) for q in questions],
                        max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, top_p=top_p,
                        num_return_sequences=n_samples, batch_size=max(1, batch_size // n_samples), seed=seed,
@@ -219,9 +216,9 @@ def cdd_scores(model, tokenizer, questions: list[str], *, n_samples: int = 10, t
                      for g, ss in zip(greedy, sampled, strict=True)])
 
 
-def self_critique_scores(model, tokenizer, questions: list[str], *, template: str = "self_critique",
-                         max_new_tokens: int = 256, batch_size: int = 8, top_k: int = TOP_K_LOGPROBS,
-                         system: str | None = None, first: list[Generation] | None = None) -> np.ndarray:
+def self_critique_scores(model, tokenizer, questions: list[str], *, max_new_tokens: int, batch_size: int, top_k: int,
+                         template: str = "self_critique", system: str | None = None,
+                         first: list[Generation] | None = None) -> np.ndarray:
     """Self-Critique similarity per question (greedy answer, then greedy critique re-answer), on
     top-``top_k`` entropies.
 

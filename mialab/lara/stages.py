@@ -44,7 +44,6 @@ import pandas as pd
 from mialab.core.finite import require_finite
 from mialab.data.rl_corpus import normalise_question, pool_questions
 from mialab.lara.baselines import (
-    TOP_K_LOGPROBS,
     cdd_scores,
     greedy_answers,
     mean_log_likelihood,
@@ -149,6 +148,14 @@ def perturbation_table(questions: pd.DataFrame, backends: dict[str, dict], *, n_
     return table.merge(questions[["id", "set"]], on="id", how="left", validate="many_to_one")
 
 
+def perturbation_counts(questions: pd.DataFrame, neighbour_pool: list[str], table: pd.DataFrame) -> dict[str, int]:
+    """A seed's manifest counts for rule ``lara_perturbations``: evaluated and reference questions,
+    neighbour pool, perturbation rows and distinct texts."""
+    return {"questions": int((questions["set"] != REFERENCE).sum()),
+            "reference_questions": int((questions["set"] == REFERENCE).sum()),
+            "neighbour_pool": len(neighbour_pool), "rows": len(table), "distinct_texts": int(table["text"].nunique())}
+
+
 def distinct_texts(table: pd.DataFrame) -> pd.DataFrame:
     """One row (``text``) per distinct text of the table, in order of first appearance."""
     return pd.DataFrame({"text": pd.unique(table["text"])})
@@ -229,10 +236,8 @@ def recall_prefix(references: pd.DataFrame, recall: dict) -> list[str]:
 
 
 def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict, cdd: dict, self_critique: dict,
-                    responses: dict | None = None, top_k_logprobs: int = TOP_K_LOGPROBS,
-                    system_prompt: str | None = None,
-                    batch_size: int = 8, device: str = "auto", dtype: str = "float32",
-                    trust_remote_code: bool = False) -> list[pd.DataFrame]:
+                    responses: dict, top_k_logprobs: int, batch_size: int, device: str, dtype: str,
+                    system_prompt: str | None = None, trust_remote_code: bool = False) -> list[pd.DataFrame]:
     """The output-level baselines of every evaluated question (:mod:`mialab.lara.baselines`), one
     table (``id`` and ``lara/...`` columns) per perturbation table (one per seed).
 
@@ -254,17 +259,17 @@ def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict
     answer_tokens = self_critique["max_new_tokens"]
     greedy = dict(max_new_tokens=answer_tokens, batch_size=batch_size, top_k=top_k_logprobs, system=system_prompt)
     first = greedy_answers(model, tok, texts, **greedy)
-    responses = responses or {}
-    wrap = {k: responses[f"perturbation_{k}"] for k in ("prefix", "suffix") if f"perturbation_{k}" in responses}
-    perturbed = greedy_answers(model, tok, [perturbed_question(t, **wrap) for t in texts], **greedy)
+    wrap = (responses["perturbation_prefix"], responses["perturbation_suffix"])
+    perturbed = greedy_answers(model, tok, [perturbed_question(t, *wrap) for t in texts], **greedy)
     recall_texts = [normalise_question(t, recall.get("max_words")) for t in texts]
     shared = pd.DataFrame({
-        f"{PREFIX}/cdd": cdd_scores(model, tok, texts, **cdd, batch_size=batch_size, system=system_prompt,
+        f"{PREFIX}/cdd": cdd_scores(model, tok, texts, **cdd, batch_size=batch_size, top_k=top_k_logprobs,
+                                    system=system_prompt,
                                     greedy=first if cdd["max_new_tokens"] == answer_tokens else None),
         f"{PREFIX}/self_critique": self_critique_scores(model, tok, texts, **self_critique, batch_size=batch_size,
                                                         top_k=top_k_logprobs, system=system_prompt, first=first),
         **{f"{PREFIX}/{name}": values for name, values in
-           response_scores(first, perturbed, **{k: responses[k] for k in ("min_k",) if k in responses}).items()},
+           response_scores(first, perturbed, min_k=responses["min_k"]).items()},
     }, index=questions["id"].to_numpy())
     unconditional = pd.Series(mean_log_likelihood(model, tok, recall_texts, batch_size=batch_size),
                               index=shared.index)

@@ -73,7 +73,7 @@ def check_bf16_speed(dtype: str, device: str) -> None:
     """Warn when bf16 is asked for on a CPU that only emulates it (correct, but several times slower).
 
     The tiny world computes in bf16 because the CPUs it is measured on have AMX, where bf16 is
-    ~3x faster than fp32; elsewhere set its ``dtype``/``precision`` keys to float32/fp32.
+    faster than fp32 (the README's "Precision"); elsewhere set its ``dtype``/``precision`` keys to float32/fp32.
     """
     if DTYPES.get(dtype, dtype) == "bfloat16" and str(device).startswith("cpu") and not cpu_has_native_bf16():
         warnings.warn("bf16 on a CPU without AMX or AVX512-BF16 is emulated and slow; "

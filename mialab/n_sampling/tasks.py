@@ -3,7 +3,7 @@
 One task per dataset (config ``n_sampling.tasks.<dataset>``), shared by N-Sampling and by ADRA's
 training and evaluation, so all of them see identical prompts:
 
-- ``template``: name of a prompt template ``resources/prompts/reconstruction/<name>.txt``, a
+- ``template``: name of a prompt template ``resources/prompts/n_sampling/<name>.txt``, a
   ``str.format`` string with a ``{prefix}`` field (ADRA Appendix A, Table 11); one trailing newline
   of the file is not part of the template;
 - ``assistant_prefix_ratio`` p: the first ``floor(p * n)`` suffix words are given as the start of the
@@ -26,7 +26,7 @@ from mialab.core.paths import PROMPTS
 from mialab.lm.prompts import prompt_text, prompt_token_ids
 from mialab.text.prefix import split_assistant_prefix
 
-TEMPLATE_DIR = PROMPTS / "reconstruction"
+TEMPLATE_DIR = PROMPTS / "n_sampling"
 
 
 def known_templates(directory: str | Path = TEMPLATE_DIR) -> list[str]:

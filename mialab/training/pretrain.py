@@ -17,7 +17,9 @@ import numpy as np
 
 from mialab.core.io import atomic_directory, remove_stale_temporaries
 from mialab.core.progress import console, progress
+from mialab.data.mixing import check_filler
 from mialab.lm.loading import check_bf16_speed
+from mialab.lm.tiny import llama_config
 from mialab.training.checkpoints import (
     checkpoint_path,
     is_due,
@@ -51,6 +53,31 @@ def build_corpus(filler: list[str], members: list[tuple[list[str], int]], seed: 
         docs.extend(list(texts) * int(repeats))
     random.Random(seed).shuffle(docs)
     return docs
+
+
+def stage_documents(model: str, filler_text: str, member_pools: list, spec: dict, seed: int) -> tuple[list[str], int]:
+    """Rule ``pretrain_model``'s shuffled documents and member-document count: the first ``filler_fraction``
+    of the filler's documents (at least one) plus each pool's members (label 1) repeated its ``repeats``."""
+    members = [(pool.loc[pool["label"] == 1, "text"].tolist(), m["repeats"])
+               for m, pool in zip(spec["members"], member_pools)]
+    filler = filler_documents(filler_text)
+    filler = filler[: max(1, round(spec["filler_fraction"] * len(filler)))]
+    check_filler(model, filler, [t for texts, r in members for t in texts * int(r)])
+    return build_corpus(filler, members, seed=seed), sum(len(t) * r for t, r in members)
+
+
+def stage_config(tokenizer, arch: dict, seq_len: int):
+    """The model config of a config entry's ``architecture``, its positions covering ``seq_len``."""
+    return llama_config(len(tokenizer), hidden_size=arch["hidden_size"], num_layers=arch["num_layers"],
+                        num_heads=arch["num_heads"], intermediate_size=arch.get("intermediate_size"),
+                        max_position_embeddings=max(arch["max_position_embeddings"], seq_len), tokenizer=tokenizer)
+
+
+def stage_record(model, blocks: np.ndarray, member_documents: int, steps: int, losses: list[float]) -> dict:
+    """Rule ``pretrain_model``'s manifest statistics: size, corpus, steps and the loss curve."""
+    return {"parameters": sum(p.numel() for p in model.parameters()), "blocks": int(len(blocks)),
+            "member_documents": member_documents, "steps": steps, "final_loss": losses[-1],
+            "loss_curve_every_50": losses[::50]}
 
 
 def pack_blocks(docs: list[str], tokenizer, seq_len: int) -> np.ndarray:

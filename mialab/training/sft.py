@@ -105,6 +105,20 @@ def member_texts(pool, tokenizer=None) -> list[str]:
     return render_chat(tokenizer, list(zip(members["prefix"], members["suffix"], strict=True)))
 
 
+def stage_corpus(spec: dict, member_pools: list, tokenizer=None, *, seed: int) -> tuple[list[str], dict]:
+    """Rule ``sft_contaminate``'s examples and corpus statistics: the entry's filler (plain, or with ``tokenizer``
+    chat-rendered) plus, when the entry has ``members``, the members of its one pool at ``contamination_rate``."""
+    from mialab.data.corpus import read_corpus
+
+    filler = (read_corpus(spec["filler"]) if tokenizer is None
+              else render_chat(tokenizer, read_chat_pairs(spec["filler"])))
+    if not spec.get("members"):
+        return build_post_training_corpus(filler, seed=seed)
+    (pool,) = member_pools
+    return build_sft_corpus(member_texts(pool, tokenizer), filler, repeats=spec["members"]["repeats"],
+                            rate=spec["contamination_rate"], seed=seed)
+
+
 def deepspeed_config(*, micro_batch_size: int, grad_accum: int, lr: float, warmup_steps: int, total_steps: int,
                      zero_stage: int, precision: str, grad_clip: float, weight_decay: float) -> dict:
     """A DeepSpeed config: ZeRO stage, torch's AdamW, linear warmup-then-decay schedule, bf16 or fp32.
