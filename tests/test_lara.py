@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import PROBLEMS
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -56,13 +57,7 @@ from mialab.lm.logprobs import token_logprobs
 from mialab.text.llm_prompts import parse_list
 from mialab.text.spans import BLANK
 
-QUESTIONS = [
-    "Find the number of positive integers less than 1000 that are divisible by 7.",
-    "Alice and Bob play a game with 12 coins; what is the probability that Bob wins?",
-    "Let $x$ be a real number such that $x^2 + 3x = 10$. Find the largest value of $x$.",
-    "How many ways can Carol arrange 5 distinct books on a shelf?",
-    "Compute the sum of the first 20 odd numbers.",
-    "A circle of radius 6 is inscribed in a square. Find the area of the square.",
+QUESTIONS = PROBLEMS + [
     "Find the remainder when 2 to the power 100 is divided by 13.",
     "In triangle ABC the sides have lengths 13, 14 and 15. Find the area of the triangle.",
 ]

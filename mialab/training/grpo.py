@@ -37,6 +37,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from mialab.core.settings import settings_from
+
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -91,11 +93,7 @@ class GRPOSettings:
     @classmethod
     def from_config(cls, spec: dict) -> GRPOSettings:
         """Settings from a config block; an unknown key is an error naming it and the known ones."""
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(spec) - known)
-        if unknown:
-            raise KeyError(f"unknown GRPO setting(s) {unknown}; known: {', '.join(sorted(known))}")
-        return cls(**spec)
+        return settings_from(cls, spec, "GRPO")
 
 
 def vllm_generation(options: dict | None, device: str) -> dict:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from mialab.core.io import atomic_directory, remove_stale_temporaries
 from mialab.core.progress import console, progress
+from mialab.core.settings import settings_from
 from mialab.data.mixing import check_filler
 from mialab.lm.loading import check_bf16_speed
 from mialab.lm.tiny import llama_config
@@ -120,11 +121,7 @@ class PretrainSettings:
     @classmethod
     def from_config(cls, spec: dict) -> PretrainSettings:
         """Settings from a validated ``train`` section; an unknown key is an error naming it and the known ones."""
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(spec) - set(known))
-        if unknown:
-            raise KeyError(f"unknown pretraining setting(s) {unknown}; known: {', '.join(known)}")
-        return cls(**spec)
+        return settings_from(cls, spec, "pretraining")
 
 
 def pretrain(model, blocks: np.ndarray, settings: PretrainSettings, *,

@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 import os
 import random
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from mialab.core.io import grant_umask_mode, remove_stale_temporaries
 from mialab.core.progress import console, progress
+from mialab.core.settings import settings_from
 from mialab.training.checkpoints import (
     checkpoint_path,
     is_due,
@@ -179,11 +180,7 @@ class SFTSettings:
     @classmethod
     def from_config(cls, spec: dict) -> SFTSettings:
         """Settings from a validated ``train`` section; an unknown key is an error naming it and the known ones."""
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(spec) - set(known))
-        if unknown:
-            raise KeyError(f"unknown SFT setting(s) {unknown}; known: {', '.join(known)}")
-        return cls(**spec)
+        return settings_from(cls, spec, "SFT")
 
 
 def run_sft(init_path: str, texts: list[str], out_dir: str, settings: SFTSettings, *,
