@@ -71,7 +71,7 @@ rule calibdcd_features:
         ),
         pool=lambda wc: pool_file(wc.dataset),
         model=lambda wc: model_dir(wc.model),
-        lms=lambda wc: model_dirs(CALIBDCD_PLAN.lm_models(("key_token_model",))),
+        lms=lambda wc: model_dirs(CALIBDCD_PLAN.lm_models(("key_token_model", "key_token_models", "mlm_model"))),
         reference=lambda wc: [CALIBDCD_PLAN.reference(wc.dataset).path("model")] if "dpdllm" in CALIBDCD_DETECTORS else [],
     output:
         features=[  # VeilProbe's: rule calibdcd_veilprobe

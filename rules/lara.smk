@@ -23,6 +23,7 @@ rule lara_perturbations:
     input:
         pool=lambda wc: pool_file(wc.dataset),
         splits=lambda wc: [split_file(wc.dataset, s) for s in SEEDS],
+        stand_ins=lambda wc: stand_ins_of(LARA.get("llm", {})),  # a rehearsal's instruction model
     output:
         tables=PLAN.seed_patterns("lara/perturbations", "perturbations.parquet"),
         manifest=PLAN.pattern("lara/perturbations", "manifest.json"),
@@ -31,6 +32,8 @@ rule lara_perturbations:
         seeds=SEEDS,
         manifest=lambda wc: _checked(LARA_PLAN.perturbation_run(wc.dataset), wc).manifest,
     threads: 1
+    resources:
+        **sized("lara_perturbations"),
     log:
         PLAN.stage_log("lara_perturbations", "lara/perturbations"),
     benchmark:

@@ -9,12 +9,14 @@
 #   training rules through member_pool_file()) for models to train on, evaluated on the original split.
 #
 # Either way the split's manifest records the setting (mialab.pipeline.plan.Plan.split), and the
-# paraphrase stage's manifest records the backend, its options and how many rows changed.
+# paraphrase stage's manifest records the backend, its options and how many rows changed. In a rehearsal
+# the paraphraser's stand-in folder (options.model) is an input of both rules.
 
 
 rule paraphrase:
     input:
         split=lambda wc: PLAN.split(wc.dataset, int(wc.seed)).path("split.parquet"),
+        stand_ins=lambda wc: stand_ins_of(PLAN.paraphrase_spec(wc.dataset)),  # a rehearsal's paraphraser
     output:
         split=PLAN.pattern("paraphrases", "split.parquet", of=SEED_PART),
         manifest=PLAN.pattern("paraphrases", "manifest.json", of=SEED_PART),
@@ -36,6 +38,7 @@ rule paraphrase:
 rule paraphrase_pool:
     input:
         pool=lambda wc: pool_file(wc.dataset),
+        stand_ins=lambda wc: stand_ins_of(PLAN.paraphrase_spec(wc.dataset)),  # a rehearsal's paraphraser
     output:
         pool=PLAN.pattern("paraphrases", "pool.parquet", of="pool"),
         manifest=PLAN.pattern("paraphrases", "manifest.json", of="pool"),

@@ -88,6 +88,7 @@ def test_one_epoch_over_each_seeds_candidates():
 @pytest.mark.parametrize("edit, message", [
     (lambda c: c["adra"]["targets"].append({"model": "control", "dataset": "wikimia"}), "not an n_sampling target"),
     (lambda c: c["adra"]["eval"].update(steps=[0, c["adra"]["train"]["save_steps"] + 1]), "not a multiple"),
+    (lambda c: c["adra"]["eval"].update(steps=[0, c["adra"]["train"]["max_steps"]]), r"not before adra.train.max_steps"),
     (lambda c: c["adra"]["train"].update(batch_size=c["n_sampling"]["n"] * 4 + 1), "multiple of n_sampling.n"),
     (lambda c: c["scoring"].update(methods=["loss"]), "is not a score of scoring.methods"),
     (lambda c: c["adra"].update(datasets={"nowhere": {"random_suffixes": 3}}), "adra.datasets: 'nowhere'"),
@@ -239,9 +240,15 @@ CODE_SETTINGS = {
     "bookmia": ("ngram", 1.5, 3, ("trio", 7, "min_k@0.2")),
     "wikimia_24_hard": ("trio", 1.5, 3, ("trio", 3, "min_k_plus_plus@0.2")),
     "dolma3_arxiv": ("trio", 1.5, 7, ("trio", 7, "loss")),
+    "bookmia_paraphrased": ("trio", 1.5, 7, ("trio", 7, "min_k@0.2")),
+    "wikimia_24_hard_paraphrased": ("trio", 1.5, 3, ("trio", 3, "min_k_plus_plus@0.2")),
+    "dolma3_arxiv_paraphrased": ("trio", 1.5, 7, ("trio", 7, "loss")),
     "s1_1": ("trio", 1.25, 0, None),
     "s1": ("trio", 1.5, 0, None),
 }
+# datasets whose ADRA script leaves ADRA_USE_DYNAMIC_MAX_NGRAM unset: the n-gram range [3, 30], not the dynamic one
+# (every ADRA+ script sets it)
+FIXED_NGRAM_RANGE = {"aime", "aya", "wildchat", "bookmia"}
 INSTRUCT = ("tulu", "instruct")  # the code applies these models' chat templates everywhere
 
 
@@ -255,12 +262,15 @@ def test_paper_configs_use_the_codes_settings():
             metric, tau, k, plus = CODE_SETTINGS[dataset]
             adra = a.train(model, dataset, "adra", 0).manifest["config"]
             assert (adra["reward"]["metric"], adra["reward"]["tau"], adra["random_suffixes"]) == (metric, tau, k), path
-            code_range = {adra["reward"][key] for key in ("ngram_range", "n_max", "length_words")}
-            assert code_range == {"dynamic", 30, "whitespace"}
+            code_range = [adra["reward"][key] for key in ("ngram_range", "n_max", "length_words")]
+            if metric == "ngram":  # trio reads no n-gram range
+                assert code_range == ["fixed" if dataset in FIXED_NGRAM_RANGE else "dynamic", 30, "whitespace"], dataset
             assert adra["distractor_sampling"] == "without_replacement" and adra["settings"]["weight_decay"] == 0.01
             if plus is not None:
                 p = a.train(model, dataset, "adra_plus", 0).manifest["config"]
                 assert (p["reward"]["metric"], p["contrastive"]["distractors"], p["contrastive"]["baseline"]) == plus
+                if plus[0] == "ngram":
+                    assert (p["reward"]["ngram_range"], p["reward"]["n_max"]) == ("dynamic", 30), dataset
             path_of = cfg["models"][model].get("path") or cfg["models"][cfg["models"][model]["init"]]["path"]
             assert (model in ns["chat_models"]) == any(s in path_of.lower() for s in INSTRUCT), (path.name, model)
             pool = cfg["datasets"][dataset]["pool"]
@@ -269,6 +279,8 @@ def test_paper_configs_use_the_codes_settings():
                 assert ns["tasks"][dataset]["assistant_prefix_ratio"] == 0.25
             if pool["family"] in ("bookmia", "wikimia_24_hard", "dolma3_arxiv"):
                 assert pool["prefix_ratio"] == 0.25 and ns["tasks"][dataset]["template"].startswith("code_")
+            if "prefix_rounding" in pool:  # max(1, floor) words, then max(1, floor) of the rest (#20 7d)
+                assert pool["prefix_rounding"] == "floor" and ns["tasks"][dataset]["assistant_prefix_min_words"] == 1
             if pool["family"] == "tulu3":
                 assert pool["tokenizer"] == "allenai/Llama-3.1-Tulu-3-8B"
         assert ns["metrics"]["convention"] == "code" and ns["metrics"]["n_max"] == 30

@@ -449,7 +449,7 @@ def tiny_split():
              "line 7: the bird walks", "numbers 12 and 7 meet under the sun at noon"]
     from mialab.text.prefix import split_words
 
-    parts = [split_words(t, 0.5) for t in texts]
+    parts = [split_words(t, 0.5, rounding="ceil") for t in texts]
     return pd.DataFrame({"id": [f"t{i}" for i in range(4)], "text": texts, "prefix": [p for p, _ in parts],
                          "suffix": [s for _, s in parts], "label": [1, 0, 1, 0], "source": "test"})
 
@@ -515,7 +515,8 @@ def test_dpdllm_extractor_on_tiny_llama(tiny_model, tiny_split):
 def test_key_token_perturbation_on_tiny_llama(tiny_model, tiny_split):
     from mialab.calibdcd.extract import add_perturbed_prefix
 
-    surprisal = dict(key_token_model=tiny_model, ratio=0.3, perturbation="surprisal", beams=10, new_tokens=10, seed=0)
+    surprisal = dict(key_token_models=[tiny_model], ratio=0.3, perturbation="surprisal", beams=10, new_tokens=10,
+                     seed=0)
     split = add_perturbed_prefix(tiny_split, **surprisal, device="cpu")
     assert (split["perturbed_prefix"] != split["prefix"]).all()
     again = add_perturbed_prefix(tiny_split, **surprisal, device="cpu")
@@ -656,16 +657,54 @@ def test_mlm_fill_changes_exactly_the_given_spans_and_is_seeded(tiny_mlm):
     assert mlm_fill(mlm, tok, text, [], np.random.default_rng(0)) == text
 
 
+def test_batched_attribution_matches_one_masked_input_at_a_time(make_tiny_model):
+    import torch
+
+    from mialab.calibdcd.perturb import _next_token_distributions, ot_attributions
+    from mialab.lm.loading import load_lm
+
+    model, tok = load_lm(make_tiny_model(VERSE, vocab_size=64), device="cpu")
+    ids = tok("the cat walks over the hill")["input_ids"]
+    rows = torch.tensor([ids] * 3)
+    mask = torch.ones_like(rows)
+    rows[1, 2], mask[1, 2], rows[2, 4], mask[2, 4] = 0, 0, 0, 0             # the code's masking: id 0, attention 0
+    with torch.no_grad():
+        batched = _next_token_distributions(model, rows, mask, beams=3, new_tokens=3)
+        alone = torch.cat([_next_token_distributions(model, rows[i:i + 1], mask[i:i + 1], beams=3, new_tokens=3)
+                           for i in range(3)])
+    assert batched.shape == (3, model.config.vocab_size) and batched.sum(1).tolist() == pytest.approx([1.0] * 3)
+    assert torch.allclose(batched, alone, atol=1e-6)
+    scores = [ot_attributions(model, ids, beams=3, new_tokens=3, topk=16, iterations=100, batch_size=b)
+              for b in (1, 4, 64)]
+    assert scores[0].shape == (len(ids),) and np.isfinite(scores[0]).all() and (scores[0] > 0).any()
+    assert np.allclose(scores[0], scores[1], atol=1e-6) and np.allclose(scores[0], scores[2], atol=1e-6)
+
+
 @pytest.mark.slow
 def test_original_key_token_perturbation_on_tiny_models(make_tiny_model, tiny_mlm, tiny_split):
     from mialab.calibdcd.extract import add_perturbed_prefix
+    from mialab.calibdcd.perturb import original_key_token_perturb
 
-    small = make_tiny_model(VERSE, vocab_size=64)            # the byte-level minimum (260): small OT supports
-    run = functools.partial(add_perturbed_prefix, tiny_split.iloc[[2, 3]], key_token_model=small, ratio=0.3,
-                            perturbation="original", mlm_model=tiny_mlm, beams=2, new_tokens=2, seed=0, device="cpu")
+    # three attribution models sharing a tokenizer (the code: GPT-2, -medium, -large), the byte-level minimum
+    # vocabulary (260): small OT supports
+    models = [make_tiny_model(VERSE, vocab_size=64, hidden_size=h) for h in (16, 32, 64)]
+    texts = tiny_split.iloc[[2, 3]]
+    run = functools.partial(add_perturbed_prefix, texts, key_token_models=models, ratio=0.3, perturbation="original",
+                            mlm_model=tiny_mlm, beams=2, new_tokens=2, ot_topk=16, ot_iterations=50, seed=0,
+                            batch_size=4, device="cpu")
     split = run()
     assert (split["perturbed_prefix"] != split["prefix"]).all()
-    assert run()["perturbed_prefix"].tolist() == split["perturbed_prefix"].tolist()
+    assert run()["perturbed_prefix"].tolist() == split["perturbed_prefix"].tolist()          # seeded: equal twice
+    direct = original_key_token_perturb(models, tiny_mlm, texts["prefix"].tolist(), beams=2, new_tokens=2,
+                                        ot_topk=16, ot_iterations=50, batch_size=1, device="cpu")
+    assert direct == split["perturbed_prefix"].tolist()                   # the same, one masked input at a time
     with pytest.raises(ValueError, match="needs an mlm_model"):
-        add_perturbed_prefix(tiny_split, key_token_model=small, ratio=0.3, perturbation="original", beams=2,
+        add_perturbed_prefix(tiny_split, key_token_models=models, ratio=0.3, perturbation="original", beams=2,
                              new_tokens=2, seed=0)
+    with pytest.raises(ValueError, match="surprisal perturbation reads one key-token model, got 3"):
+        add_perturbed_prefix(tiny_split, key_token_models=models, ratio=0.3, perturbation="surprisal", beams=2,
+                             new_tokens=2, seed=0)
+    other = make_tiny_model(VERSE, vocab_size=300)                        # merges: other token ids
+    with pytest.raises(ValueError, match="must share a tokenizer"):
+        original_key_token_perturb([models[0], other], tiny_mlm, ["the cat walks"], beams=2, new_tokens=2,
+                                   device="cpu")

@@ -31,6 +31,7 @@ from mialab.calibdcd.stages import (
     calibrate_variants,
     extract_features,
     partition_around_split,
+    perturbation_options,
     scope_texts,
     score_column,
     veilprobe_tables,
@@ -109,8 +110,8 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
         assert len(prompts) == len(set(prompts)) and [len(p) for p in prompts] == sorted(map(len, prompts))
     gens = run.generations
     assert len(gens) == 3 * 3 + 3 * 2 * 3                   # dpdllm: views x texts; veilprobe: x (prefix, perturbed)
-    perturbed = add_perturbed_prefix(texts, key_token_model=tiny_model, ratio=0.3, perturbation="surprisal", beams=10,
-                                     new_tokens=10, seed=0, batch_size=2)
+    perturbed = add_perturbed_prefix(texts, key_token_models=[tiny_model], ratio=0.3, perturbation="surprisal",
+                                     beams=10, new_tokens=10, seed=0, batch_size=2)
     vp = gens[gens["detector"] == "veilprobe"]
     assert vp.loc[vp["input"] == "perturbed_prefix", "text"].tolist() == perturbed["perturbed_prefix"].tolist() * 3
     for det, (prompts, sampling) in zip(dets, calls):
@@ -355,6 +356,43 @@ def test_dpdllm_reference_is_fine_tuned_once_per_pool_and_keys_the_features():
     assert a.detector_specs(a.lm_path, "wikimia")["veilprobe"]["temperature"] == 0.2  # VeilProbe's code
     paper = validated(yaml.safe_load((REPO / "configs/paper/calibdcd_instruct_models.yaml").read_text()))
     assert paper["calibdcd"]["detectors"]["dpdllm"]["finetune"] == {"epochs": 15, "batch_size": 4, "lr": 5e-5, "seed": 0}
+
+
+def test_veilprobe_key_token_models_and_mlm_model_are_resolved_models():
+    paper = validated(yaml.safe_load((REPO / "configs/paper/calibdcd_instruct_models.yaml").read_text()))
+    vp = paper["calibdcd"]["detectors"]["veilprobe"]
+    assert vp["perturbation"] == "original" and vp["mlm_model"] == "google-bert/bert-base-cased"
+    a = CalibDCDPlan(Plan(paper), paper)
+    assert a.lm_models(("key_token_models", "mlm_model")) == ["gpt2_reference", "gpt2_medium", "gpt2_large"]
+    key = a.features("qwen25_7b_instruct", "wikimia", "original").manifest["config"]["detectors"]["veilprobe"]
+    assert key["key_token_models"] == [a.lm_key(m) for m in ("gpt2_reference", "gpt2_medium", "gpt2_large")]
+    assert key["mlm_model"] == {"path": "google-bert/bert-base-cased"} and "key_token_model" not in key
+    specs = a.detector_specs(a.lm_path, "wikimia")["veilprobe"]
+    assert specs["key_token_models"] == [a.plan.model_path(m) for m in ("gpt2_reference", "gpt2_medium", "gpt2_large")]
+    assert perturbation_options(specs)["key_token_models"] == specs["key_token_models"]
+    # a configured fill-mask model: its folder is a job input and its model key in the stage key
+    cfg = default_config()
+    cfg["calibdcd"]["detectors"]["veilprobe"].update(perturbation="original", mlm_model="base")
+    cfg = validated(cfg)
+    b = CalibDCDPlan(Plan(cfg), cfg)
+    assert b.lm_models(("key_token_model", "key_token_models", "mlm_model")) == ["control", "base"]
+    mlm = b.features("chat", "wikimia", "original").manifest["config"]["detectors"]["veilprobe"]["mlm_model"]
+    assert mlm == {"model": "base", "key": b.plan.model("base").key}
+    tiny = validated(default_config())     # the tiny world: one key-token model, surprisal
+    assert perturbation_options(tiny["calibdcd"]["detectors"]["veilprobe"]) == {
+        "key_token_models": ["control"], "ratio": 0.15, "perturbation": "surprisal", "beams": 10, "new_tokens": 10,
+        "seed": 0}
+    for change, message in (({"key_token_models": ["control"]}, "name the key-token models once"),
+                            ({"perturbation": "original"}, "perturbation original needs an mlm_model"),
+                            ({"key_token_model": None, "key_token_models": ["control", "base"]},
+                             "perturbation surprisal reads one key-token model")):
+        bad = default_config()
+        bad["calibdcd"]["detectors"]["veilprobe"].update(change)
+        bad["calibdcd"]["detectors"]["veilprobe"] = {k: v for k, v in bad["calibdcd"]["detectors"]["veilprobe"].items()
+                                                     if v is not None}
+        bad = validated(bad)
+        with pytest.raises(ConfigError, match=message):
+            CalibDCDPlan(Plan(bad), bad)
 
 
 def test_unknown_calibdcd_model_is_named():

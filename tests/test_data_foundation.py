@@ -13,10 +13,10 @@ AIME = ["resources/data/aime/aime_1983_2023.json", "resources/data/aime/aime_202
 
 
 def test_split_words_half_and_edges():
-    assert split_words("a b c d", 0.5) == ("a b", "c d")
-    assert split_words("a b c", 0.5) == ("a b", "c")
-    assert split_words("a b", 1.0) == ("a", "b")  # always something left to reconstruct
-    assert split_words("", 0.5) == ("", "")
+    assert split_words("a b c d", 0.5, rounding="ceil") == ("a b", "c d")
+    assert split_words("a b c", 0.5, rounding="ceil") == ("a b", "c")
+    assert split_words("a b", 1.0, rounding="ceil") == ("a", "b")  # always something left to reconstruct
+    assert split_words("", 0.5, rounding="ceil") == ("", "")
 
 
 def test_random_partition_is_order_invariant_and_exact():
@@ -32,7 +32,7 @@ def test_wikimia_pool_prefix_is_half_of_words():
     assert len(pool) == 542 and pool["label"].sum() == 284  # corpus labels by default
     row = pool.iloc[0]
     n = len(row["text"].split())
-    assert len(row["prefix"].split()) == -(-n // 2)
+    assert len(row["prefix"].split()) == n // 2  # prefix_rounding: floor, the default
     assert row["text"] == row["prefix"] + " " + row["suffix"]
 
 
@@ -44,7 +44,7 @@ def test_aime_prefix_is_problem_plus_quarter_of_solution():
     problem, sol_head = row["prefix"].split("\n\n", 1)
     assert problem.startswith("Every morning Aya goes for a $9$-kilometer-long walk")
     n_sol = len(sol_head.split()) + len(row["suffix"].split())
-    assert len(sol_head.split()) == -(-n_sol // 4)  # ceil(25% of the solution's words)
+    assert len(sol_head.split()) == max(1, n_sol // 4)  # floor(25% of the solution's words), at least 1
 
 
 def test_aime_year_without_solutions_is_a_clear_error():

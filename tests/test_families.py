@@ -51,7 +51,7 @@ def test_arxivtection_real_rows_counts_and_prefix_rule(arxiv_pool):
     assert arxiv_pool["label"].value_counts().to_dict() == {0: 786, 1: 762}
     first = " ".join(raw.loc[0, "Example_A"].split())
     row = arxiv_pool[arxiv_pool["text"] == first].iloc[0]
-    k = math.ceil(0.5 * n_words(first))
+    k = math.floor(0.5 * n_words(first))
     assert row["prefix"] == " ".join(first.split()[:k]) and row["suffix"] == " ".join(first.split()[k:])
     assert row["text"] == row["prefix"] + " " + row["suffix"]
     assert row["group"] == raw.loc[0, "ID"] and row["label"] == raw.loc[0, "Label"]
@@ -64,7 +64,7 @@ def test_mimir_real_domains(domain, members, nonmembers):
     assert p["label"].value_counts().to_dict() == {1: members, 0: nonmembers}
     assert (p["group"] == domain).all() and p["id"].str.startswith(f"mimir_{domain}-").all()
     row = p.iloc[0]
-    assert n_words(row["prefix"]) == math.ceil(0.5 * n_words(row["text"]))
+    assert n_words(row["prefix"]) == math.floor(0.5 * n_words(row["text"]))
 
 
 @needs_data
@@ -114,7 +114,7 @@ def test_bookmia_fixture():
     assert len(p) == 6 and p["label"].sum() == 4
     assert set(p["group"]) == {"The Quiet Harbour", "Letters from the Valley", "Signal Lost"}
     for _, row in p.iterrows():
-        assert n_words(row["prefix"]) == math.ceil(n_words(row["text"]) / 2)
+        assert n_words(row["prefix"]) == math.floor(n_words(row["text"]) / 2)
 
 
 def test_booktection_fixture():
@@ -189,7 +189,7 @@ def test_olympiad_math_prefix_rule_and_random_partition():
     assert p["label"].sum() == 2
     raw = pd.read_json(src, lines=True)
     words = raw.loc[1, "solution"].split()
-    k = math.ceil(0.25 * len(words))
+    k = math.floor(0.25 * len(words))
     row = p[p["prefix"].str.startswith(raw.loc[1, "problem"])].iloc[0]
     assert row["prefix"] == raw.loc[1, "problem"] + "\n\n" + " ".join(words[:k])
     assert row["suffix"] == " ".join(words[k:]) and row["text"] == row["prefix"] + " " + row["suffix"]
@@ -210,7 +210,7 @@ def test_tulu3_single_turn_sources_and_length_cap():
     user, reply = "How do I boil an egg so the yolk stays soft?", ("Bring water to a boil, lower the egg in gently, "
                                                                    "cook it for six minutes, then move it straight "
                                                                    "into cold water so the yolk stays soft and runny.")
-    k = math.ceil(0.25 * n_words(reply))
+    k = math.floor(0.25 * n_words(reply))
     row = p[p["prefix"].str.startswith(user)].iloc[0]
     assert row["prefix"] == user + "\n\n" + " ".join(reply.split()[:k])
     assert row["suffix"] == " ".join(reply.split()[k:])

@@ -15,10 +15,12 @@ from conftest import PROBLEMS
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from mialab.lara import baselines
 from mialab.lara.baselines import (
     cdd_distance,
     cdd_peakedness,
     cdd_scores,
+    critique_budget,
     dime_score,
     greedy_answers,
     mean_log_likelihood,
@@ -54,7 +56,8 @@ from mialab.lm.engine import text_generator
 from mialab.lm.generation import Generation, generate, topk_step_stats
 from mialab.lm.loading import load_lm
 from mialab.lm.logprobs import token_logprobs
-from mialab.text.llm_prompts import parse_list
+from mialab.lm.prompts import format_prompt
+from mialab.text.llm_prompts import load_template, parse_list
 from mialab.text.spans import BLANK
 
 QUESTIONS = PROBLEMS + [
@@ -311,6 +314,32 @@ def test_llm_backends_parse_list_answers_and_reprompt_invalid_ones():
         find_neighbours(QUESTIONS, 2, "nearest")
 
 
+def test_llm_backends_fall_back_for_prompts_still_invalid_and_fail_without_a_fallback():
+    """``fallback``: the prompts still invalid after ``max_attempts`` (and only those) take the offline
+    backend's answer, for the same text (the paraphrase's variant of the same index)."""
+    def junk(prompts: list[str], **_) -> list[str]:   # a rehearsal stand-in: never the asked-for format
+        return ["no list, no blank" for _ in prompts]
+
+    with pytest.raises(ValueError, match="still lack 2 valid"):
+        find_neighbours(QUESTIONS[:2], 2, "llm", generate=junk)
+    asked = []
+    nbs = find_neighbours(QUESTIONS[:2], 2, "llm", generate=junk,
+                          fallback=lambda qs, m: asked.extend(qs) or [[f"{q} A", f"{q} B"] for q in qs])
+    assert asked == QUESTIONS[:2] and nbs == [[f"{q} A", f"{q} B"] for q in QUESTIONS[:2]]
+
+    def some_valid(prompts: list[str]) -> list[str]:   # the second text's answer is valid
+        return ["Find [BLANK] of 4." if "Find 3 of 4." in p.split("Problems:")[1] else "no blank" for p in prompts]
+
+    got = blank_important(["Find 1 of 2.", "Find 3 of 4."], "llm", generate=some_valid,
+                          fallback=lambda ts: [t.replace("1", BLANK) for t in ts])
+    assert got == ["Find [BLANK] of 2.", "Find [BLANK] of 4."]
+    with pytest.raises(ValueError, match="llm blanking"):
+        blank_important(["Find 1 of 2."], "llm", generate=junk)
+    variants = paraphrase_variants(["Find [BLANK] now.", "Get [BLANK]."], 2, "llm", generate=junk,
+                                   fallback=lambda ts, n: [[f"{t} v{j}" for j in range(n)] for t in ts])
+    assert variants == [["Find [BLANK] now. v0", "Find [BLANK] now. v1"], ["Get [BLANK]. v0", "Get [BLANK]. v1"]]
+
+
 # --- features and the staged pipeline ----------------------------------------------------------
 
 def test_layer_features_have_every_layer_and_ignore_padding(tiny_model):
@@ -441,6 +470,84 @@ def test_model_driven_baselines_on_the_tiny_model(tiny_model):
     first = greedy_answers(model, tok, QUESTIONS[:2], **answers)  # shared answers give the same scores
     assert np.array_equal(cdd_scores(model, tok, QUESTIONS[:2], **sampling, **answers, greedy=first), cdd)
     assert np.array_equal(self_critique_scores(model, tok, QUESTIONS[:2], **answers, first=first), sc)
+
+
+def test_llm_fallback_gives_way_to_retrieval_token_loss_and_wordnet(tiny_model):
+    """``lara.llm.fallback`` (the rehearsal's): a stand-in that never answers in format still yields a
+    whole perturbation table, from retrieval neighbours, ``token_loss`` blanks under the instruction model
+    and WordNet variants; without it the stage fails."""
+    from mialab.lara.stages import backend_specs, perturbation_table
+
+    spec = {"llm": {"model": tiny_model, "fallback": True, "backend_options": {"device": "cpu"}},
+            "neighbours": {"backend": "llm", "n": 2, "temperature": 0.8, "batch_size": 64,
+                           "embedding_dtype": "float32"},
+            "blank": {"backend": "llm", "num_blanks": 1, "temperature": 0.3},
+            "paraphrase": {"backend": "llm", "n_variants": 2, "temperature": 0.7, "rate": 0.5, "min_count": 0,
+                           "seed": 0}}
+    questions = pd.DataFrame({"id": ["q0"], "text": [QUESTIONS[0]], "set": ["evaluated"]})
+    pool = QUESTIONS[1:]
+
+    def junk(prompts: list[str], *, temperature: float) -> list[str]:
+        return ["" for _ in prompts]
+
+    table = perturbation_table(questions, backend_specs(spec, pool, junk), n_neighbours=2, n_variants=2)
+    neighbours = table.loc[(table["neighbour"] >= 0) & (table["form"] == "original"), "text"]
+    assert len(table) == 3 * 4 and set(neighbours) <= set(pool)
+    assert table.loc[table["form"] != "original", "text"].map(count_blanks).ge(1).all()
+    with pytest.raises(ValueError, match="llm neighbours"):
+        perturbation_table(questions, backend_specs({**spec, "llm": {"model": tiny_model}}, pool, junk))
+
+
+def test_the_perturbation_job_gets_the_gpus_of_its_instruction_models_engine():
+    """``lara_perturbations`` with ``lara.llm``: vLLM's tensor_parallel_size GPUs (the paper config's 1), one
+    on hf; model-free without it (the tiny world): no GPU."""
+    import yaml
+    from workflow_helpers import REPO, default_config, validated
+
+    from mialab.pipeline.sizing import Sizing
+
+    cfg = validated(yaml.safe_load((REPO / "configs" / "paper" / "lara_rl_models.yaml").read_text()))
+    job = Sizing(cfg, environ={}).job("lara_perturbations")
+    assert (job.kind, job.gpus, job.params_b > 5) == ("generate", 1, True)   # Qwen2.5-7B-Instruct
+    cfg["lara"]["llm"]["backend_options"]["tensor_parallel_size"] = 2
+    assert Sizing(cfg, environ={}).job("lara_perturbations").gpus == 2
+    cfg["lara"]["llm"]["engine"] = "hf"
+    assert Sizing(cfg, environ={}).job("lara_perturbations").gpus == 1
+    assert Sizing(validated(default_config()), environ={}).job("lara_perturbations").gpus == 0
+
+
+def test_self_critique_cuts_the_first_answer_to_the_context_as_the_code(tiny_model, monkeypatch):
+    """The code (``generate_full_data.py``) puts at most ``context - len(encode(prompt)) - 512`` tokens of
+    the first answer in the critique prompt and lets the re-answer run to ``context - len(encode(critique
+    prompt)) - 32`` tokens (at least 1); a model of short context cuts both."""
+    model, tok = load_lm(tiny_model, device="cpu", padding_side="left")
+    questions, answers, headroom = QUESTIONS[:2], dict(max_new_tokens=24, batch_size=8, top_k=50), 8
+    first = greedy_answers(model, tok, questions, **answers)
+    prompts = [format_prompt(tok, q) for q in questions]
+    seen = []
+
+    def spy(model, tokenizer, texts, **options):
+        seen.append((texts, options["max_new_tokens"]))
+        return greedy_answers(model, tokenizer, texts, **options)
+
+    monkeypatch.setattr(baselines, "greedy_answers", spy)
+    tpl = load_template("self_critique")
+    whole = self_critique_scores(model, tok, questions, **answers, headroom=headroom, first=first)
+    assert seen[-1] == ([tpl.format(question=q, response=f.text) for q, f in zip(questions, first)], 24)
+    context = max(len(tok.encode(p)) for p in prompts) + headroom + 5  # room for 5 tokens of the first answer
+    monkeypatch.setattr(model.config, "max_position_embeddings", context)
+    short = self_critique_scores(model, tok, questions, **answers, headroom=headroom, first=first)
+    critiques, n_tokens = seen[-1]
+    for q, p, f, c in zip(questions, prompts, first, critiques):
+        budget, ids = context - len(tok.encode(p)) - headroom, tok.encode(f.text)
+        assert 5 <= budget < len(ids)   # counted with the BOS, as tokenizer.encode counts it
+        assert c == tpl.format(question=q, response=tok.decode(ids[:budget], skip_special_tokens=True))
+    assert n_tokens == 1 == max(critique_budget(tok, format_prompt(tok, c), context=context, max_new_tokens=24)
+                                for c in critiques)   # the context is used up: one token, the code's floor
+    second = greedy_answers(model, tok, critiques, **{**answers, "max_new_tokens": 1})
+    np.testing.assert_allclose(short, [self_critique_similarity(f.entropies, s.entropies)
+                                       for f, s in zip(first, second)])
+    assert not np.allclose(short, whole)
 
 
 def _seed_table(evaluated: list[int], reference: list[int]) -> pd.DataFrame:

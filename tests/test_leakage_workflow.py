@@ -92,7 +92,7 @@ def test_paraphrase_rule_is_planned_when_a_dataset_asks_for_it(tmp_path):
     assert jobs["paraphrase"] == len(cfg["seeds"]) and jobs["build_split"] == 6
     assert jobs["leakage_check"] == 2 and "paraphrase_pool" not in jobs
     out = snakemake(wd, "-n").stdout
-    plan = Plan(cfg)
+    plan = Plan(validated(cfg))  # the schema's defaults (the pool's prefix_rounding) are in the keys
     para = plan.paraphrased_split("wikimia", 0)
     assert para.dir.startswith("results/paraphrases/wikimia/seed-0/") and para.dir in out
     # the attacks and the checks read the paraphrased split, the other dataset its own split

@@ -29,7 +29,14 @@ def test_hub_items_of_paper_configs():
     assert models == {"Qwen/Qwen2.5-7B-Instruct": "models.qwen25_7b_instruct.path",
                       "meta-llama/Llama-3.1-8B-Instruct": "models.llama31_8b_instruct.path",
                       "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": "models.r1_distill_qwen_7b.path",
-                      "openai-community/gpt2": "models.gpt2_reference.path"}   # detectors name gpt2_reference: a model name
+                      "openai-community/gpt2": "models.gpt2_reference.path",   # detectors name it: a model name
+                      "openai-community/gpt2-medium": "models.gpt2_medium.path",
+                      "openai-community/gpt2-large": "models.gpt2_large.path",
+                      "google-bert/bert-base-cased": "calibdcd.detectors.veilprobe.mlm_model"}
+    hub_named = paper("calibdcd_instruct_models")   # attribution models named by hub id: each list item
+    hub_named["calibdcd"]["detectors"]["veilprobe"]["key_token_models"] = ["gpt2_reference", "openai-community/gpt2-xl"]
+    assert {i.repo_id: i.key for i in hub_items(hub_named)}["openai-community/gpt2-xl"] == \
+        "calibdcd.detectors.veilprobe.key_token_models[1]"
     datasets = {(i.repo_id, i.split): i.key for i in items if i.repo_type == "dataset"}
     expected = {(ds["pool"]["source"]["hub"], ds["pool"]["source"].get("split")): f"datasets.{d}.pool.source"
                 for d, ds in paper("calibdcd_instruct_models")["datasets"].items()}

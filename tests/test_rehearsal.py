@@ -22,6 +22,7 @@ from mialab.pipeline.rehearsal import (
     DATA_KEYS,
     DEVICES,
     MODEL_KEYS,
+    REHEARSAL_SETTINGS,
     SHRINK,
     RehearsalError,
     RehearsalPlan,
@@ -56,6 +57,9 @@ FAMILIES = {
     "allenai/Olmo-3.1-7B-RL-Zero-Math": ("Olmo3ForCausalLM", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
     "allenai/Olmo-3-7B-Instruct": ("Olmo3ForCausalLM", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
     "openai-community/gpt2": ("GPT2LMHeadModel", None),
+    "openai-community/gpt2-medium": ("GPT2LMHeadModel", None),
+    "openai-community/gpt2-large": ("GPT2LMHeadModel", None),
+    "google-bert/bert-base-cased": ("BertForMaskedLM", None),
     "Qwen/Qwen3-Embedding-8B": ("Qwen3Model", None),
 }
 
@@ -166,7 +170,9 @@ def test_nothing_but_sizes_models_data_and_devices_changes(path: Path):
     out = rehearse(cfg, vllm_available=False)
     allowed = [*SHRINK, *DEVICES, *MODEL_KEYS, *DATA_KEYS, "models.*.path", "rehearsal", "seeds", "adra.eval.steps",
                "adra.train.lora.lora_alpha", "n_sampling.backend", "n_sampling.backend_options",
-               "calibdcd.generation.backend", "calibdcd.generation.backend_options"]
+               "calibdcd.generation.backend", "calibdcd.generation.backend_options", "lara.llm.engine",
+               "lara.llm.backend_options", "datasets.*.paraphrase.backend", "datasets.*.paraphrase.options",
+               *REHEARSAL_SETTINGS]
     patterns = [key_pattern(a) for a in allowed]
     changed = [line.split(": ", 1)[0] for line in changes(cfg, out)]
     assert changed
@@ -205,8 +211,9 @@ def test_unknown_hub_model_or_dataset_fails_naming_its_key():
     with pytest.raises(RehearsalError, match=r"nonmember_source: missing local file 'data/adra/nowhere.jsonl'"):
         rehearse(bad, vllm_available=False)
     bad = copy.deepcopy(cfg)
-    bad["datasets"]["bookmia"]["paraphrase"] = {"backend": "hf", "options": {"model": "Qwen/Qwen2.5-7B-Instruct"}}
-    with pytest.raises(RehearsalError, match=r"datasets\.bookmia\.paraphrase\.options\.model: hub model"):
+    bad["datasets"]["bookmia_paraphrased"]["paraphrase"]["options"]["model"] = "someorg/unheard-of-instruct"
+    with pytest.raises(RehearsalError, match=r"datasets\.bookmia_paraphrased\.paraphrase\.options\.model: "
+                                             r"hub model 'someorg/unheard-of-instruct' has no rehearsal stand-in"):
         rehearse(bad, vllm_available=False)
 
 
@@ -300,16 +307,16 @@ def test_the_tiny_world_is_no_rehearsal():
     assert cfg["rehearsal"] is False
 
 
-def rehearse_end_to_end(name: str, tmp_path: Path) -> tuple[dict, Path]:
-    """Paper config ``name`` rehearsed locally from an empty results/ (the paper config, its results folder);
-    a second dry run has nothing to do."""
+# rehearsed through the test SLURM (tests/test_slurm_workflow.py), every other paper config locally
+THROUGH_SLURM = ("adra_aime", "lara_rl_models")
+LOCAL = [name for name in IDS if name not in THROUGH_SLURM]
+
+
+def rehearsal_written(name: str, workdir: Path) -> tuple[dict, Path]:
+    """What every rehearsal of paper config ``name`` writes: the summary of each dataset, a stand-in of each
+    hub model (the paper config, its results folder)."""
     path = REPO / "configs" / "paper" / f"{name}.yaml"
     cfg = yaml.safe_load(path.read_text())
-    workdir = make_workdir(tmp_path / "w", cfg)
-    start = time.monotonic()
-    snakemake(workdir, "--profile", str(REPO / "profiles" / "local"), "--config", "rehearsal=true", timeout=1800)
-    print(f"{name} rehearsal: {time.monotonic() - start:.0f} s")
-    assert "Nothing to be done" in snakemake(workdir, "-n", "--config", "rehearsal=true").stdout
     results = workdir / "results"
     summary = (results / "evaluation" / "summary.md").read_text()
     assert all(ds in summary for ds in cfg["datasets"]), summary[:2000]
@@ -318,34 +325,41 @@ def rehearse_end_to_end(name: str, tmp_path: Path) -> tuple[dict, Path]:
     return cfg, results
 
 
-@pytest.mark.slow
-def test_calibdcd_paper_config_rehearses_end_to_end(tmp_path):
-    """calibdcd_instruct_models at CPU sizes, every rule of the paper's DAG, the reports of its tables."""
-    _, results = rehearse_end_to_end("calibdcd_instruct_models", tmp_path)
-    report = (results / "calibdcd" / "report.md").read_text()  # the paper's Tables 2-4
-    assert all(t in report for t in ("paper Table 2", "paper Table 3", "paper Table 4")), report[:2000]
+def rehearse_end_to_end(name: str, tmp_path: Path) -> tuple[dict, Path]:
+    """Paper config ``name`` rehearsed locally from an empty results/ (rehearsal_written); a second dry run has
+    nothing to do."""
+    workdir = make_workdir(tmp_path / "w", yaml.safe_load((REPO / "configs" / "paper" / f"{name}.yaml").read_text()))
+    start = time.monotonic()
+    snakemake(workdir, "--profile", str(REPO / "profiles" / "local"), "--config", "rehearsal=true", timeout=1800)
+    print(f"{name} rehearsal: {time.monotonic() - start:.0f} s")
+    assert "Nothing to be done" in snakemake(workdir, "-n", "--config", "rehearsal=true").stdout
+    return rehearsal_written(name, workdir)
 
 
-@pytest.mark.slow
-def test_adra_aime_paper_config_rehearses_end_to_end(tmp_path):
-    """adra_aime at CPU sizes: contamination by SFT, N-Sampling, ADRA / ADRA+ / the SFT ablation trained
-    and evaluated at its steps, the report of Tables 12 and 14-15 (every variant's row) and Figure 2's steps."""
-    cfg, results = rehearse_end_to_end("adra_aime", tmp_path)
-    report = (results / "adra" / "report" / "aime" / "adra.md").read_text()
-    table = pd.read_csv(results / "adra" / "report" / "aime" / "adra.csv")
-    attacks = set(table["attack"])
-    assert {"passive", "n_sampling", *cfg["adra"]["variants"]} <= attacks, attacks  # every variant's final policy
-    assert {f"{v}@step1" for v in cfg["adra"]["variants"]} <= attacks, attacks  # and its intermediate evaluated step
-    assert (table["model"] == "tulu2_aime").any() and "tulu2_aime" in report
-    assert table["top5_mean"].between(0, 1).any(), table
-    assert (results / "adra" / "report" / "aime" / "steps.png").stat().st_size > 0
+def adra_reports_written(cfg: dict, results: Path) -> None:
+    """ADRA's report of each target dataset (the paper's Tables 12-15): a row of the passive baselines,
+    N-Sampling and every variant's final policy for each target model, one of each evaluated step
+    (``adra_init``: step 0; ``<variant>@step<k>``), and the figure of AUROC against the step."""
+    steps = rehearse(validated(copy.deepcopy(cfg)), vllm_available=False)["adra"]["eval"]["steps"]
+    variants = cfg["adra"]["variants"]
+    expected = {"passive", "n_sampling", *variants, *(["adra_init"] if 0 in steps else []),
+                *(f"{v}@step{s}" for v in variants for s in steps if s)}
+    for dataset in {t["dataset"] for t in cfg["adra"]["targets"]}:
+        report = results / "adra" / "report" / dataset
+        table = pd.read_csv(report / "adra.csv")
+        models = {t["model"] for t in cfg["adra"]["targets"] if t["dataset"] == dataset}
+        assert set(table["model"]) == models, (dataset, set(table["model"]))
+        for model in models:
+            attacks = set(table.loc[table["model"] == model, "attack"])
+            assert expected <= attacks, (dataset, model, expected - attacks)
+        markdown = (report / "adra.md").read_text()
+        assert all(m in markdown for m in models), markdown[:2000]
+        assert table["top5_mean"].between(0, 1).any(), table
+        assert (report / "steps.png").stat().st_size > 0
 
 
-@pytest.mark.slow
-def test_lara_paper_config_rehearses_end_to_end(tmp_path):
-    """lara_rl_models at CPU sizes: continued GRPO of each released model (epochs 1 and 2), LaRA and the
-    output-level baselines on all nine, Table 1's report per dataset with every model's row."""
-    cfg, results = rehearse_end_to_end("lara_rl_models", tmp_path)
+def lara_reports_written(cfg: dict, results: Path) -> None:
+    """LaRA's Table 1 per dataset: every target model's row, LaRA and the output-level baselines, the layer figure."""
     for dataset in cfg["datasets"]:
         report = results / "lara" / "report" / dataset
         table = pd.read_csv(report / "lara.csv")
@@ -354,3 +368,23 @@ def test_lara_paper_config_rehearses_end_to_end(tmp_path):
         assert {"lara", "lara/cdd", "lara/self_critique"} <= set(table["method"]), set(table["method"])
         assert "LaRA" in (report / "lara.md").read_text()
         assert (report / "layers.png").stat().st_size > 0
+
+
+def calibdcd_reports_written(cfg: dict, results: Path) -> None:
+    """CalibDCD's report of the paper's Tables 2-4."""
+    report = (results / "calibdcd" / "report.md").read_text()
+    assert all(t in report for t in ("paper Table 2", "paper Table 3", "paper Table 4")), report[:2000]
+
+
+REPORTS = {"adra": adra_reports_written, "lara": lara_reports_written, "calibdcd": calibdcd_reports_written}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LOCAL)
+def test_paper_config_rehearses_end_to_end(name: str, tmp_path):
+    """Paper config ``name`` at CPU sizes, every rule of its DAG, the reports of its paper's tables."""
+    cfg, results = rehearse_end_to_end(name, tmp_path)
+    methods = [m for m in REPORTS if m in cfg]
+    assert methods, name
+    for method in methods:
+        REPORTS[method](cfg, results)

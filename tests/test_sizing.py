@@ -63,8 +63,14 @@ def expected_gpus(cfg: dict, rule: str, wc: dict) -> int:
         return gen["backend_options"]["tensor_parallel_size"] if gen["backend"] == "vllm" else 1
     if rule in ("score_baselines", "lara_features", "lara_baselines"):
         return 1
+    if rule == "lara_perturbations":   # lara.llm's instruction model writes the perturbations (none: model-free)
+        llm = cfg["lara"].get("llm")
+        return 0 if not llm else llm["backend_options"]["tensor_parallel_size"] if llm["engine"] == "vllm" else 1
     if rule in ("calibdcd_reference", "calibdcd_veilprobe"):
         return 0 if cfg["calibdcd"]["lm"]["device"] == "cpu" else 1   # GPT-2's fine-tuning, the mapping models
+    if rule in ("paraphrase", "paraphrase_pool"):   # an LLM paraphraser's engine (adra_pretraining: Qwen2.5-7B on vLLM)
+        para = cfg["datasets"][wc["dataset"]]["paraphrase"]
+        return 0 if para["backend"] == "offline" else para["options"].get("tensor_parallel_size", 1)
     if rule in ("n_sampling_scores", "adra_scores"):
         metrics = cfg["n_sampling"]["metrics"]
         assert (metrics["embedding_model"], metrics["embedding_dtype"]) == ("Qwen/Qwen3-Embedding-8B", "bfloat16")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import REPO, VENV_BIN
+from test_rehearsal import adra_reports_written, lara_reports_written, rehearsal_written
 from workflow_helpers import foundation_config, make_workdir
 
 pytestmark = pytest.mark.slow
@@ -163,8 +164,8 @@ def test_a_requeued_training_job_resumes_to_the_same_model(slurm_env, tmp_path):
 def rehearse_through_slurm(name: str, env: dict) -> tuple[dict, Path, pd.DataFrame]:
     """configs/paper/<name>.yaml as a CPU rehearsal (`--config rehearsal=true`, mialab.pipeline.rehearsal) through
     `profiles/slurm`: the plan-time checks see the paper config on the test node's GPUs and every job from the
-    stand-ins to the reports is a SLURM job. Returns the paper config, the working directory and the accounting
-    table."""
+    stand-ins to the reports is a SLURM job; what every rehearsal writes (test_rehearsal.rehearsal_written), and a
+    second dry run has nothing to do. Returns the paper config, the working directory and the accounting table."""
     import yaml
 
     cfg = yaml.safe_load((REPO / "configs" / "paper" / f"{name}.yaml").read_text())
@@ -173,31 +174,29 @@ def rehearse_through_slurm(name: str, env: dict) -> tuple[dict, Path, pd.DataFra
     log = run(workdir, env, "--config", "rehearsal=true")
     print(f"{name} rehearsal through SLURM: {time.monotonic() - start:.0f}s")
     assert "has been submitted with SLURM jobid" in log and "mialab: rehearsal: models." in log
-    assert all(ds in (workdir / "results/evaluation/summary.md").read_text() for ds in cfg["datasets"])
+    assert "Nothing to be done" in run(workdir, env, "-n", "--config", "rehearsal=true")
+    rehearsal_written(name, workdir)
     return cfg, workdir, pd.read_parquet(workdir / "results/accounting/jobs.parquet")
 
 
 def test_adra_aime_paper_config_rehearses_through_slurm(slurm_env):
-    """adra_aime rehearsed through SLURM (rehearse_through_slurm): the report of the paper's tables is written."""
+    """adra_aime rehearsed through SLURM (rehearse_through_slurm): contamination by SFT, N-Sampling, ADRA / ADRA+ /
+    the SFT ablation trained and evaluated at its steps, the report of Tables 12 and 14-15 (every variant's row)
+    and Figure 2's steps."""
     cfg, workdir, jobs = rehearse_through_slurm("adra_aime", slurm_env)
-    table = pd.read_csv(workdir / "results/adra/report/aime/adra.csv")
-    assert {"passive", "n_sampling", *cfg["adra"]["variants"]} <= set(table["attack"])
+    adra_reports_written(cfg, workdir / "results")
     assert {"rehearsal_model", "sft_contaminate", "n_sampling_rollouts", "adra_train", "adra_eval",
             "adra_report"} <= set(jobs["rule"])
     shutil.rmtree(workdir)
 
 
 def test_lara_paper_config_rehearses_through_slurm(slurm_env):
-    """lara_rl_models rehearsed through SLURM (rehearse_through_slurm): Table 1's report per dataset with every
-    model's row, and each job got the GPUs its code uses (sacct's AllocTRES): one for the one-process continued
-    GRPO (the rehearsal's launch.nproc 1) and for each forward pass, none for the CPU stages."""
+    """lara_rl_models rehearsed through SLURM (rehearse_through_slurm): continued GRPO of each released model,
+    Table 1's report per dataset with every model's row, and each job got the GPUs its code uses (sacct's
+    AllocTRES): one for the one-process continued GRPO (the rehearsal's launch.nproc 1) and for each forward
+    pass, none for the CPU stages."""
     cfg, workdir, jobs = rehearse_through_slurm("lara_rl_models", slurm_env)
-    for dataset in cfg["datasets"]:
-        report = workdir / "results/lara/report" / dataset
-        table = pd.read_csv(report / "lara.csv")
-        assert set(table["model"]) == {t["model"] for t in cfg["lara"]["targets"] if t["dataset"] == dataset}
-        assert {"lara", "lara/cdd", "lara/self_critique"} <= set(table["method"]), set(table["method"])
-        assert "LaRA" in (report / "lara.md").read_text()
+    lara_reports_written(cfg, workdir / "results")
     one_gpu = {"rl_contaminate", "score_baselines", "lara_features", "lara_baselines"}
     assert one_gpu | {"rehearsal_model", "lara_perturbations", "lara_scores", "lara_report"} <= set(jobs["rule"])
     gpus = jobs.groupby("rule")["alloc_gpus"].agg(set).to_dict()

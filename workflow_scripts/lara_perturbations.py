@@ -17,8 +17,8 @@ params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # 
 spec = params.spec
 start = time.perf_counter()
 pool = pd.read_parquet(inputs.pool)
-generate = text_generator(spec["llm"]["model"], **{k: v for k, v in spec["llm"].items() if k != "model"}) \
-    if spec.get("llm") else None
+generate = text_generator(spec["llm"]["model"], **{k: v for k, v in spec["llm"].items()
+                                                     if k not in ("model", "fallback")}) if spec.get("llm") else None
 counts = {}
 for seed, split_path, table_path in zip(params.seeds, inputs.splits, output.tables, strict=True):
     questions, neighbour_pool = stage_questions(pd.read_parquet(split_path), pool, rule=spec["question"]["rule"],

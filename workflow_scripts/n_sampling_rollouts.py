@@ -13,7 +13,7 @@ import time
 import pandas as pd
 
 from mialab.adra.stages import policy_rollouts
-from mialab.core.io import write_manifest
+from mialab.core.io import remove_stale_temporaries, write_manifest
 from mialab.lm.engine import Parts, parts_folder, write_rollouts
 from mialab.lm.loading import trusts_remote_code
 from mialab.n_sampling.tasks import Task
@@ -22,6 +22,7 @@ params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # 
 config = params.manifest["config"]
 snapshot = params.manifest.get("snapshot")
 start = time.perf_counter()
+remove_stale_temporaries(*output.rollouts, output.manifest)  # left by a killed earlier attempt
 parts = [parts_folder(p) for p in output.rollouts]
 tables = policy_rollouts(params.model_path, os.path.join(inputs.adapters, snapshot) if snapshot else None,
                          [pd.read_parquet(p) for p in inputs.splits], Task.from_config(config["task"]),

@@ -49,8 +49,11 @@ class ADRAPlan:
             if (m, d) not in ns_pairs:
                 raise ConfigError(f"adra.targets: ({m}, {d}) is not an n_sampling target (ADRA shares its task, "
                                   "N and metrics, and is compared with it)")
-        save = self.spec["train"]["save_steps"]
+        save, last = self.spec["train"]["save_steps"], self.spec["train"]["max_steps"]
         for s in self.spec["eval"]["steps"]:
+            if s >= last:
+                raise ConfigError(f"adra.eval.steps: step {s} is not before adra.train.max_steps ({last}): no "
+                                  "intermediate checkpoint holds it (the final policy is always evaluated)")
             if s and s % save:
                 raise ConfigError(f"adra.eval.steps: step {s} is not a multiple of adra.train.save_steps ({save}), "
                                   "so no checkpoint holds it")

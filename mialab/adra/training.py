@@ -63,7 +63,7 @@ def training_set(candidates: pd.DataFrame, tokenizer, task: Task, variant: str, 
     ratio = task.assistant_prefix_ratio
     rows = pd.DataFrame({"id": fitted["id"], "prompt": [trainer_prompt(tokenizer, p) for p in
                                                         prompts(fitted, tokenizer, task, chat=chat)]})
-    targets = [target(s, ratio) for s in fitted["suffix"]]
+    targets = [target(s, ratio, task.assistant_prefix_min_words) for s in fitted["suffix"]]
     if variant == "adra_sft":
         rows["completion"] = [t if p[-1:].isspace() else f" {t}" for p, t in zip(rows["prompt"], targets)]
         return rows

@@ -43,20 +43,25 @@ def dpdllm_view_features(split: pd.DataFrame, view: str, *, generate: Generate, 
     return feature_frame(split["id"].tolist(), view, z)
 
 
-def add_perturbed_prefix(split: pd.DataFrame, *, key_token_model: str, ratio: float, perturbation: str,
-                         beams: int, new_tokens: int, seed: int, mlm_model: str | None = None, batch_size: int = 8,
-                         device: str = "auto", dtype: str = "float32") -> pd.DataFrame:
+def add_perturbed_prefix(split: pd.DataFrame, *, key_token_models: Sequence[str], ratio: float, perturbation: str,
+                         beams: int, new_tokens: int, seed: int, mlm_model: str | None = None, ot_topk: int = 1000,
+                         ot_iterations: int = 1000, batch_size: int = 8, device: str = "auto",
+                         dtype: str = "float32") -> pd.DataFrame:
     """``split`` with a ``perturbed_prefix`` column (VeilProbe key-token perturbation, view-independent):
-    ``original`` (OT attribution on ``key_token_model``, ``mlm_model``'s fill) or ``surprisal`` (``ratio``)."""
+    ``original`` (OT attribution on every key-token model, ``mlm_model``'s fill) or ``surprisal``
+    (``ratio``, one key-token model)."""
     prefixes = split["prefix"].astype(str).tolist()
     if perturbation == "original":
         if mlm_model is None:
             raise ValueError("VeilProbe's original perturbation needs an mlm_model (the code: bert-base-cased)")
-        perturbed = original_key_token_perturb([key_token_model], mlm_model, prefixes, beams=beams,
-                                               new_tokens=new_tokens, seed=seed, device=device, dtype=dtype)
+        perturbed = original_key_token_perturb(key_token_models, mlm_model, prefixes, beams=beams,
+                                               new_tokens=new_tokens, ot_topk=ot_topk, ot_iterations=ot_iterations,
+                                               seed=seed, batch_size=batch_size, device=device, dtype=dtype)
     elif perturbation == "surprisal":
-        perturbed = key_token_perturb(key_token_model, prefixes, ratio=ratio, batch_size=batch_size, device=device,
-                                      dtype=dtype)
+        if len(key_token_models) != 1:
+            raise ValueError(f"the surprisal perturbation reads one key-token model, got {len(key_token_models)}")
+        perturbed = key_token_perturb(key_token_models[0], prefixes, ratio=ratio, batch_size=batch_size,
+                                      device=device, dtype=dtype)
     else:
         raise ValueError(f"unknown VeilProbe perturbation {perturbation!r}; known: original, surprisal")
     return split.assign(perturbed_prefix=perturbed)

@@ -97,49 +97,57 @@ def ipot(a: "torch.Tensor", b: "torch.Tensor", cost: "torch.Tensor", *, beta: fl
     return float((plan * cost).sum())
 
 
-def ot_distance(p: "torch.Tensor", q: "torch.Tensor", embeddings: "torch.Tensor") -> float:
-    """OT distance of two next-token distributions on their top-p union, the cost 1 - cosine of the
-    tokens' input embeddings."""
-    s1, s2, union = topp_union(p, q)
-    unit = embeddings[union] / embeddings[union].norm(dim=1, keepdim=True)
-    return ipot(s1, s2, 1 - unit @ unit.T)
+def ot_distance(p: "torch.Tensor", q: "torch.Tensor", embeddings: "torch.Tensor", *, topk: int = 1000,
+                iterations: int = 1000) -> float:
+    """OT distance of two next-token distributions on their top-p union (at most ``topk`` tokens of each),
+    the cost 1 - cosine of the tokens' input embeddings, ``iterations`` IPOT steps. A zero embedding (a
+    tiny model's pad row) is at cosine 0 to every token (the code's cost is NaN there)."""
+    import torch
+
+    s1, s2, union = topp_union(p, q, topk=topk)
+    unit = torch.nn.functional.normalize(embeddings[union], dim=1)
+    return ipot(s1, s2, 1 - unit @ unit.T, iterations=iterations)
 
 
-def _next_token_distribution(model, ids: "torch.Tensor", mask: "torch.Tensor", *, beams: int,
-                             new_tokens: int) -> "torch.Tensor":
-    """The code's ``p_j``: the next-token distribution after each of ``beams`` beam-search continuations,
-    weighted by the continuation's probability (token id 0 counts as probability 1), normalised. The weights
-    are taken in log space and shifted by their maximum: the same normalised mixture without underflow."""
+def _next_token_distributions(model, ids: "torch.Tensor", mask: "torch.Tensor", *, beams: int,
+                              new_tokens: int) -> "torch.Tensor":
+    """The code's ``p_j`` of each row: the next-token distribution after each of ``beams`` beam-search
+    continuations, weighted by the continuation's probability (token id 0 counts as probability 1),
+    normalised. The weights are taken in log space and shifted by their maximum: the same normalised
+    mixture without underflow. Rows are searched in one batch (the code: one at a time), so a row whose
+    beams all end early is padded to the batch's continuation length."""
     import torch
 
     gen = model.generate(input_ids=ids, attention_mask=mask, num_beams=beams, num_return_sequences=beams,
                          max_new_tokens=new_tokens, do_sample=False, early_stopping=False)
-    full = torch.cat([mask.expand(len(gen), -1), torch.ones_like(gen[:, ids.shape[1]:])], dim=1)
-    logp = torch.log_softmax(model(input_ids=gen, attention_mask=full).logits.double(), dim=-1)
-    n = ids.shape[1]
-    new = gen[:, n:]
-    picked_logp = logp[:, n - 1:-1].gather(-1, new[..., None])[..., 0].masked_fill(new == 0, 0.0)
-    weights = torch.softmax(picked_logp.sum(1), dim=0)
-    return (weights[:, None] * logp[:, -1].exp()).sum(0)
+    new = gen[:, ids.shape[1]:]
+    full = torch.cat([mask.repeat_interleave(beams, dim=0), torch.ones_like(new)], dim=1)
+    logp = torch.log_softmax(model(input_ids=gen, attention_mask=full, logits_to_keep=new.shape[1] + 1)
+                             .logits.double(), dim=-1)
+    picked_logp = logp[:, :-1].gather(-1, new[..., None])[..., 0].masked_fill(new == 0, 0.0)
+    weights = torch.softmax(picked_logp.sum(1).view(len(ids), beams), dim=1)
+    return (weights[..., None] * logp[:, -1].exp().view(len(ids), beams, -1)).sum(1)
 
 
-def ot_attributions(model, ids: Sequence[int], *, beams: int = 10, new_tokens: int = 10) -> np.ndarray:
-    """Each input position's attribution: the OT distance between ``p_j`` of the input and of the input
-    with that position masked (id 0, attention 0), as ``Interpreter.interpret_ours``."""
+def ot_attributions(model, ids: Sequence[int], *, beams: int = 10, new_tokens: int = 10, topk: int = 1000,
+                    iterations: int = 1000, batch_size: int = 8) -> np.ndarray:
+    """Each input position's attribution: the OT distance (:func:`ot_distance`) between ``p_j`` of the input
+    and of the input with that position masked (id 0, attention 0), as ``Interpreter.interpret_ours``; the
+    masked inputs are searched ``batch_size`` at a time."""
     import torch
 
     device = next(model.parameters()).device
     embeddings = model.get_input_embeddings().weight.detach()
     row = torch.tensor([list(ids)], device=device)
+    n = row.shape[1]
+    masked, mask = row.repeat(n + 1, 1), torch.ones(n + 1, n, dtype=torch.long, device=device)
+    positions = torch.arange(n, device=device)
+    masked[positions + 1, positions], mask[positions + 1, positions] = 0, 0   # row 0: the input itself
     with torch.no_grad():
-        p = _next_token_distribution(model, row, torch.ones_like(row), beams=beams, new_tokens=new_tokens)
-        scores = []
-        for a in range(row.shape[1]):
-            masked, mask = row.clone(), torch.ones_like(row)
-            masked[0, a], mask[0, a] = 0, 0
-            scores.append(ot_distance(p, _next_token_distribution(model, masked, mask, beams=beams,
-                                                                  new_tokens=new_tokens), embeddings))
-    return np.array(scores)
+        p = torch.cat([_next_token_distributions(model, masked[i:i + batch_size], mask[i:i + batch_size],
+                                                 beams=beams, new_tokens=new_tokens)
+                       for i in range(0, n + 1, batch_size)])
+    return np.array([ot_distance(p[0], p[a + 1], embeddings, topk=topk, iterations=iterations) for a in range(n)])
 
 
 def key_positions(scores: Sequence[np.ndarray], tokens: Sequence[Sequence[str]], candidates: Sequence[int], *,
@@ -187,12 +195,14 @@ def mlm_fill(mlm, mlm_tok, text: str, spans: Sequence[tuple[int, int]], rng: np.
 
 
 def original_key_token_perturb(attribution_models: Sequence[str], mlm_path: str, texts: Sequence[str], *,
-                               beams: int = 10, new_tokens: int = 10, top_k: int = 26, keep: int = 13,
-                               seed: int = 0, device: str = "auto", dtype: str = "float32") -> list[str]:
+                               beams: int = 10, new_tokens: int = 10, ot_topk: int = 1000, ot_iterations: int = 1000,
+                               top_k: int = 26, keep: int = 13, seed: int = 0, batch_size: int = 8,
+                               device: str = "auto", dtype: str = "float32") -> list[str]:
     """VeilProbe's key-token perturbation (``keyperturb_agg.process_sentence``): key tokens by OT attribution
-    (:func:`ot_attributions`) on each attribution model, aggregated (:func:`key_positions`) on their shared
-    tokens, filled by the masked LM (:func:`mlm_fill`). Special tokens are never key tokens; the
-    fill's random choice is seeded per text (``seed``, text index): deterministic."""
+    (:func:`ot_attributions`) on each attribution model (the code: GPT-2, -medium, -large), aggregated
+    (:func:`key_positions`) on their shared tokens, filled by the masked LM (:func:`mlm_fill`). Special
+    tokens are never key tokens; the fill's random choice is seeded per text (``seed``, text index):
+    deterministic."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from mialab.lm.loading import resolve_device
@@ -210,7 +220,8 @@ def original_key_token_perturb(attribution_models: Sequence[str], mlm_path: str,
         if not candidates:
             out.append(text)
             continue
-        scores = [ot_attributions(model, enc["input_ids"], beams=beams, new_tokens=new_tokens)
+        scores = [ot_attributions(model, enc["input_ids"], beams=beams, new_tokens=new_tokens, topk=ot_topk,
+                                  iterations=ot_iterations, batch_size=batch_size)
                   for (model, _), enc in zip(models, encs)]
         tokens = [tok.convert_ids_to_tokens(enc["input_ids"]) for (_, tok), enc in zip(models, encs)]
         chosen = key_positions(scores, tokens, candidates, top_k=top_k, keep=keep)

@@ -21,11 +21,13 @@ import functools
 import os
 
 from mialab.calibdcd.views import ORIGINAL, controlled_views
-from mialab.pipeline.config import check_names
+from mialab.pipeline.config import ConfigError, check_names
 from mialab.pipeline.plan import SEED_PART, Plan, Stage, seed_part
 from mialab.scoring.baselines import column_name
 
-LM_KEYS = ("reference_model", "key_token_model")
+#: the detector keys naming a language model (a configured model, a local path or a hub id; a list for
+#: ``key_token_models``): DPDLLM's reference, VeilProbe's key-token (attribution) models and fill-mask model
+LM_KEYS = ("reference_model", "key_token_model", "key_token_models", "mlm_model")
 ORIGINAL_SCOPE, VIEWS_SCOPE = "original", "views"
 SCOPES = (ORIGINAL_SCOPE, VIEWS_SCOPE)
 
@@ -51,6 +53,18 @@ class CalibDCDPlan:
             return
         check_names("calibdcd.models", self.spec["models"], self.config["models"], "model")
         check_names("calibdcd.datasets", self.spec.get("datasets", []), self.config["datasets"], "dataset")
+        vp = self.spec["detectors"].get("veilprobe")
+        if vp is not None:
+            key = "calibdcd.detectors.veilprobe"
+            if ("key_token_model" in vp) == ("key_token_models" in vp):
+                raise ConfigError(f"{key}: name the key-token models once, as key_token_model (one) or "
+                                  "key_token_models")
+            if vp.get("perturbation") == "original" and "mlm_model" not in vp:
+                raise ConfigError(f"{key}: perturbation original needs an mlm_model (VeilProbe's code: "
+                                  "bert-base-cased)")
+            if vp.get("perturbation") == "surprisal" and len(vp.get("key_token_models", [None])) != 1:
+                raise ConfigError(f"{key}: perturbation surprisal reads one key-token model, "
+                                  f"got {vp['key_token_models']}")
 
     def pairs(self) -> list[tuple[str, str]]:
         """(model, dataset) pairs CalibDCD runs on: its models' evaluated pairs among its datasets."""
@@ -80,7 +94,7 @@ class CalibDCDPlan:
 
     # -- language models besides the target ------------------------------------------------------
     def lm_path(self, name: str) -> str:
-        """A reference / key-token LM: a configured model's folder, else the local path or hub id as given."""
+        """A reference / key-token / fill-mask LM: a configured model's folder, else the local path or hub id."""
         return self.plan.model_path(name) if name in self.config["models"] else name
 
     def lm_key(self, name: str) -> dict:
@@ -88,8 +102,9 @@ class CalibDCDPlan:
         return {"model": name, "key": self.plan.model(name).key} if name in self.config["models"] else {"path": name}
 
     def lm_models(self, keys: tuple[str, ...] = LM_KEYS) -> list[str]:
-        """Configured models named under ``keys`` (reference / key-token LMs; their folders are job inputs)."""
-        names = [spec.get(k) for spec in self.spec["detectors"].values() for k in keys]
+        """Configured models named under ``keys`` (:data:`LM_KEYS`' LMs; their folders are job inputs)."""
+        names = [n for spec in self.spec["detectors"].values() for k in keys
+                 for n in (spec[k] if isinstance(spec.get(k), list) else [spec.get(k)])]
         return [n for n in dict.fromkeys(names) if n in self.config["models"]]
 
     def detector_specs(self, resolve, dataset: str | None = None, scope: str = ORIGINAL_SCOPE) -> dict[str, dict]:
@@ -99,7 +114,10 @@ class CalibDCDPlan:
         views' queries, not the target's answers to them). With ``dataset``, DPDLLM's reference is that
         pool's fine-tuned model folder (:meth:`reference`), its fine-tuning settings, which that
         folder's key holds, left out."""
-        specs = {det: {k: resolve(v) if k in LM_KEYS else v for k, v in spec.items() if k != "mapping"}
+        def resolved(k, v):
+            return ([resolve(n) for n in v] if isinstance(v, list) else resolve(v)) if k in LM_KEYS else v
+
+        specs = {det: {k: resolved(k, v) for k, v in spec.items() if k != "mapping"}
                  for det, spec in self.spec["detectors"].items()
                  if det != "veilprobe" or check_scope(scope) == ORIGINAL_SCOPE}
         if "veilprobe" in specs:

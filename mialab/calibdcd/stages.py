@@ -76,8 +76,17 @@ def scope_texts(pool: pd.DataFrame, ids: Sequence[str] | None = None) -> pd.Data
     return texts.set_index("id").loc[wanted].reset_index()
 
 
-#: the veilprobe section's keys of :func:`mialab.calibdcd.extract.add_perturbed_prefix`
-PERTURBATION_KEYS = ("key_token_model", "ratio", "perturbation", "mlm_model", "beams", "new_tokens", "seed")
+#: the veilprobe section's keys of :func:`mialab.calibdcd.extract.add_perturbed_prefix` besides its models
+PERTURBATION_KEYS = ("ratio", "perturbation", "mlm_model", "beams", "new_tokens", "ot_topk", "ot_iterations", "seed")
+
+
+def perturbation_options(veilprobe: Mapping) -> dict:
+    """:func:`mialab.calibdcd.extract.add_perturbed_prefix`'s settings from the veilprobe section: the
+    key-token models (``key_token_models``, or the one ``key_token_model``) and :data:`PERTURBATION_KEYS`."""
+    models = veilprobe.get("key_token_models") or [veilprobe["key_token_model"]]
+    return {"key_token_models": list(models), **{k: veilprobe[k] for k in PERTURBATION_KEYS if k in veilprobe}}
+
+
 DETECTOR_INPUTS = {"dpdllm": ("prefix",), "veilprobe": ("prefix", "perturbed_prefix")}
 SAMPLING_KEYS = ("max_new_tokens", "temperature")
 
@@ -164,8 +173,8 @@ def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Cal
     DPDLLM's features (VeilProbe's come from :func:`veilprobe_tables`).
 
     ``detectors`` maps ``dpdllm`` to ``{reference_model, length, max_new_tokens, temperature}`` (the
-    fine-tuned reference folder) and ``veilprobe`` to ``{key_token_model, ratio, max_new_tokens,
-    temperature, ...}`` (model paths); ``lm_options`` (batch_size, device, dtype) go to the reference /
+    fine-tuned reference folder) and ``veilprobe`` to ``{key_token_model(s), mlm_model, perturbation,
+    max_new_tokens, temperature, ...}`` (model paths); ``lm_options`` (batch_size, device, dtype) go to the reference /
     key-token LM passes. ``generate(prompts, max_new_tokens=,
     temperature=)`` is called once per distinct sampling setting, with its distinct prompts, shortest
     first (batches of similar length pad less).
@@ -174,8 +183,7 @@ def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Cal
     if unknown:
         raise KeyError(f"unknown detector(s) {sorted(unknown)}; known: {sorted(DETECTOR_INPUTS)}")
     if "veilprobe" in detectors:
-        vp = detectors["veilprobe"]
-        texts = add_perturbed_prefix(texts, **{k: vp[k] for k in PERTURBATION_KEYS if k in vp}, **lm_options)
+        texts = add_perturbed_prefix(texts, **perturbation_options(detectors["veilprobe"]), **lm_options)
     generations = view_prompts(texts, views, list(detectors))
     settings = {det: tuple(spec[k] for k in SAMPLING_KEYS) for det, spec in detectors.items()}
     outputs = {}

@@ -20,7 +20,9 @@ the *original* greedy response to the question and the *perturbed* one to
   entropy sequences (the code's direction -1).
 - Self-Critique (Tao et al. 2025): the original greedy response, then a greedy re-answer to the
   question followed by the code's instruction (``resources/prompts/lara/self_critique.txt``); the
-  cosine of their zero-padded top-50 entropy sequences times ``min(len) / max(len)``.
+  cosine of their zero-padded top-50 entropy sequences times ``min(len) / max(len)``. As the code, the
+  first response is cut to fit the model's context (:func:`critique_response`) and the re-answer to
+  what the context has left (:func:`critique_budget`).
 - CDD (Dong et al. 2024) as the code: ``n`` samples (T = 0.8, top-p 0.95), a sample counts when its
   token edit distance to the greedy response is at most ``alpha`` times the mean length of the
   samples and the greedy response (the CDD paper: the longest), the distance computed on the first
@@ -45,6 +47,7 @@ from mialab.lm.prompts import format_prompt
 from mialab.text.llm_prompts import load_template
 
 CDD_MAX_TOKENS = 100   # the code's token_to_detect
+CRITIQUE_MARGIN = 32   # the code's tokens kept free after the critique prompt (``available``)
 
 
 def recall_score(ll_conditional: np.ndarray, ll_unconditional: np.ndarray) -> np.ndarray:
@@ -216,11 +219,36 @@ def cdd_scores(model, tokenizer, questions: list[str], *, n_samples: int, temper
                      for g, ss in zip(greedy, sampled, strict=True)])
 
 
+def context_length(model) -> int:
+    """The model's context in tokens, as vLLM's ``max_model_len`` defaults to it: ``max_position_embeddings``
+    of its config (GPT-2's ``n_positions``)."""
+    config = model.config
+    return int(getattr(config, "max_position_embeddings", None) or config.n_positions)
+
+
+def critique_response(tokenizer, prompt: str, response: str, *, context: int, headroom: int) -> str:
+    """The first response as the code puts it in the critique prompt: at most ``context - len(prompt) -
+    headroom`` tokens (at least 0), counted as the code counts them (``tokenizer.encode``: special tokens
+    included); a longer one is cut to that many and decoded (a BOS the encoding adds is counted, not kept)."""
+    budget = max(0, context - len(tokenizer.encode(prompt)) - headroom)
+    ids = tokenizer.encode(response)
+    return response if len(ids) <= budget else tokenizer.decode(ids[:budget], skip_special_tokens=True)
+
+
+def critique_budget(tokenizer, prompt: str, *, context: int, max_new_tokens: int) -> int:
+    """The re-answer's length as the code's: ``max_new_tokens``, at most the context left after the
+    critique prompt less :data:`CRITIQUE_MARGIN`, at least 1 (the code takes its batch's longest prompt;
+    here each prompt's own)."""
+    return int(min(max_new_tokens, max(1, context - len(tokenizer.encode(prompt)) - CRITIQUE_MARGIN)))
+
+
 def self_critique_scores(model, tokenizer, questions: list[str], *, max_new_tokens: int, batch_size: int, top_k: int,
-                         template: str = "self_critique", system: str | None = None,
+                         headroom: int = 512, template: str = "self_critique", system: str | None = None,
                          first: list[Generation] | None = None) -> np.ndarray:
     """Self-Critique similarity per question (greedy answer, then greedy critique re-answer), on
-    top-``top_k`` entropies.
+    top-``top_k`` entropies. The first answer in the critique prompt is cut to the model's context less
+    ``headroom`` tokens (the code's 512) and the question's prompt (:func:`critique_response`), the
+    re-answer to the context left (:func:`critique_budget`).
 
     ``first``: the questions' :func:`greedy_answers` with the same settings, when already at hand.
     """
@@ -228,7 +256,14 @@ def self_critique_scores(model, tokenizer, questions: list[str], *, max_new_toke
         first = greedy_answers(model, tokenizer, questions, max_new_tokens=max_new_tokens, batch_size=batch_size,
                                top_k=top_k, system=system)
     tpl = load_template(template)
-    second = greedy_answers(model, tokenizer, [tpl.format(question=q, response=f.text)
-                                               for q, f in zip(questions, first, strict=True)],
-                            max_new_tokens=max_new_tokens, batch_size=batch_size, top_k=top_k, system=system)
-    return np.array([penalised_cosine(f.entropies, s.entropies) for f, s in zip(first, second)])
+    context = context_length(model)
+    critiques = [tpl.format(question=q, response=critique_response(tokenizer, format_prompt(tokenizer, q, system),
+                                                                   f.text, context=context, headroom=headroom))
+                 for q, f in zip(questions, first, strict=True)]
+    budgets = [critique_budget(tokenizer, format_prompt(tokenizer, c, system), context=context,
+                               max_new_tokens=max_new_tokens) for c in critiques]
+    second = greedy_answers(model, tokenizer, critiques, max_new_tokens=max(budgets), batch_size=batch_size,
+                            top_k=top_k, system=system)
+    # a greedy answer's first n steps are those of a run with max_new_tokens = n
+    return np.array([penalised_cosine(f.entropies, s.entropies[:n])
+                     for f, s, n in zip(first, second, budgets, strict=True)])

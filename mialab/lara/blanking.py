@@ -153,11 +153,13 @@ def blank_token_loss(texts: list[str], *, model_path: str, fraction: float = 0.2
 
 @BlankBackend.register("llm")
 def blank_llm(texts: list[str], *, generate: Generate, template: str = "blank", num_blanks: int = 1,
-              max_attempts: int = 3) -> list[str]:
+              max_attempts: int = 3, fallback: Callable[[list[str]], list[str]] | None = None) -> list[str]:
     """An instruction model blanks the ``num_blanks`` most important spans (the LaRA code's
     ``important`` strategy and prompt, non-numeric keywords preferred); a completion with another
     number of ``[BLANK]`` is rejected and asked for again. ``num_blanks`` is the code's blank-count
-    sweep (``--rep_stiff_incomplete_num_blanks``; its degenerate 0, no blank at all, is not offered)."""
+    sweep (``--rep_stiff_incomplete_num_blanks``; its degenerate 0, no blank at all, is not offered).
+    ``fallback(texts)`` (e.g. :func:`blank_token_loss`) blanks the texts still invalid after ``max_attempts``
+    (else an error)."""
     if num_blanks < 1:
         raise ValueError(f"lara.blank.num_blanks must be at least 1, got {num_blanks}")
     tpl = load_template(template)
@@ -166,8 +168,9 @@ def blank_llm(texts: list[str], *, generate: Generate, template: str = "blank", 
     def accept(i: int, out: str) -> list[str]:
         return [x for x in (parse_list(out)[:1] or [out.strip()]) if count_blanks(x) == num_blanks]
 
+    rest = None if fallback is None else (lambda short: [[x] for x in fallback([texts[i] for i in short])])
     return [got[0] for got in collect_items(prompts, generate, accept, 1, max_attempts=max_attempts,
-                                            what="llm blanking")]
+                                            what="llm blanking", fallback=rest)]
 
 
 EDIT_NUMBER = re.compile(r"(?<!\w)-?\d+(?:\.\d+)?(?!\w)")

@@ -5,7 +5,8 @@ Backends:
 - ``retrieval`` (offline): the nearest questions of a pool by cosine similarity of
   :func:`mialab.lm.embeddings.encode` embeddings, searched with a faiss ``IndexFlatIP``; the
   question itself and exact (case/whitespace-insensitive) duplicates are never returned.
-- ``llm``: an instruction model writes neighbours from ``resources/prompts/lara/neighbours.txt``.
+- ``llm``: an instruction model writes neighbours from ``resources/prompts/lara/neighbours.txt``
+  (optionally falling back to another backend for a question it fails on, e.g. in a rehearsal).
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ def retrieval_neighbours(questions: list[str], m: int, *, pool: list[str], model
 
 @NeighbourBackend.register("llm")
 def llm_neighbours(questions: list[str], m: int, *, generate: Generate, template: str = "neighbours",
-                   max_attempts: int = 3) -> list[list[str]]:
-    """LLM-written neighbours; copies of the question and items with ``[BLANK]`` are rejected."""
+                   max_attempts: int = 3, fallback: Callable[..., list[list[str]]] | None = None) -> list[list[str]]:
+    """LLM-written neighbours; copies of the question and items with ``[BLANK]`` are rejected.
+    ``fallback(questions, m)`` (e.g. :func:`retrieval_neighbours`): the neighbours of a question
+    still short of valid ones after ``max_attempts`` (else an error)."""
     tpl = load_template(template)
     prompts = [tpl.format(question=q, m=m) for q in questions]
 
@@ -67,7 +70,9 @@ def llm_neighbours(questions: list[str], m: int, *, generate: Generate, template
         key = normalise_text(questions[i])
         return [x for x in parse_list(out) if normalise_text(x) != key and BLANK not in x]
 
-    return collect_items(prompts, generate, accept, m, max_attempts=max_attempts, what="llm neighbours")
+    rest = None if fallback is None else (lambda short: fallback([questions[i] for i in short], m))
+    return collect_items(prompts, generate, accept, m, max_attempts=max_attempts, what="llm neighbours",
+                         fallback=rest)
 
 
 def find_neighbours(questions: list[str], m: int = 5, backend: str | Callable[..., list[list[str]]] = "retrieval",

@@ -87,10 +87,13 @@ def wordnet_variants(texts: list[str], n_variants: int, *, rate: float = 0.5, se
 
 @ParaphraseBackend.register("llm")
 def llm_variants(texts: list[str], n_variants: int, *, generate: Generate, template: str = "paraphrase",
-                 edit_template: str = "paraphrase_edit", max_attempts: int = 3) -> list[list[str]]:
+                 edit_template: str = "paraphrase_edit", max_attempts: int = 3,
+                 fallback: Callable[..., list[list[str]]] | None = None) -> list[list[str]]:
     """LLM paraphrases, one per call as the LaRA code (``make_incomplete_questions_rsi.py``, its
     prompts: ``template`` for a blanked text, ``edit_template`` for an edited one without ``[BLANK]``);
-    a completion with another blank count, or equal to the source, is asked for again."""
+    a completion with another blank count, or equal to the source, is asked for again. A variant still
+    invalid after ``max_attempts``: the same variant of ``fallback(texts, n_variants)`` (e.g.
+    :func:`wordnet_variants`), else an error."""
     tpls = {True: load_template(template), False: load_template(edit_template)}
     prompts = [tpls[count_blanks(t) > 0].format(question=t) for t in texts for _ in range(n_variants)]
 
@@ -100,7 +103,13 @@ def llm_variants(texts: list[str], n_variants: int, *, generate: Generate, templ
         same_blanks = count_blanks(text) == count_blanks(source)
         return [text] if same_blanks and normalise_text(text) != normalise_text(source) else []
 
-    got = collect_items(prompts, generate, accept, 1, max_attempts=max_attempts, what="llm paraphrase")
+    def rest(short: list[int]) -> list[list[str]]:
+        sources = sorted({i // n_variants for i in short})
+        variants = dict(zip(sources, fallback([texts[s] for s in sources], n_variants), strict=True))
+        return [[variants[i // n_variants][i % n_variants]] for i in short]
+
+    got = collect_items(prompts, generate, accept, 1, max_attempts=max_attempts, what="llm paraphrase",
+                        fallback=None if fallback is None else rest)
     return [[g[0] for g in got[i * n_variants:(i + 1) * n_variants]] for i in range(len(texts))]
 
 

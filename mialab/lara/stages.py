@@ -52,11 +52,13 @@ from mialab.lara.baselines import (
     response_scores,
     self_critique_scores,
 )
-from mialab.lara.blanking import LLM_BACKENDS, BlankBackend, is_perturbed
+from mialab.lara.blanking import LLM_BACKENDS, BlankBackend, blank_token_loss, is_perturbed
 from mialab.lara.combine import combine_lara_sc
 from mialab.lara.construction import build_perturbations
 from mialab.lara.detection import detection_scores
 from mialab.lara.metrics import compute_metrics
+from mialab.lara.neighbours import retrieval_neighbours
+from mialab.lara.paraphrase import wordnet_variants
 from mialab.lm.loading import load_lm
 
 EVALUATED, REFERENCE = "evaluated", "reference"
@@ -96,8 +98,11 @@ def backend_specs(spec: dict, neighbour_pool: list[str], generate=None) -> dict[
     A backend ``llm`` gets ``generate`` (``generate(prompts, temperature=t)``, :func:`mialab.lm.engine.text_generator`
     on ``lara.llm``) at the entry's own ``temperature`` (the code's: 0.8 neighbours, 0.3 blanking, 0.7
     paraphrases); neighbours default to retrieval from ``neighbour_pool`` (the known non-members).
+    With ``lara.llm.fallback`` (the rehearsal's: its random-weight stand-ins follow no instruction) an
+    ``llm`` backend's still-invalid answers give way to an offline backend (:func:`fallback_backends`).
     """
     out = {}
+    llm = spec.get("llm") or {}
     for part in ("neighbours", "blank", "paraphrase"):
         entry = {k: v for k, v in spec[part].items() if k not in ("n", "n_variants")}
         default = {"neighbours": "retrieval", "blank": "numbers_entities", "paraphrase": "wordnet"}[part]
@@ -109,12 +114,32 @@ def backend_specs(spec: dict, neighbour_pool: list[str], generate=None) -> dict[
             out[part] = {"backend": entry["backend"],
                          "generate": functools.partial(generate, temperature=entry["temperature"]),
                          **{k: entry[k] for k in LLM_OPTIONS if k in entry}}
+            if llm.get("fallback") and entry["backend"] == "llm":
+                out[part]["fallback"] = fallback_backends(spec, neighbour_pool)[part]
         elif part == "neighbours":
-            out[part] = {"backend": "retrieval", "pool": neighbour_pool, "batch_size": entry["batch_size"],
-                         "dtype": entry["embedding_dtype"]}
+            out[part] = retrieval_spec(entry, neighbour_pool)
         else:
             out[part] = entry
     return out
+
+
+def retrieval_spec(entry: dict, neighbour_pool: list[str]) -> dict:
+    """The retrieval neighbour backend's spec from a ``lara.neighbours`` entry."""
+    return {"backend": "retrieval", "pool": neighbour_pool, "batch_size": entry["batch_size"],
+            "dtype": entry["embedding_dtype"]}
+
+
+def fallback_backends(spec: dict, neighbour_pool: list[str]) -> dict:
+    """The offline backends ``lara.llm.fallback`` gives way to: retrieval neighbours from ``neighbour_pool``,
+    ``token_loss`` blanking under the instruction model itself (it blanks any text with a word, as
+    ``numbers_entities`` does not), WordNet variants with the ``lara.paraphrase`` entry's options."""
+    llm, paraphrase = spec["llm"], spec["paraphrase"]
+    device = llm.get("backend_options", {}).get("device", "auto")
+    neighbours = {k: v for k, v in retrieval_spec(spec["neighbours"], neighbour_pool).items() if k != "backend"}
+    return {"neighbours": functools.partial(retrieval_neighbours, **neighbours),
+            "blank": functools.partial(blank_token_loss, model_path=llm["model"], device=device),
+            "paraphrase": functools.partial(wordnet_variants,
+                                            **{k: paraphrase[k] for k in ("rate", "min_count", "seed")})}
 
 
 def stage_questions(split: pd.DataFrame, pool: pd.DataFrame, *, rule: str = "request", max_words: int | None = None,

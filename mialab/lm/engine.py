@@ -36,6 +36,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import pandas as pd
 
+from mialab.core.progress import console
 from mialab.core.registry import Registry
 from mialab.lm.prompts import format_prompt, prompt_text, prompt_token_ids
 
@@ -190,8 +191,9 @@ class Parts:
             pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}), self.META: meta}), tmp)
 
     def run(self, key: str, total: int, size: int, chunk: Callable[[int, int], pd.DataFrame]) -> pd.DataFrame:
-        """``chunk(start, stop)`` of items ``[0, total)``, ``size`` at a time, each part loaded if valid
-        else generated and saved; the parts concatenated in order."""
+        """``chunk(start, stop)`` of items ``[0, total)``, ``size`` at a time, each part loaded if valid (and
+        logged, so a resumed job's log says what it reused) else generated and saved; the parts concatenated
+        in order."""
         frames = []
         for start in range(0, total, size):
             stop = min(start + size, total)
@@ -199,6 +201,8 @@ class Parts:
             if frame is None:
                 frame = chunk(start, stop)
                 self.save(key, start, stop, frame)
+            else:
+                console.log(f"reusing part {start}-{stop} of {total} from {self.folder}")
             frames.append(frame)
         return pd.concat(frames, ignore_index=True) if frames else chunk(0, 0)
 
@@ -243,11 +247,12 @@ def write_rollouts(frame: pd.DataFrame, path: str | Path) -> None:
 
 def generate_rollouts(split: pd.DataFrame, backend: RolloutBackend, tokenizer, *, template: str,
                       sampling: SamplingConfig, chat: bool, stop_ids: frozenset[int],
-                      assistant_prefix_ratio: float = 0.0, parts: Parts | None = None,
-                      settings: dict | None = None) -> pd.DataFrame:
+                      assistant_prefix_ratio: float = 0.0, assistant_prefix_min_words: int = 1,
+                      parts: Parts | None = None, settings: dict | None = None) -> pd.DataFrame:
     """Rollouts (rollout schema) of every row of ``split`` (columns id, prefix, suffix); with ``parts``,
     resumable there (``settings``: the job's, beyond prompts and sampling, that a part must match)."""
-    texts = [prompt_text(tokenizer, template, p, s, chat=chat, assistant_prefix_ratio=assistant_prefix_ratio)
+    texts = [prompt_text(tokenizer, template, p, s, chat=chat, assistant_prefix_ratio=assistant_prefix_ratio,
+                         assistant_prefix_min_words=assistant_prefix_min_words)
              for p, s in zip(split["prefix"], split["suffix"])]
     prompts = [prompt_token_ids(tokenizer, t) for t in texts]
     ids = list(split["id"])
@@ -275,8 +280,9 @@ def run_rollouts(split: pd.DataFrame, *, model: str, backend: str = "hf", templa
 
 def run_rollouts_many(splits: Sequence[pd.DataFrame], samplings: Sequence[SamplingConfig], *, model: str,
                       backend: str = "hf", template: str = "{prefix}", chat: bool = False,
-                      assistant_prefix_ratio: float = 0.0, backend_options: dict | None = None,
-                      trust_remote_code: bool = False, parts: Sequence[str | Path] | None = None,
+                      assistant_prefix_ratio: float = 0.0, assistant_prefix_min_words: int = 1,
+                      backend_options: dict | None = None, trust_remote_code: bool = False,
+                      parts: Sequence[str | Path] | None = None,
                       model_key=None) -> list[pd.DataFrame]:
     """:func:`run_rollouts` of several splits, split ``i`` sampled with ``samplings[i]``, on one started backend
     (``trust_remote_code``: the model's ``models.<name>.trust_remote_code``); with ``parts`` (one folder per
@@ -294,8 +300,8 @@ def run_rollouts_many(splits: Sequence[pd.DataFrame], samplings: Sequence[Sampli
                 "backend_options": backend_options}
     folders = [None] * len(splits) if parts is None else [Parts(p) for p in parts]
     return [generate_rollouts(split, engine, tokenizer, template=template, sampling=sampling, chat=chat,
-                              stop_ids=stops, assistant_prefix_ratio=assistant_prefix_ratio, parts=folder,
-                              settings=settings)
+                              stop_ids=stops, assistant_prefix_ratio=assistant_prefix_ratio,
+                              assistant_prefix_min_words=assistant_prefix_min_words, parts=folder, settings=settings)
             for split, sampling, folder in zip(splits, samplings, folders)]
 
 

@@ -2,8 +2,9 @@
 in a tokenizer's chat template (:func:`format_prompt`, for instruction models given a task).
 
 A prompt is the dataset's template (a ``str.format`` string with a ``{prefix}`` field) filled
-with the candidate's prefix. Optionally the first ``p`` of the ground-truth suffix words are
-given as the start of the model's answer (ADRA's assistant prefix, Appendix D.1):
+with the candidate's prefix. Optionally the first ``p`` of the ground-truth suffix words (at least
+``assistant_prefix_min_words``, :func:`mialab.text.prefix.split_assistant_prefix`) are given as the
+start of the model's answer (ADRA's assistant prefix, Appendix D.1):
 
 - chat models: a user turn with the filled template, then an assistant turn holding those words,
   rendered by the tokenizer's chat template with ``continue_final_message=True`` so that the
@@ -24,10 +25,10 @@ def fill_template(template: str, prefix: str) -> str:
 
 
 def prompt_text(tokenizer, template: str, prefix: str, suffix: str, *, chat: bool,
-                assistant_prefix_ratio: float = 0.0) -> str:
+                assistant_prefix_ratio: float = 0.0, assistant_prefix_min_words: int = 1) -> str:
     """The full prompt string of one candidate (rule in the module doc)."""
     user = fill_template(template, prefix)
-    given, _ = split_assistant_prefix(suffix, assistant_prefix_ratio)
+    given, _ = split_assistant_prefix(suffix, assistant_prefix_ratio, assistant_prefix_min_words)
     if not chat:
         return f"{user} {given}" if given else user
     if tokenizer.chat_template is None:

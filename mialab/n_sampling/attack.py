@@ -32,8 +32,8 @@ def metric_names(embedding_model: str | None) -> list[str]:
     return [*LEXICAL_METRICS, *([EMBEDDING_METRIC] if embedding_model else [])]
 
 
-def rollout_metrics(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float, n: int, protocol: str = "suffix",
-                    n_min: int = 3, n_max: int | None = None, convention: str = "paper",
+def rollout_metrics(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float, n: int, min_words: int = 1,
+                    protocol: str = "suffix", n_min: int = 3, n_max: int | None = None, convention: str = "paper",
                     embedding_model: str | None = None, embedding_dtype: str = "float32",
                     workers: int = 1) -> pd.DataFrame:
     """Every metric of every rollout (columns id, sample, metrics); each candidate must have ``n`` rollouts."""
@@ -43,9 +43,9 @@ def rollout_metrics(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float
     if missing or len(wrong) or len(counts) != len(split):
         raise ValueError(f"need {n} rollouts for each of the {len(split)} candidates: {len(missing)} have none, "
                          f"{len(wrong)} have another number, {len(set(counts.index) - set(split['id']))} are unknown")
-    scored = score_rollouts(rollouts, split, ratio=ratio, protocol=protocol, n_min=n_min, n_max=n_max,
-                            convention=convention, embedding_model=embedding_model, embedding_dtype=embedding_dtype,
-                            workers=workers)
+    scored = score_rollouts(rollouts, split, ratio=ratio, min_words=min_words, protocol=protocol, n_min=n_min,
+                            n_max=n_max, convention=convention, embedding_model=embedding_model,
+                            embedding_dtype=embedding_dtype, workers=workers)
     return scored[["id", "sample", *metric_names(embedding_model)]]
 
 

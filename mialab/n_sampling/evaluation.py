@@ -29,9 +29,11 @@ AGGREGATIONS = {"aon": "mean", "bon": "max"}
 
 
 
-def evaluation_pair(completion: str, ground_truth: str, ratio: float, protocol: str = "suffix") -> tuple[str, str]:
-    """The (candidate, reference) texts that ``protocol`` compares for one completion."""
-    given, rest = split_assistant_prefix(ground_truth, ratio)
+def evaluation_pair(completion: str, ground_truth: str, ratio: float, protocol: str = "suffix",
+                    min_words: int = 1) -> tuple[str, str]:
+    """The (candidate, reference) texts that ``protocol`` compares for one completion (``ratio``,
+    ``min_words``: the task's assistant-prefix rule)."""
+    given, rest = split_assistant_prefix(ground_truth, ratio, min_words)
     if protocol == "suffix":
         return completion, rest
     if protocol == "full":
@@ -39,8 +41,8 @@ def evaluation_pair(completion: str, ground_truth: str, ratio: float, protocol: 
     raise ValueError(f"unknown evaluation protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
 
 
-def score_rollouts(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float = 0.0, protocol: str = "suffix",
-                   n_min: int = 3, n_max: int | None = None, convention: str = "paper",
+def score_rollouts(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float = 0.0, min_words: int = 1,
+                   protocol: str = "suffix", n_min: int = 3, n_max: int | None = None, convention: str = "paper",
                    embedding_model: str | None = None, embedding_dtype: str = "float32",
                    workers: int = 1) -> pd.DataFrame:
     """Every metric of every rollout (columns id, sample, metrics...) against its ground-truth suffix.
@@ -55,7 +57,8 @@ def score_rollouts(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float 
     missing = set(rollouts["id"]) - set(truth.index)
     if missing:
         raise KeyError(f"{len(missing)} rollout ids are not in the split, e.g. {sorted(map(str, missing))[:3]}")
-    pairs = [evaluation_pair(text, truth[i], ratio, protocol) for i, text in zip(rollouts["id"], rollouts["text"])]
+    pairs = [evaluation_pair(text, truth[i], ratio, protocol, min_words)
+             for i, text in zip(rollouts["id"], rollouts["text"])]
     candidates = [c for c, _ in pairs]
     references = [r for _, r in pairs]
     scores = lexical_metrics(candidates, references, n_min=n_min, n_max=n_max, convention=convention,

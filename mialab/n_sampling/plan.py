@@ -107,9 +107,10 @@ class NSamplingPlan:
         return seed_part(self.score_run(model, dataset), seed)
 
     def metrics_config(self, dataset: str) -> dict:
-        """What scoring rollouts reads: the metric settings, N and the task's assistant-prefix ratio."""
-        return {**self.spec["metrics"], "n": self.spec["n"],
-                "ratio": self.spec["tasks"][dataset]["assistant_prefix_ratio"]}
+        """What scoring rollouts reads: the metric settings, N and the task's assistant-prefix rule."""
+        task = self.spec["tasks"][dataset]
+        return {**self.spec["metrics"], "n": self.spec["n"], "ratio": task["assistant_prefix_ratio"],
+                "min_words": task["assistant_prefix_min_words"]}
 
     def scores_file(self, model: str, dataset: str, seed: int) -> str | None:
         """N-Sampling's score table of a target (a SCORE_PROVIDER), else None."""

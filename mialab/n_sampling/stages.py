@@ -35,12 +35,15 @@ def generate(model_path: str, splits: list[pd.DataFrame], task: Task, *, chat: b
     return run_rollouts_many([fitted_split(unlabelled(split), tokenizer, task, chat=chat) for split in splits],
                              [SamplingConfig(**s, max_new_tokens=task.max_new_tokens) for s in samplings],
                              model=model_path, backend=backend, template=task.template_text(), chat=chat,
-                             assistant_prefix_ratio=task.assistant_prefix_ratio, backend_options=backend_options,
-                             trust_remote_code=trust_remote_code, parts=parts, model_key=model_key)
+                             assistant_prefix_ratio=task.assistant_prefix_ratio,
+                             assistant_prefix_min_words=task.assistant_prefix_min_words,
+                             backend_options=backend_options, trust_remote_code=trust_remote_code, parts=parts,
+                             model_key=model_key)
 
 
 def score(rollouts: pd.DataFrame, split: pd.DataFrame, method: str, metrics: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-rollout metrics, score table) of an attack; ``metrics`` = the scores stage config."""
     m = dict(metrics)
-    per_rollout = rollout_metrics(rollouts, split, ratio=m.pop("ratio"), n=m.pop("n"), **m)
+    per_rollout = rollout_metrics(rollouts, split, ratio=m.pop("ratio"), min_words=m.pop("min_words"), n=m.pop("n"),
+                                  **m)
     return per_rollout, score_table(per_rollout, split, method)

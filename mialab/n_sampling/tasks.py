@@ -6,9 +6,10 @@ training and evaluation, so all of them see identical prompts:
 - ``template``: name of a prompt template ``resources/prompts/n_sampling/<name>.txt``, a
   ``str.format`` string with a ``{prefix}`` field (ADRA Appendix A, Table 11); one trailing newline
   of the file is not part of the template;
-- ``assistant_prefix_ratio`` p: the first ``floor(p * n)`` suffix words are given as the start of the
-  model's answer (ADRA: p = 25%); rollouts are then compared with the rest of the suffix only (the
-  suffix-only protocol) and ADRA's reward ignores the given words;
+- ``assistant_prefix_ratio`` p: the first ``max(assistant_prefix_min_words, floor(p * n))`` suffix words
+  (p > 0; min words 1, the released code, or 0) are given as the start of the model's answer (ADRA:
+  p = 25%); rollouts are then compared with the rest of the suffix only (the suffix-only protocol)
+  and ADRA's reward ignores the given words;
 - ``max_new_tokens``: rollout length (the paper: half the dataset's maximum token count);
 - ``max_prompt_tokens``: a prompt longer than this loses its *first* prefix words until it fits
   (the words nearest the suffix stay), so prompt + rollout fit the model's context.
@@ -51,6 +52,7 @@ class Task:
     assistant_prefix_ratio: float = 0.0
     max_new_tokens: int = 64
     max_prompt_tokens: int | None = None
+    assistant_prefix_min_words: int = 1
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.assistant_prefix_ratio < 1.0:
@@ -66,24 +68,27 @@ class Task:
         return load_template(self.template)
 
 
-def target(suffix: str, ratio: float) -> str:
+def target(suffix: str, ratio: float, min_words: int = 1) -> str:
     """What a rollout must reconstruct: the suffix without the words given as the answer's start."""
-    return split_assistant_prefix(suffix, ratio)[1]
+    return split_assistant_prefix(suffix, ratio, min_words)[1]
 
 
-def candidate_prompt(tokenizer, template: str, prefix: str, suffix: str, *, chat: bool, ratio: float) -> str:
+def candidate_prompt(tokenizer, template: str, prefix: str, suffix: str, *, chat: bool, ratio: float,
+                     min_words: int = 1) -> str:
     """One candidate's full prompt (template, prefix, given suffix words), as the rollout engine builds it."""
-    return prompt_text(tokenizer, template, prefix, suffix, chat=chat, assistant_prefix_ratio=ratio)
+    return prompt_text(tokenizer, template, prefix, suffix, chat=chat, assistant_prefix_ratio=ratio,
+                       assistant_prefix_min_words=min_words)
 
 
 def fit_prefix(tokenizer, template: str, prefix: str, suffix: str, *, chat: bool, ratio: float,
-               max_tokens: int | None) -> str:
+               max_tokens: int | None, min_words: int = 1) -> str:
     """``prefix`` without as few leading words as needed for the prompt to have at most ``max_tokens`` tokens.
 
     Fails when even an empty prefix does not fit (template and given words alone are too long).
     """
     def n_tokens(words: list[str]) -> int:
-        text = candidate_prompt(tokenizer, template, " ".join(words), suffix, chat=chat, ratio=ratio)
+        text = candidate_prompt(tokenizer, template, " ".join(words), suffix, chat=chat, ratio=ratio,
+                                min_words=min_words)
         return len(prompt_token_ids(tokenizer, text))
 
     words = prefix.split(" ")
@@ -104,14 +109,16 @@ def fitted_split(split: pd.DataFrame, tokenizer, task: Task, *, chat: bool) -> p
     template = task.template_text()
     out = split.copy()
     out["prefix"] = [fit_prefix(tokenizer, template, p, s, chat=chat, ratio=task.assistant_prefix_ratio,
-                                max_tokens=task.max_prompt_tokens) for p, s in zip(split["prefix"], split["suffix"])]
+                                max_tokens=task.max_prompt_tokens, min_words=task.assistant_prefix_min_words)
+                     for p, s in zip(split["prefix"], split["suffix"])]
     return out
 
 
 def prompts(split: pd.DataFrame, tokenizer, task: Task, *, chat: bool) -> list[str]:
     """The prompt of every candidate of a (fitted) split, in row order."""
     template = task.template_text()
-    return [candidate_prompt(tokenizer, template, p, s, chat=chat, ratio=task.assistant_prefix_ratio)
+    return [candidate_prompt(tokenizer, template, p, s, chat=chat, ratio=task.assistant_prefix_ratio,
+                             min_words=task.assistant_prefix_min_words)
             for p, s in zip(split["prefix"], split["suffix"])]
 
 

@@ -223,9 +223,11 @@ def check_model_paths(config: dict) -> None:
         if spec["kind"] == "hf":
             model_reference(f"models.{name}.path", spec["path"])
     for det, spec in config.get("calibdcd", {}).get("detectors", {}).items():
-        for key in ("reference_model", "key_token_model"):
+        for key in ("reference_model", "key_token_model", "mlm_model"):
             if key in spec:
                 model_reference(f"calibdcd.detectors.{det}.{key}", spec[key], models)
+        for i, name in enumerate(spec.get("key_token_models", [])):
+            model_reference(f"calibdcd.detectors.{det}.key_token_models[{i}]", name, models)
 
 
 def data_paths(config: dict) -> list[tuple[str, str]]:

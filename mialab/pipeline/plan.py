@@ -67,12 +67,12 @@ STAGE_VERSIONS: dict[str, int] = {
     "splits": 1,
     "paraphrases": 1,
     "leakage": 2,
-    "tokenizers": 1,
+    "tokenizers": 2,  # 2: table corpora read whatever the column dtype (pandas' str dtype read as none)
     "models/pretrain": 1,
     "models/sft": 2,
     "rl": 1,
     "scores": 3,  # 3: the `truncated` column, scoring.truncation
-    "rehearsal": 2,  # rule rehearsal_model (bump when a stand-in's content changes)
+    "rehearsal": 3,  # rule rehearsal_model (bump when a stand-in's content changes); 3: tokenizer corpus read whole
     "n_sampling/rollouts": 3,
     "n_sampling/scores": 3,
     "adra/train": 2,

@@ -6,7 +6,7 @@ Rule ``prefetch`` (rules/prefetch.smk, a local rule: it runs where Snakemake run
 (default huggingface.co); a gated model needs ``HF_TOKEN`` or ``hf auth login``.
 
 - Models (``models.<name>.path`` of a hub id, and hub ids named as ``embedding_model``,
-  ``reference_model``, ``key_token_model`` or a paraphraser's ``model``): huggingface_hub's
+  ``reference_model``, ``key_token_model(s)``, ``mlm_model`` or a paraphraser's ``model``): huggingface_hub's
   ``snapshot_download`` of the files a job loads (:data:`MODEL_FILES`: safetensors weights, configs,
   tokenizer files; no pickled weights), Python files too only for a model whose config sets
   ``trust_remote_code``.
@@ -25,10 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 #: Keys outside ``models:`` whose string value may name a hub model.
-MODEL_KEYS = ("embedding_model", "reference_model", "key_token_model", "model")
+MODEL_KEYS = ("embedding_model", "reference_model", "key_token_model", "key_token_models", "mlm_model", "model")
 #: The files of a model repository a job loads (huggingface_hub ``allow_patterns``).
 MODEL_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja", "*.md")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+LIST_ITEM = re.compile(r"\[\d+\]$")  # a list's item (key_token_models[0]) is named by its list's key
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ def hub_items(config: dict) -> list[HubItem]:
         if isinstance(value, dict) and isinstance(value.get("hub"), str):
             items.append(HubItem(key, "dataset", value["hub"], value.get("revision"), value.get("split"),
                                  value.get("subset")))
-        elif key.rsplit(".", 1)[-1] in MODEL_KEYS and isinstance(value, str) and is_hub_model(value, config):
+        elif (LIST_ITEM.sub("", key.rsplit(".", 1)[-1]) in MODEL_KEYS and isinstance(value, str)
+              and is_hub_model(value, config)):
             items.append(HubItem(key, "model", value))
     seen, unique = set(), []
     for item in items:

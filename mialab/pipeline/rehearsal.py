@@ -9,7 +9,9 @@
 - every hub dataset and every missing local data file becomes a local sample with the same columns
   (``resources/rehearsal/datasets.yaml``);
 - counts shrink to what 2 CPU cores run in minutes (:data:`SHRINK`; one seed, the first), devices
-  become the CPU, and vLLM backends become the hf backend where vLLM is not importable.
+  become the CPU, and vLLM backends become the hf backend where vLLM is not importable;
+- LaRA's LLM perturbations fall back to offline backends where a stand-in's answer stays invalid
+  (:data:`REHEARSAL_SETTINGS`: random weights follow no instruction).
 
 Rules, settings, prompts, rewards, metrics and reports stay the paper config's. The plan-time
 cluster checks run on the paper config before this (rules/common.smk).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib.util
+import inspect
 import os
 import re
 from itertools import takewhile
@@ -76,6 +79,10 @@ SHRINK: dict[str, int] = {
     "calibdcd.detectors.dpdllm.max_new_tokens": 8,
     "calibdcd.detectors.dpdllm.finetune.epochs": 2,
     "calibdcd.detectors.veilprobe.max_new_tokens": 8,
+    "calibdcd.detectors.veilprobe.beams": 2,
+    "calibdcd.detectors.veilprobe.new_tokens": 2,
+    "calibdcd.detectors.veilprobe.ot_topk": 8,
+    "calibdcd.detectors.veilprobe.ot_iterations": 10,
     "calibdcd.detectors.veilprobe.mapping.hidden_size": 32,
     "calibdcd.detectors.veilprobe.mapping.num_layers": 1,
     "calibdcd.detectors.veilprobe.mapping.num_heads": 2,
@@ -90,21 +97,26 @@ SHRINK: dict[str, int] = {
     "lara.baselines.cdd.n_samples": 2,
     "lara.baselines.cdd.max_new_tokens": 8,
     "lara.baselines.self_critique.max_new_tokens": 8,
+    "lara.llm.max_new_tokens": 16,
+    "datasets.*.paraphrase.options.max_new_tokens": 16,
     "launch.nproc": 1,
 }
 DEVICES = ["scoring.device", "lara.features.device", "lara.baselines.device", "calibdcd.lm.device"]
-# generation sections with a backend: vllm -> hf where vLLM is not importable (hf keeps these options)
-BACKENDS = {"n_sampling": "n_sampling.backend_options", "calibdcd.generation": "calibdcd.generation.backend_options"}
+# generation sections and the key naming their backend: vllm -> hf where vLLM is not importable (hf keeps these
+# options of the section's backend_options)
+BACKENDS = {"n_sampling": "backend", "calibdcd.generation": "backend", "lara.llm": "engine"}
 HF_BACKEND_OPTIONS = ("batch_size", "dtype", "cache_implementation")
 # keys naming a model by hub id outside the models section (an encoder, a scorer, a pool's token counter):
 # their stand-ins are inputs of every models-section stand-in, so each stage reading one that also reads a
-# model runs after it; rule build_pool lists its pool's stand-ins (rules/rehearsal.smk: stand_ins_of)
+# model runs after it; rules build_pool, paraphrase and paraphrase_pool list theirs (rules/common.smk: stand_ins_of)
 MODEL_KEYS = ["n_sampling.metrics.embedding_model", "calibdcd.detectors.veilprobe.embedding_model",
               "calibdcd.detectors.dpdllm.reference_model", "calibdcd.detectors.veilprobe.key_token_model",
-              "leakage.embedding_model", "datasets.*.pool.tokenizer"]
-# keys read by a stage that reads no model and lists no stand-in (paraphrases): a hub model there cannot
-# wait for its stand-in
-NO_STAND_IN_KEYS = ["datasets.*.paraphrase.options.model"]
+              "calibdcd.detectors.veilprobe.mlm_model", "leakage.embedding_model", "datasets.*.pool.tokenizer",
+              "lara.llm.model",
+              "datasets.*.paraphrase.options.model"]
+# settings a rehearsal needs besides sizes: LaRA's LLM perturbations fall back to offline backends where the
+# instruction model's stand-in (random weights) gives no valid answer
+REHEARSAL_SETTINGS = {"lara.llm.fallback": True}
 DATA_KEYS = ["datasets.*.pool.source", "datasets.*.pool.nonmember_source", "models.*.filler"]
 
 
@@ -190,11 +202,6 @@ def swap_models(config: dict, plan: Plan) -> None:
         for key, parent, last in list(matches(config, pattern)):
             if is_hub_model(parent[last], config):
                 parent[last] = stand_in_stage(plan, parent[last], key).path("model")
-    for pattern in NO_STAND_IN_KEYS:
-        for key, parent, last in matches(config, pattern):
-            if is_hub_model(parent[last], config):
-                raise RehearsalError(f"{key}: hub model {parent[last]!r} has no rehearsal stand-in here (the stage "
-                                     "reading it reads no model to wait behind); name a local folder")
 
 
 def stand_in_paths(config: Any) -> set[str]:
@@ -268,14 +275,27 @@ def cpu_only(config: dict, vllm_available: bool) -> None:
     for pattern in DEVICES:
         for _, parent, last in matches(config, pattern):
             parent[last] = "cpu"
-    for section, options_key in BACKENDS.items():
-        for _, parent, last in matches(config, f"{section}.backend"):
+    for section, backend in BACKENDS.items():
+        for _, parent, last in matches(config, f"{section}.{backend}"):
             if parent[last] == "vllm" and not vllm_available:
                 parent[last] = "hf"
                 parent["backend_options"] = {k: v for k, v in parent.get("backend_options", {}).items()
                                              if k in HF_BACKEND_OPTIONS}
             if parent[last] == "hf":
                 parent.setdefault("backend_options", {})["device"] = "cpu"
+    for _, para, _ in matches(config, "datasets.*.paraphrase.backend"):
+        if para["backend"] == "vllm" and not vllm_available:  # the hf paraphraser takes its own options only
+            para["backend"] = "hf"
+            para["options"] = {k: v for k, v in para.get("options", {}).items() if k in paraphraser_options("hf")}
+        if para["backend"] == "hf":
+            para.setdefault("options", {})["device"] = "cpu"
+
+
+def paraphraser_options(backend: str) -> set[str]:
+    """The options paraphrase backend ``backend`` accepts (its function's keyword arguments)."""
+    from mialab.data.paraphrase import Paraphrasers
+
+    return set(inspect.signature(Paraphrasers.get(backend)).parameters)
 
 
 def vllm_importable() -> bool:
@@ -285,7 +305,7 @@ def vllm_importable() -> bool:
 def rehearsal_log(paper: dict, rehearsed: dict) -> list[str]:
     """What a rehearsal changed, one line a key, and why a vLLM backend became hf."""
     lines = changes(paper, rehearsed)
-    if any("backend: 'vllm' -> 'hf'" in line for line in lines):
+    if any(re.search(r"\.(backend|engine): 'vllm' -> 'hf'", line) for line in lines):
         lines.insert(0, "vLLM is not importable in this environment: vllm generation backends run on hf")
     return lines
 
@@ -303,6 +323,9 @@ def rehearse(config: dict, *, vllm_available: bool | None = None, results: str =
     swap_models(out, Plan(out, results=results))
     shrink(out)
     cpu_only(out, vllm_importable() if vllm_available is None else vllm_available)
+    for pattern, value in REHEARSAL_SETTINGS.items():
+        for _, parent, last in matches(out, pattern):
+            parent[last] = value
     return out
 
 
@@ -348,19 +371,32 @@ class RehearsalPlan(Plan):
 
 # -- building a stand-in (rule rehearsal_model) ---------------------------------------------------
 def train_tokenizer(spec: dict, texts):
-    """Byte-level BPE with the family's special tokens and chat template, as a fast tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    """Byte-level BPE (a ``wordpiece`` family: BERT's cased WordPiece, ``[CLS] $A [SEP]``) with the family's
+    special tokens and chat template, as a fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tokens = dict(spec["tokens"])
     extra = tokens.pop("extra", [])
     special = list(dict.fromkeys([*tokens.values(), *extra]))
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainer=trainers.BpeTrainer(
-        vocab_size=spec["size"]["vocab_size"], min_frequency=2, special_tokens=special,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    if spec.get("wordpiece"):
+        tok = Tokenizer(models.WordPiece(unk_token=tokens["unk_token"]))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=False)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        tok.train_from_iterator(texts, trainer=trainers.WordPieceTrainer(
+            vocab_size=spec["size"]["vocab_size"], min_frequency=2, special_tokens=special, show_progress=False))
+        cls, sep = tokens["cls_token"], tokens["sep_token"]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+            special_tokens=[(t, tok.token_to_id(t)) for t in (cls, sep)])
+    else:
+        tok = Tokenizer(models.BPE(unk_token=None))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.train_from_iterator(texts, trainer=trainers.BpeTrainer(
+            vocab_size=spec["size"]["vocab_size"], min_frequency=2, special_tokens=special,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     around = [tokens[f"{end}_token"] for end in ("bos", "eos") if spec.get(f"add_{end}")]
     if around:  # bos before each sequence, eos after it, as the family's tokenizer adds them
         head = f"{tokens['bos_token']} " if spec.get("add_bos") else ""
@@ -382,6 +418,11 @@ def model_config(spec: dict, tokenizer):
     size = spec["size"]
     ids = {f"{role}_token_id": getattr(tokenizer, f"{role}_token_id")
            for role in ("bos", "eos", "pad") if getattr(tokenizer, f"{role}_token_id") is not None}
+    if spec["class"] == "BertForMaskedLM":
+        return transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=size["hidden_size"],
+                                       num_hidden_layers=size["num_layers"], num_attention_heads=size["num_heads"],
+                                       intermediate_size=size["intermediate_size"],
+                                       max_position_embeddings=size["max_position_embeddings"], **ids)
     if spec["class"] == "GPT2LMHeadModel":
         return transformers.GPT2Config(vocab_size=len(tokenizer), n_embd=size["hidden_size"], n_layer=size["num_layers"],
                                        n_head=size["num_heads"], n_inner=size["intermediate_size"],

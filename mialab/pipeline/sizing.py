@@ -8,13 +8,14 @@ rule its ``resources:`` (:meth:`Sizing.rule_resources`); a profile's ``set-resou
   ``rl_contaminate``, ``adra_train``): the launcher's world size, ``launch.nproc`` when it is a number,
   else (``auto``: one process per GPU the job gets) a full node (``MIALAB_SLURM_GPUS_PER_NODE``,
   default 8) for a model of at least :data:`LARGE_PARAMS_B` billion parameters and 1 below. vLLM
-  generation (rollouts, CalibDCD outputs, paraphrases): its ``tensor_parallel_size``. The ``hf``
-  backend and forward passes (``score_baselines``, ``lara_*``): 1. CalibDCD's training stages
-  (``calibdcd_reference``: DPDLLM's reference fine-tuning; ``calibdcd_veilprobe``: VeilProbe's mapping
-  models) run on the one device of ``calibdcd.lm.device``: 1, none when it is ``cpu``. Reconstruction metrics
-  (``n_sampling_scores``, ``adra_scores``): 1 when the embedding model has at least
-  :data:`LARGE_PARAMS_B` billion parameters (it then runs on the GPU), else none. Offline paraphrases
-  and every other rule: none.
+  generation (rollouts, CalibDCD outputs, paraphrases, ``lara_perturbations`` with a ``lara.llm``): its
+  ``tensor_parallel_size``. The ``hf`` backend and forward passes (``score_baselines``, ``lara_features``,
+  ``lara_baselines``): 1. CalibDCD's training stages (``calibdcd_reference``: DPDLLM's reference
+  fine-tuning; ``calibdcd_veilprobe``: VeilProbe's mapping models) run on the one device of
+  ``calibdcd.lm.device``: 1, none when it is ``cpu``. Reconstruction metrics (``n_sampling_scores``,
+  ``adra_scores``): 1 when the embedding model has at least :data:`LARGE_PARAMS_B` billion parameters (it
+  then runs on the GPU), else none. Offline paraphrases, ``lara_perturbations`` without a ``lara.llm`` and
+  every other rule: none.
 - **CPUs**: the job's share of a GPU node's CPUs (``MIALAB_SLURM_GPU_CPUS``, default 32, x its GPUs /
   GPUs per node), and at least the job's own worker processes (``metrics.workers``,
   ``adra.reward.workers``), at most a node's CPUs; a CPU job: its worker processes.
@@ -65,8 +66,8 @@ TRAINING_RULES = ("sft_contaminate", "rl_contaminate", "adra_train")
 CALIBDCD_TRAINING_RULES = ("calibdcd_reference", "calibdcd_veilprobe")
 #: Every rule :meth:`Sizing.job` sizes (the others get the profile's default-resources).
 SIZED_RULES = (*TRAINING_RULES, *CALIBDCD_TRAINING_RULES, "n_sampling_rollouts", "adra_eval", "calibdcd_features",
-               "paraphrase", "paraphrase_pool", "score_baselines", "lara_features", "lara_baselines",
-               "n_sampling_scores", "adra_scores")
+               "paraphrase", "paraphrase_pool", "score_baselines", "lara_perturbations", "lara_features",
+               "lara_baselines", "n_sampling_scores", "adra_scores")
 #: VeilProbe's mapping models' vocabulary (bert-base-uncased's), for their size.
 BERT_VOCAB = 30522
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
@@ -186,6 +187,11 @@ class Sizing:
                 return Job("cpu", 0)
             return Job("generate", self.engine_gpus(para["backend"], para["options"]),
                        self.params_b(para["options"]["model"]))
+        if rule == "lara_perturbations":
+            llm = cfg["lara"].get("llm")  # the job starts its engine whenever the section is there
+            if not llm:
+                return Job("cpu", 0)
+            return Job("generate", self.engine_gpus(llm["engine"], llm["backend_options"]), self.params_b(llm["model"]))
         if rule in ("score_baselines", "lara_features", "lara_baselines"):
             return Job("forward", 1, self.params_b(model))
         if rule in ("n_sampling_scores", "adra_scores"):

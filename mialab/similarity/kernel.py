@@ -21,11 +21,15 @@ How, per chunk of pairs:
   LCP with the previous suffix *of the same text* is ``< n``; a candidate n-gram also occurs in
   the reference iff ``n`` is at most that suffix's matching statistic (the longest prefix it
   shares with any reference suffix = the larger LCP with the nearest reference suffix above or
-  below). Both distances are running minima of the LCP array that restart at the right
-  suffixes (one ``maximum.accumulate`` each; a suffix of another pair in between forces 0,
-  which is then also the true value), and the number of lengths ``n`` in ``[n_min, n_max]``
-  passing these tests is closed-form per suffix. Unique tokens are the case ``n = 1``. No
-  n-gram is ever materialised; everything is numpy, pandas, pyarrow or C.
+  below). In that order the suffixes form runs of one text's suffixes: the LCP with the nearest
+  suffix of the other text above (below) is the minimum of the LCP array from the start of the
+  suffix's run (to its end), that with the previous suffix of the same text the LCP with the
+  previous suffix inside a run and the minimum over the previous run at a run's start; so two
+  running minima that restart at every run (one ``maximum.accumulate`` each way) give both (a
+  suffix of another pair in between forces 0, which is then also the true value). Back in text
+  order, the number of lengths ``n`` in ``[n_min, n_max]`` passing these tests is closed-form per
+  suffix, summed over each text. Unique tokens are the case ``n = 1``. No n-gram is ever
+  materialised; everything is numpy, pandas, pyarrow or C.
 
 Chunks run in-process (``workers=1``) or on a persistent pool of ``workers`` processes.
 """
@@ -56,13 +60,34 @@ DEFAULT_CHUNK_SIZE = 32
 # Code points of the non-ASCII characters str.split() splits on (all below U+3001), and the bounds of the
 # scripts without spaces (sorted [start, end) pairs).
 WIDE_SPACES = np.array([c for c in range(0x80, 0x3001) if chr(c).isspace()], dtype=np.int32)
-# Bytes after the text: code_points reads 3, token_ids 7.
-PAD = 7
-# The ASCII whitespace of str.split() (\t-\r, \x1c-space) and the punctuation of the token edges, as byte tables.
-SPACE_BYTES = np.isin(np.arange(256), [*range(9, 14), *range(28, 33)])
-ASCII_LOWER = np.arange(256, dtype=np.uint8)
-ASCII_LOWER[65:91] += 32
-PUNCTUATION_BYTES = np.isin(np.arange(256), list(PUNCTUATION.encode()))
+# Bytes after the text: code_points reads 3, token_ids 8.
+PAD = 8
+
+
+def byte_ranges(values: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """The runs of consecutive byte values among ``values``, as (first, count)."""
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and runs[-1][0] + runs[-1][1] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return tuple((first, count) for first, count in runs)
+
+
+def byte_mask(b: np.ndarray, ranges: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Which bytes of ``b`` (uint8) lie in the byte ranges: comparisons, which numpy vectorises (a table lookup
+    ``table[b]`` is many times slower)."""
+    mask = np.zeros(len(b), dtype=bool)
+    for first, count in ranges:
+        mask |= (b == first) if count == 1 else (b - np.uint8(first) < count)
+    return mask
+
+
+# The ASCII whitespace of str.split() (\t-\r, \x1c-space), the capitals, and the punctuation of the token edges.
+SPACE_BYTES = byte_ranges([*range(9, 14), *range(28, 33)])
+CAPITAL_BYTES = byte_ranges(range(65, 91))
+PUNCTUATION_BYTES = byte_ranges(PUNCTUATION.encode())
 NO_SPACE_BOUNDS = np.array([[ord(lo), ord(hi) + 1] for lo, hi in zip(NO_SPACE_RANGES[0::3], NO_SPACE_RANGES[2::3])],
                            dtype=np.int32).ravel()
 
@@ -92,7 +117,7 @@ def lowered_bytes(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndar
         for i in np.unique(np.searchsorted(np.cumsum(n_bytes + 1), cased, side="right")).tolist():
             encoded[i] = texts[i].lower().encode("utf-8", "surrogatepass")
         b, n_bytes, lead, cp, width = joined_bytes(encoded)
-    return ASCII_LOWER[b], n_bytes, lead, cp, width
+    return b + (byte_mask(b, CAPITAL_BYTES).view(np.uint8) << 5), n_bytes, lead, cp, width
 
 
 def joined_bytes(encoded: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -114,7 +139,7 @@ def encode_texts(texts: Sequence[str], split_scripts: bool = True) -> tuple[np.n
     """
     b, n_bytes, lead, cp, width = lowered_bytes(texts)
     n = len(b) - PAD  # b[:n] ends with a newline; the padding serves code_points and token_ids
-    space = SPACE_BYTES[b[:n]]
+    space = byte_mask(b[:n], SPACE_BYTES)
     start = np.zeros(n + 1, dtype=bool)  # first byte of a piece
     if len(lead):
         wide = lead[np.isin(cp, WIDE_SPACES)]
@@ -129,7 +154,7 @@ def encode_texts(texts: Sequence[str], split_scripts: bool = True) -> tuple[np.n
     start[:n] |= word_start
     start[:n] &= keep
     start[n] = True
-    punct = np.flatnonzero(PUNCTUATION_BYTES[b[:n]])
+    punct = np.flatnonzero(byte_mask(b[:n], PUNCTUATION_BYTES))
     if len(punct):  # drop the runs of punctuation that touch an edge of their piece
         run = np.flatnonzero(np.r_[True, (np.diff(punct) != 1) | start[punct[1:]]])
         run_len = np.diff(np.append(run, len(punct)))
@@ -150,23 +175,37 @@ def encode_texts(texts: Sequence[str], split_scripts: bool = True) -> tuple[np.n
 def token_ids(b: np.ndarray, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
     """Dense ids of the tokens ``b[first[k]:end[k]]`` (equal ids iff equal bytes) and their number.
 
-    A token of at most 7 bytes is its own 64-bit key (its bytes, its length in the top byte), so
-    most tokens are hashed as integers (pandas' factorize); longer ones get keys ``8 << 56 | k``
-    from pyarrow's ``dictionary_encode`` of their bytes. ``b`` is padded with at least 7 bytes.
+    Every token gets an injective 64-bit key, its length class in the top byte, and pandas' factorize
+    numbers the keys: a token of at most 7 bytes is its bytes; one of 8-15 bytes is the pair of the
+    dense ids of its two 8-byte words (bytes, then the rest and the length); a longer one is its index
+    in pyarrow's ``dictionary_encode`` of the bytes. ``b`` is padded with at least 8 bytes.
     """
     length = (end - first).astype(np.uint64)
     words = np.ndarray(len(b) - 7, dtype="<u8", buffer=b, strides=(1,))  # the 8 bytes from each position
     keys = words[first] & ((np.uint64(1) << (np.uint64(8) * np.minimum(length, 7))) - np.uint64(1))
     keys |= np.minimum(length, 8) << np.uint64(56)
-    long = np.flatnonzero(length > 7)
+    mid = np.flatnonzero((length > 7) & (length < 16))
+    if len(mid):
+        rest = words[first[mid] + 8] & ((np.uint64(1) << (np.uint64(8) * (length[mid] - np.uint64(8)))) - np.uint64(1))
+        rest |= length[mid] << np.uint64(56)
+        word_ids = factorize(np.concatenate([words[first[mid]], rest]))[0]
+        keys[mid] = np.uint64(8 << 56) | (word_ids[:len(mid)] * (2 * len(mid)) + word_ids[len(mid):]).astype(np.uint64)
+    long = np.flatnonzero(length > 15)
     if len(long):
         offsets = np.zeros(len(long) + 1, dtype=np.int64)
         np.cumsum(length[long], out=offsets[1:])
         at = np.arange(offsets[-1]) + np.repeat(first[long] - offsets[:-1], length[long].astype(np.int64))
         tokens = pa.Array.from_buffers(pa.large_binary(), len(long), [None, pa.py_buffer(offsets), pa.py_buffer(b[at])])
-        keys[long] = np.uint64(8 << 56) | pc.dictionary_encode(tokens).indices.to_numpy().astype(np.uint64)
-    ids, uniques = pd.factorize(keys)
+        keys[long] = np.uint64(9 << 56) | pc.dictionary_encode(tokens).indices.to_numpy().astype(np.uint64)
+    ids, uniques = factorize(keys)
     return ids.astype(np.int64, copy=False), len(uniques)
+
+
+def factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """pandas' factorize of 64-bit keys (ids in order of first appearance), after a multiply by an odd constant: a
+    bijection mod 2**64, so the ids are unchanged, that spreads the keys' structured bits, which its table hashes
+    poorly."""
+    return pd.factorize((keys * np.uint64(0x9E3779B97F4A7C15)).view(np.int64))
 
 
 @functools.lru_cache(maxsize=1)
@@ -200,27 +239,22 @@ def rapidfuzz_sequence(ids: np.ndarray, vocab_size: int) -> str | list[int]:
     return ids.tolist()
 
 
-def since_last(mark: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """For each entry ``i``: ``min(edges[m:i])`` with ``m`` the last marked entry before ``i`` (0 if none).
+def run_minima(edges: np.ndarray, run_start: np.ndarray, big: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each entry ``k`` of runs of entries: the minimum of ``edges`` from its run's start to ``k``
+    (``edges[start..k]``) and from ``k + 1`` to its run's end (``edges[k + 1..end]``).
 
-    ``edges[k]`` is a value between entries ``k`` and ``k + 1`` (here: their LCP). One pass: a
-    running minimum that restarts at every mark, done as a ``maximum.accumulate`` over
-    ``segment * big - edge`` (``big`` > every edge) so that a later segment always dominates.
+    ``edges`` has one more value than entries (``edges[k]`` lies between entries ``k - 1`` and ``k``),
+    ``run_start`` marks the first entry of each run, ``big`` exceeds every edge. One running maximum each
+    way over ``run * big - edge``, so that a later run always dominates.
     """
-    big = int(edges.max(initial=0)) + 1
-    dtype = np.int32 if len(mark) * big < 2**31 else np.int64  # half the memory traffic when it fits
-    out = np.zeros(len(mark), dtype=dtype)
-    if len(edges) == 0:
-        return out
-    base = np.cumsum(mark[:-1], dtype=dtype) * dtype(big)  # segment * big
-    out[1:] = base - np.maximum.accumulate(base - edges.astype(dtype))
-    out[1:][base == 0] = 0  # no mark yet
-    return out
-
-
-def until_next(mark: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """For each entry ``i``: ``min(edges[i:n])`` with ``n`` the next marked entry after ``i`` (0 if none)."""
-    return since_last(mark[::-1], edges[::-1])[::-1]
+    n = len(run_start)
+    dtype = np.int32 if (n + 2) * big < 2**31 else np.int64  # half the memory traffic when it fits
+    run = np.cumsum(run_start, dtype=dtype)
+    run *= dtype(big)
+    forward = run - np.maximum.accumulate(run - edges[:n])
+    back = run[-1] - run[::-1]  # runs numbered from the end, times big
+    backward = (back - np.maximum.accumulate(back - edges[:0:-1]))[::-1]
+    return forward, backward
 
 
 def _span(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -327,40 +361,49 @@ def set_counts(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cand: n
         x = pd.factorize(x)[0]
 
     sa = suffix_array(x)
-    lcp = kasai(x, sa)  # lcp[i] = LCP(suffix sa[i], suffix sa[i + 1])
-    seg_sa = seg[sa]
-    text_rank = np.flatnonzero(seg_sa % 2 == 0)  # drop separator suffixes
-    pos, seg_pos = sa[text_rank], seg_sa[text_rank]
-    pair = seg_pos // 4
-    is_ref = seg_pos % 4 == 2
-    edges = lcp[text_rank[:-1]]  # LCP of consecutive text suffixes (0 across a separator suffix)
+    # In suffix-array order: runs of suffixes of the same text type (candidate / reference; the
+    # separators, whose suffixes share nothing with any other, count as candidates), and the LCP
+    # with the previous suffix (0 before the first, as after the last).
+    is_ref = ((seg & 3) == 2)[sa]
+    edges = np.zeros(len(x) + 1, dtype=np.int32)
+    edges[1:-1] = kasai(x, sa)[:-1]
     if n_max is not None:  # every count below compares LCPs with lengths <= n_max only
-        edges = np.minimum(edges, n_max + 1)
-
-    above_ref = since_last(is_ref, edges)  # LCP with the closest reference suffix above
-    above_cand = since_last(~is_ref, edges)
-    lcp_prev = np.where(is_ref, above_ref, above_cand)
-    # Matching statistics: the longest prefix a suffix shares with any suffix of the other text.
-    matching = np.where(is_ref, np.maximum(above_cand, until_next(~is_ref, edges)),
-                        np.maximum(above_ref, until_next(is_ref, edges)))
-    group = 2 * pair + is_ref
+        np.minimum(edges, n_max + 1, out=edges)
+    run_start = np.empty(len(x), dtype=bool)
+    run_start[0] = True
+    np.not_equal(is_ref[1:], is_ref[:-1], out=run_start[1:])
+    # LCP with the closest suffix of the other text above / below: the minimum edge back to the run's start / on
+    # to its end; its maximum is the matching statistic (longest prefix shared with any suffix of the other text).
+    above, below = run_minima(edges, run_start, int(edges.max()) + 1)
+    # LCP with the closest suffix of the same text above: the edge above inside a run; at a run's start, the
+    # minimum over the previous run and its edges.
+    lcp_prev = edges[:-1].copy()
+    first = np.flatnonzero(run_start[1:]) + 1
+    lcp_prev[first] = np.minimum(above[first - 1], edges[first])
+    # Back to text order, where every text is a contiguous segment.
+    ms = np.empty(len(x), dtype=above.dtype)
+    ms[sa] = np.maximum(above, below)
+    prev = np.empty(len(x), dtype=lcp_prev.dtype)
+    prev[sa] = lcp_prev
     out = {}
+    seg_start = seg_end - seg_len
 
-    def per_pair(weights: np.ndarray, side: int) -> np.ndarray:
-        return np.bincount(group, weights=weights, minlength=2 * P)[side::2].round().astype(np.int64)
+    def per_text(values: np.ndarray, side: int) -> np.ndarray:
+        """Sum of ``values`` over each pair's candidate (side 0) or reference (side 2)."""
+        total = np.zeros(len(values) + 1, dtype=np.int64)
+        np.cumsum(values, out=total[1:])
+        return total[seg_end[side::4]] - total[seg_start[side::4]]
 
-    new_token = lcp_prev == 0
-    for name, side, where in (("uniq_cand", 0, new_token), ("uniq_ref", 1, new_token),
-                              ("uniq_common", 0, new_token & (matching >= 1))):
+    new_token = prev == 0
+    for name, side, where in (("uniq_cand", 0, new_token), ("uniq_ref", 2, new_token),
+                              ("uniq_common", 0, new_token & (ms >= 1))):
         if name in names:
-            out[name] = per_pair(where, side)
+            out[name] = per_text(where, side)
     ngram_names = {"ngram_cand", "ngram_ref", "ngram_common"} & set(names)
     greedy_names = {"greedy_cand", "greedy_ref"} & set(names)
     if greedy_names or (dynamic and ngram_names):
-        ms = np.zeros(len(x), dtype=matching.dtype)
-        ms[pos] = matching
         cap = int(lengths.max(initial=0)) if n_max is None else n_max
-        greedy_longest, covered = greedy_matches(ms, seg, seg_end - seg_len, seg_end, n_min, cap, bool(greedy_names))
+        greedy_longest, covered = greedy_matches(ms, seg, seg_start, seg_end, n_min, cap, bool(greedy_names))
         if greedy_names:
             out["greedy_cand"], out["greedy_ref"] = covered[0::4], covered[2::4]
     if not ngram_names:
@@ -369,13 +412,14 @@ def set_counts(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cand: n
         hi_n = np.maximum(np.maximum(greedy_longest[0::4], greedy_longest[2::4]), n_min)
     else:
         hi_n = lcs if n_max is None else np.full(P, n_max, dtype=np.int64)
-    first_new = np.maximum(n_min, lcp_prev + 1)  # shortest n-gram starting here not seen earlier in its text
-    hi = hi_n[pair]
+    first_new = np.maximum(prev + 1, n_min)  # shortest n-gram starting here not seen earlier in its text
+    hi = np.repeat(hi_n.astype(prev.dtype, copy=False), seg_len.reshape(P, 4).sum(axis=1))
     if "ngram_cand" in names or "ngram_ref" in names:
-        ngrams = _span(first_new, np.minimum(hi, seg_end[seg_pos] - pos))  # suffix lengths in their texts
-        out["ngram_cand"], out["ngram_ref"] = per_pair(ngrams, 0), per_pair(ngrams, 1)
+        rest = np.repeat(seg_end, seg_len) - np.arange(len(x))  # suffix lengths in their texts
+        ngrams = _span(first_new, np.minimum(hi, rest))
+        out["ngram_cand"], out["ngram_ref"] = per_text(ngrams, 0), per_text(ngrams, 2)
     if "ngram_common" in names:
-        out["ngram_common"] = per_pair(_span(first_new, np.minimum(hi, matching)), 0)
+        out["ngram_common"] = per_text(_span(first_new, np.minimum(hi, ms)), 0)
     return out
 
 

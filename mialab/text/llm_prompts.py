@@ -8,6 +8,7 @@ Templates live in ``resources/prompts/lara/NAME.txt`` and use ``str.format`` fie
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Callable
@@ -75,12 +76,14 @@ def parse_list(output: str) -> list[str]:
 
 
 def collect_items(prompts: list[str], generate: Generate, accept: Callable[[int, str], list[str]],
-                  n_items: int, *, max_attempts: int = 3, what: str = "items") -> list[list[str]]:
+                  n_items: int, *, max_attempts: int = 3, what: str = "items",
+                  fallback: Callable[[list[int]], list[list[str]]] | None = None) -> list[list[str]]:
     """Ask ``generate`` until each prompt has ``n_items`` distinct accepted items.
 
     ``accept(i, completion)`` returns the valid items found in prompt ``i``'s completion. Only
     prompts still short of items are sent again (useful with a sampling engine; a greedy one
-    repeats itself). Still short after ``max_attempts`` rounds: ValueError naming them.
+    repeats itself). Still short after ``max_attempts`` rounds: ValueError naming them, or, given
+    ``fallback(indices) -> items``, those prompts' items from it instead (logged).
     """
     items: list[list[str]] = [[] for _ in prompts]
     for _ in range(max_attempts):
@@ -98,6 +101,12 @@ def collect_items(prompts: list[str], generate: Generate, accept: Callable[[int,
                     items[i].append(item)
                     seen.add(key)
     short = [i for i, got in enumerate(items) if len(got) < n_items]
+    if short and fallback is not None:
+        logging.getLogger(__name__).warning("%s: %d of %d prompt(s) still invalid after %d attempt(s) take the "
+                                            "fallback", what, len(short), len(prompts), max_attempts)
+        for i, got in zip(short, fallback(short), strict=True):
+            items[i] = got
+        short = []
     if short:
         raise ValueError(f"{what}: {len(short)} prompt(s) still lack {n_items} valid item(s) after "
                          f"{max_attempts} attempt(s), e.g. prompt indices {short[:5]}")

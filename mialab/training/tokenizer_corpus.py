@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
+import pandas as pd
+
 from mialab.data.sources import read_table
 
 
@@ -16,5 +18,5 @@ def corpus_texts(sources: list[str]) -> Iterator[str]:
             continue
         df = read_table(src)
         for col in df.columns:
-            if df[col].dtype == object:
+            if pd.api.types.is_object_dtype(df[col]) or pd.api.types.is_string_dtype(df[col]):
                 yield from (v for v in df[col] if isinstance(v, str))

@@ -80,21 +80,22 @@ def drop_duplicate_texts(pool: pd.DataFrame, *, family: str) -> pd.DataFrame:
     return pool.loc[~dup].reset_index(drop=True)
 
 
-def pretraining_pool(texts: pd.Series, *, family: str, source: str | dict | pd.Series, ratio: float,
+def pretraining_pool(texts: pd.Series, *, family: str, source: str | dict | pd.Series, ratio: float, rounding: str,
                      max_words: int | None = None, labels=None, extra: dict | None = None) -> pd.DataFrame:
-    """Pool rows under the pretraining prefix rule (first ``ratio`` of the words).
+    """Pool rows under the pretraining prefix rule (first ``ratio`` of the words, ``rounding``: the pool's
+    ``prefix_rounding``, :func:`mialab.text.prefix.split_words`).
 
     ``max_words`` first truncates long documents; ``labels`` (optional) and ``extra`` columns
     (e.g. ``group``, ``pair_id``) are carried along row by row.
     """
-    cut = texts.map(lambda t: split_words(truncate_words(t, max_words), ratio))
+    cut = texts.map(lambda t: split_words(truncate_words(t, max_words), ratio, rounding=rounding))
     pool = pd.DataFrame({"prefix": cut.str[0].to_numpy(), "suffix": cut.str[1].to_numpy()})
     pool["text"] = pool["prefix"] + " " + pool["suffix"]
     return _finish(pool, family=family, source=source, labels=labels, extra=extra)
 
 
 def request_response_pool(requests: pd.Series, responses: pd.Series, *, family: str, source: str | dict | pd.Series,
-                          ratio: float, max_words: int | None = None, labels=None,
+                          ratio: float, rounding: str, max_words: int | None = None, labels=None,
                           extra: dict | None = None) -> pd.DataFrame:
     """Pool rows under the request + response rule: full request plus the first ``ratio`` of the
     response's words as prefix (``ratio`` 0: the request alone, the whole response is the suffix).
@@ -105,7 +106,7 @@ def request_response_pool(requests: pd.Series, responses: pd.Series, *, family: 
         pool = pd.DataFrame({"prefix": request.to_numpy(), "suffix": response.to_numpy(),
                              "text": (request + "\n\n" + response).to_numpy()})
         return _finish(pool, family=family, source=source, labels=labels, extra=extra)
-    cut = response.map(lambda s: split_words(s, ratio))
+    cut = response.map(lambda s: split_words(s, ratio, rounding=rounding))
     pool = pd.DataFrame({
         "prefix": (requests.str.strip() + "\n\n" + cut.str[0]).to_numpy(),
         "suffix": cut.str[1].to_numpy(),

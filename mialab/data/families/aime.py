@@ -102,7 +102,7 @@ def load_pool(spec: dict) -> pd.DataFrame:
     if ratio == 0:
         prefix, suffix, text = problem, solution, problem + "\n\n" + solution
     else:
-        cut = solution.map(lambda s: split_words(s, ratio))
+        cut = solution.map(lambda s: split_words(s, ratio, rounding=spec["prefix_rounding"]))
         prefix, suffix = problem + "\n\n" + cut.str[0], cut.str[1]
         text = prefix + " " + suffix
     pool = pd.DataFrame({

@@ -25,7 +25,8 @@ def load_pool(spec: dict) -> pd.DataFrame:
     require_columns(raw, ["snippet", "label", "book"], source=src)
     raw = drop_blank(raw, ["snippet"], family="bookmia")
     pool = pretraining_pool(raw["snippet"], family="bookmia", source=src,
-                            ratio=float(spec["prefix_ratio"]), max_words=spec.get("max_words"),
+                            ratio=float(spec["prefix_ratio"]), rounding=spec["prefix_rounding"],
+                            max_words=spec.get("max_words"),
                             labels=raw["label"], extra={"group": raw["book"].astype(str)})
     pool = drop_duplicate_texts(pool, family="bookmia")
     return apply_membership(pool, spec["membership"], source_label=pool["label"])

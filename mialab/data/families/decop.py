@@ -25,7 +25,8 @@ def decop_pool(spec: dict, *, family: str) -> pd.DataFrame:
     require_columns(raw, ["Example_A", "Label", "ID"], source=src)
     raw = drop_blank(raw, ["Example_A"], family=family)
     pool = pretraining_pool(raw["Example_A"].astype(str), family=family, source=src,
-                            ratio=float(spec["prefix_ratio"]), max_words=spec.get("max_words"),
+                            ratio=float(spec["prefix_ratio"]), rounding=spec["prefix_rounding"],
+                            max_words=spec.get("max_words"),
                             labels=raw["Label"], extra={"group": raw["ID"].astype(str)})
     pool = drop_duplicate_texts(pool, family=family)
     return apply_membership(pool, spec["membership"], source_label=pool["label"])

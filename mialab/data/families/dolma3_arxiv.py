@@ -48,5 +48,6 @@ def load_pool(spec: dict) -> pd.DataFrame:
             raise ValueError("dolma3_arxiv: max_tokens needs tokenizer (the tokenizer that counts them)")
         texts, max_words = texts.map(token_truncator(spec["tokenizer"], int(spec["max_tokens"]))), None
     pool = pretraining_pool(texts, family="dolma3_arxiv", source=raw["source"],
-                            ratio=float(spec["prefix_ratio"]), max_words=max_words, labels=raw["label"])
+                            ratio=float(spec["prefix_ratio"]), rounding=spec["prefix_rounding"],
+                            max_words=max_words, labels=raw["label"])
     return drop_duplicate_texts(pool, family="dolma3_arxiv")

@@ -45,7 +45,7 @@ def load_pool(spec: dict) -> pd.DataFrame:
         parts.append(read_problems(spec[key], **cols).assign(label=label, source=describe(spec[key]), group=group))
     raw = pd.concat(parts, ignore_index=True)
     pool = pretraining_pool(raw["problem"], family="lara_rl", source=raw["source"],
-                            ratio=float(spec["prefix_ratio"]), labels=raw["label"],
+                            ratio=float(spec["prefix_ratio"]), rounding=spec["prefix_rounding"], labels=raw["label"],
                             extra={"group": raw["group"], "answer": raw["answer"]})
     return drop_duplicate_texts(pool, family="lara_rl")
 

@@ -51,6 +51,7 @@ def load_pool(spec: dict) -> pd.DataFrame:
     src, domain = spec["source"], spec["domain"]
     raw = drop_blank(read_mimir(src, domain), ["text"], family="mimir")
     pool = pretraining_pool(raw["text"].astype(str), family=f"mimir_{domain}", source=f"{describe(src)}:{domain}",
-                            ratio=float(spec["prefix_ratio"]), max_words=spec.get("max_words"),
+                            ratio=float(spec["prefix_ratio"]), rounding=spec["prefix_rounding"],
+                            max_words=spec.get("max_words"),
                             labels=raw["label"], extra={"group": domain})
     return drop_duplicate_texts(pool, family="mimir")

@@ -30,7 +30,7 @@ def load_pool(spec: dict) -> pd.DataFrame:
     raw = drop_blank(raw, [pcol, scol], family="olympiad_math", on_blank=spec["missing_solution"],
                      hint="; no suffix to reconstruct: set missing_solution: drop to skip them")
     pool = request_response_pool(raw[pcol].astype(str), raw[scol].astype(str), family="olympiad_math", source=src,
-                                  ratio=float(spec["solution_prefix_ratio"]),
+                                  ratio=float(spec["solution_prefix_ratio"]), rounding=spec["prefix_rounding"],
                                   max_words=spec.get("max_words"))
     pool = drop_duplicate_texts(pool, family="olympiad_math")
     return apply_membership(pool, spec["membership"])

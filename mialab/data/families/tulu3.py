@@ -93,5 +93,6 @@ def load_pool(spec: dict) -> pd.DataFrame:
     raw = raw[fits].reset_index(drop=True)
     pool = request_response_pool(raw["user"].astype(str), raw["assistant"].astype(str), family="tulu3",
                                   source=raw["source"], ratio=float(spec["response_prefix_ratio"]),
-                                  labels=raw["label"], extra={"group": subset or "tulu3"})
+                                  rounding=spec["prefix_rounding"], labels=raw["label"],
+                                  extra={"group": subset or "tulu3"})
     return drop_duplicate_texts(pool, family="tulu3")

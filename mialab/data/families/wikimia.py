@@ -50,7 +50,7 @@ def load_pool(spec: dict) -> pd.DataFrame:
     require_columns(raw, ["input", "label"], source=spec["source"])
     require_text(raw, ["input"], source=spec["source"])
     raw = drop_repeats(raw)
-    cut = raw["input"].map(lambda t: split_words(t, float(spec["prefix_ratio"])))
+    cut = raw["input"].map(lambda t: split_words(t, float(spec["prefix_ratio"]), rounding=spec["prefix_rounding"]))
     pool = pd.DataFrame({
         "id": raw["input"].map(_id),
         "prefix": cut.str[0],

@@ -69,7 +69,8 @@ def load_pool(spec: dict) -> pd.DataFrame:
     raw = filtered(drop_blank(raw, ["input", *keys], family="wikimia_24_hard"), spec)
     pair_key = raw[keys].astype(str).agg("\x1f".join, axis=1)
     pool = pretraining_pool(raw["input"].astype(str), family="wikimia_24_hard", source=src,
-                            ratio=float(spec["prefix_ratio"]), max_words=spec.get("max_words"),
+                            ratio=float(spec["prefix_ratio"]), rounding=spec["prefix_rounding"],
+                            max_words=spec.get("max_words"),
                             labels=raw["label"],
                             extra={"pair_id": pair_key.map(lambda k: content_id("wikimia_24_hard-pair", k))})
     return complete_pairs(drop_duplicate_texts(pool, family="wikimia_24_hard"), family="wikimia_24_hard")
