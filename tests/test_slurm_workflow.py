@@ -194,11 +194,12 @@ def test_lara_paper_config_rehearses_through_slurm(slurm_env):
     """lara_rl_models rehearsed through SLURM (rehearse_through_slurm): continued GRPO of each released model,
     Table 1's report per dataset with every model's row, and each job got the GPUs its code uses (sacct's
     AllocTRES): one for the one-process continued GRPO (the rehearsal's launch.nproc 1) and for each forward
-    pass, none for the CPU stages."""
+    pass and for the perturbations' instruction model (the paper config's vLLM engine at tensor-parallel size 1),
+    none for the CPU stages."""
     cfg, workdir, jobs = rehearse_through_slurm("lara_rl_models", slurm_env)
     lara_reports_written(cfg, workdir / "results")
-    one_gpu = {"rl_contaminate", "score_baselines", "lara_features", "lara_baselines"}
-    assert one_gpu | {"rehearsal_model", "lara_perturbations", "lara_scores", "lara_report"} <= set(jobs["rule"])
+    one_gpu = {"rl_contaminate", "score_baselines", "lara_features", "lara_baselines", "lara_perturbations"}
+    assert one_gpu | {"rehearsal_model", "lara_scores", "lara_report"} <= set(jobs["rule"])
     gpus = jobs.groupby("rule")["alloc_gpus"].agg(set).to_dict()
     assert gpus == {rule: {int(rule in one_gpu)} for rule in gpus}, gpus
     shutil.rmtree(workdir)
