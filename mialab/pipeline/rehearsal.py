@@ -102,9 +102,10 @@ SHRINK: dict[str, int] = {
     "launch.nproc": 1,
 }
 DEVICES = ["scoring.device", "lara.features.device", "lara.baselines.device", "calibdcd.lm.device"]
-# generation sections and the key naming their backend: vllm -> hf where vLLM is not importable (hf keeps these
-# options of the section's backend_options)
-BACKENDS = {"n_sampling": "backend", "calibdcd.generation": "backend", "lara.llm": "engine"}
+# generation sections: (the key naming their backend, the key of its options); vllm -> hf where vLLM is not
+# importable, keeping the options the hf backend takes (hf_options)
+BACKENDS = {"n_sampling": ("backend", "backend_options"), "calibdcd.generation": ("backend", "backend_options"),
+            "lara.llm": ("engine", "backend_options"), "datasets.*.paraphrase": ("backend", "options")}
 HF_BACKEND_OPTIONS = ("batch_size", "dtype", "cache_implementation")
 # keys naming a model by hub id outside the models section (an encoder, a scorer, a pool's token counter):
 # their stand-ins are inputs of every models-section stand-in, so each stage reading one that also reads a
@@ -275,27 +276,23 @@ def cpu_only(config: dict, vllm_available: bool) -> None:
     for pattern in DEVICES:
         for _, parent, last in matches(config, pattern):
             parent[last] = "cpu"
-    for section, backend in BACKENDS.items():
+    for section, (backend, options) in BACKENDS.items():
         for _, parent, last in matches(config, f"{section}.{backend}"):
             if parent[last] == "vllm" and not vllm_available:
                 parent[last] = "hf"
-                parent["backend_options"] = {k: v for k, v in parent.get("backend_options", {}).items()
-                                             if k in HF_BACKEND_OPTIONS}
+                parent[options] = {k: v for k, v in parent.get(options, {}).items() if k in hf_options(section)}
             if parent[last] == "hf":
-                parent.setdefault("backend_options", {})["device"] = "cpu"
-    for _, para, _ in matches(config, "datasets.*.paraphrase.backend"):
-        if para["backend"] == "vllm" and not vllm_available:  # the hf paraphraser takes its own options only
-            para["backend"] = "hf"
-            para["options"] = {k: v for k, v in para.get("options", {}).items() if k in paraphraser_options("hf")}
-        if para["backend"] == "hf":
-            para.setdefault("options", {})["device"] = "cpu"
+                parent.setdefault(options, {})["device"] = "cpu"
 
 
-def paraphraser_options(backend: str) -> set[str]:
-    """The options paraphrase backend ``backend`` accepts (its function's keyword arguments)."""
-    from mialab.data.paraphrase import Paraphrasers
+def hf_options(section: str) -> set[str]:
+    """The options the hf backend of ``section`` takes: the paraphraser's keyword arguments, the rollout engine's
+    :data:`HF_BACKEND_OPTIONS`."""
+    if section == "datasets.*.paraphrase":
+        from mialab.data.paraphrase import Paraphrasers
 
-    return set(inspect.signature(Paraphrasers.get(backend)).parameters)
+        return set(inspect.signature(Paraphrasers.get("hf")).parameters)
+    return set(HF_BACKEND_OPTIONS)
 
 
 def vllm_importable() -> bool:
