@@ -7,7 +7,8 @@ and prints CPU seconds; ``--save DIR`` also writes the outputs, to compare two c
 - ``lara_baselines``: :func:`mialab.lara.stages.baseline_scores` (sft, aime, seed 0);
 - ``lara_features``: :func:`mialab.lara.features.extract_layer_features` of the job's distinct texts;
 - ``calibdcd_features``: :func:`mialab.calibdcd.stages.extract_features` of scope ``original``
-  (every wikimia pool text, the largest job) or ``views`` (seed 0's D-cal under the ten views).
+  (every wikimia pool text, the largest job, after its VeilProbe perturbation, rule
+  ``calibdcd_perturbation``'s) or ``views`` (seed 0's D-cal under the ten views).
 
 Measured on a shared 2-core machine (CPU seconds of one job, under cProfile except lara_features;
 same inputs, outputs compared):
@@ -80,22 +81,27 @@ def lara_features(world: str):
 
 def calibdcd_features(world: str, scope: str):
     from mialab.lm.engine import rollout_generator
-    from mialab.calibdcd.stages import extract_features, scope_texts
+    from mialab.calibdcd.plan import perturbation_options
+    from mialab.calibdcd.stages import extract_features, perturb_pool, scope_texts
 
     model = lambda name: one(f"{world}/results/models/{name}/*/model")  # noqa: E731
-    pool = pd.read_parquet(one(f"{world}/results/pools/wikimia/*/pool.parquet"), columns=["id", "prefix", "suffix"])
+    pool = pd.read_parquet(one(f"{world}/results/pools/wikimia/*/pool.parquet"), columns=["id", "text", "prefix", "suffix"])
     ids = None if scope == "original" else pd.read_parquet(
         one(f"{world}/results/calibdcd/partitions/wikimia/seed-0/*/calibration.parquet"))["id"].tolist()
     cfg = default_config()["calibdcd"]
     gen = cfg["generation"]
     generate = rollout_generator(model("base"), backend=gen["backend"], backend_options=gen["backend_options"])
     dpdllm = {k: v for k, v in cfg["detectors"]["dpdllm"].items() if k != "finetune"}
+    vp = cfg["detectors"]["veilprobe"]
     detectors = {"dpdllm": {**dpdllm, "reference_model": one(f"{world}/results/calibdcd/references/wikimia/*/model")},
-                 "veilprobe": {**cfg["detectors"]["veilprobe"], "key_token_model": model("control"),
-                               "max_new_tokens": gen["max_new_tokens"]}}
-    if scope != "original":
+                 "veilprobe": {"temperature": vp["temperature"], "max_new_tokens": gen["max_new_tokens"]}}
+    texts = scope_texts(pool, ids)
+    if scope == "original":   # VeilProbe's prompts (rule calibdcd_perturbation's, once per pool)
+        options = {**perturbation_options(vp), "key_token_models": [model("control")]}
+        texts = texts.merge(perturb_pool(texts, options, cfg["lm"]), on="id")
+    else:
         del detectors["veilprobe"]      # the views job asks the target for DPDLLM's prompts only
-    return extract_features(scope_texts(pool, ids), ["original"] if scope == "original" else VIEWS,
+    return extract_features(texts, ["original"] if scope == "original" else VIEWS,
                             generate=generate, detectors=detectors, lm_options=cfg["lm"])
 
 

@@ -14,7 +14,8 @@
 # - adra_eval (model, dataset, seed, policy): N rollouts at the evaluation temperature from a policy:
 #   init (the untrained model, step 0), <variant>-step<k> or <variant>-final.
 # - adra_scores: as n_sampling_scores; the final policies' columns (adra/..., adra_plus/...,
-#   adra_sft/...) join the results table through SCORE_PROVIDERS.
+#   adra_sft/...) and the untrained policy's (adra_init/..., where step 0 is evaluated) join the results
+#   table through SCORE_PROVIDERS; intermediate steps stay in the report.
 # - adra_report (dataset, every N-Sampling dataset): top-5 / primary-metric AUROC of N-Sampling, ADRA
 #   where it runs and the best passive baseline, and AUROC against the RL step; `snakemake adra` builds
 #   them and all they need.

@@ -6,6 +6,8 @@
 #   text (labels are not read).
 # - calibdcd_partition (dataset, seed): supervised split and known non-members D-cal from the pool
 #   without the seed's common split; that split is the evaluation set.
+# - calibdcd_perturbation (dataset): VeilProbe's key-token perturbation of every pool text, once per pool
+#   (it reads no target and no label); resumes from its parts.
 # - calibdcd_features (model, dataset, scope): the target's outputs and DPDLLM's features; scope
 #   `original` = the original query on every pool text (shared by all seeds, VeilProbe's prompts
 #   too), scope `views` = the ten controlled views on every seed's D-cal (each text once; DPDLLM
@@ -48,7 +50,8 @@ rule calibdcd_reference:
         manifest=PLAN.pattern("calibdcd/references", "manifest.json"),
     params:
         base=lambda wc: CALIBDCD_PLAN.lm_path(CALIBDCD_PLAN.spec["detectors"]["dpdllm"]["reference_model"]),
-        spec=lambda wc: CALIBDCD_PLAN.spec["detectors"]["dpdllm"],
+        length=lambda wc: CALIBDCD_PLAN.spec["detectors"]["dpdllm"]["length"],
+        finetune=lambda wc: CALIBDCD_PLAN.spec["detectors"]["dpdllm"]["finetune"],
         device=lambda wc: CALIBDCD_PLAN.spec["lm"]["device"],
         manifest=lambda wc: _checked(CALIBDCD_PLAN.reference(wc.dataset), wc).manifest,
     threads: 1
@@ -62,6 +65,29 @@ rule calibdcd_reference:
         "../workflow_scripts/calibdcd_reference.py"
 
 
+rule calibdcd_perturbation:
+    input:
+        pool=lambda wc: pool_file(wc.dataset),
+        lms=lambda wc: model_dirs(CALIBDCD_PLAN.lm_models(("key_token_model", "key_token_models", "mlm_model"))),
+    output:
+        perturbed=PLAN.pattern("calibdcd/perturbations", "perturbed.parquet"),
+        manifest=PLAN.pattern("calibdcd/perturbations", "manifest.json"),
+    params:
+        options=lambda wc: CALIBDCD_PLAN.perturbation_settings(CALIBDCD_PLAN.lm_path),
+        lm=lambda wc: CALIBDCD_PLAN.spec["lm"],
+        manifest=lambda wc: _checked(CALIBDCD_PLAN.perturbation(wc.dataset), wc).manifest,
+    priority: 5
+    threads: 1
+    resources:
+        **sized("calibdcd_perturbation"),
+    log:
+        PLAN.stage_log("calibdcd_perturbation", "calibdcd/perturbations"),
+    benchmark:
+        PLAN.stage_benchmark("calibdcd_perturbation", "calibdcd/perturbations")
+    script:
+        "../workflow_scripts/calibdcd_perturbation.py"
+
+
 rule calibdcd_features:
     input:
         unpack(
@@ -69,9 +95,13 @@ rule calibdcd_features:
             if wc.scope == ORIGINAL_SCOPE
             else {"calibration": [CALIBDCD_PLAN.partition(wc.dataset, s).path("calibration.parquet") for s in SEEDS]}
         ),
+        unpack(
+            lambda wc: {"perturbed": CALIBDCD_PLAN.perturbation(wc.dataset).path("perturbed.parquet")}
+            if wc.scope == ORIGINAL_SCOPE and "veilprobe" in CALIBDCD_DETECTORS
+            else {}
+        ),
         pool=lambda wc: pool_file(wc.dataset),
         model=lambda wc: model_dir(wc.model),
-        lms=lambda wc: model_dirs(CALIBDCD_PLAN.lm_models(("key_token_model", "key_token_models", "mlm_model"))),
         reference=lambda wc: [CALIBDCD_PLAN.reference(wc.dataset).path("model")] if "dpdllm" in CALIBDCD_DETECTORS else [],
     output:
         features=[  # VeilProbe's: rule calibdcd_veilprobe

@@ -182,6 +182,7 @@ SCORE_PROVIDERS = [
     LARA_PLAN.scores_file,
     NS_PLAN.scores_file,
     *[lambda model, dataset, seed, v=v: ADRA_PLAN.scores_file(v, model, dataset, seed) for v in VARIANTS],
+    ADRA_PLAN.init_scores_file,
 ]
 # the per-split leakage tables of every (dataset, seed), in that order (rules leakage_summary and summarize)
 LEAKAGE_TABLES = [PLAN.leakage(d, s).path("leakage.parquet") for d in DATASETS for s in SEEDS]

@@ -1,7 +1,9 @@
 # The models a config trains: the tokenizer, pretrained bases and controls, SFT-contaminated checkpoints and
 # RL-contaminated ones (GRPO checkpoints as models of kind `rl`, mialab.training; stage keys: mialab/training/plan.py,
-# RL_PLAN in rules/common.smk).
+# RL_PLAN in rules/common.smk), and masked LMs (kind `mlm`: VeilProbe's fill-mask model where no hub is reachable).
 #
+# - pretrain_mlm (model): a cased WordPiece tokenizer and a small BERT masked LM trained from scratch on the
+#   entry's corpora (every text alike), resumable as pretrain_model (mialab.training.mlm).
 # - rl_contaminate (run key, epoch): one epoch of a GRPO run on the member pool's members (or, with
 #   members.split_seed, that split's members only) plus fillers. Epoch 1 starts from the run's `init`
 #   model, epoch e resumes the trainer checkpoint of epoch e - 1 and keeps the full run's schedule,
@@ -49,6 +51,26 @@ rule pretrain_model:
         PLAN.stage_benchmark("pretrain_model", "models")
     script:
         "../workflow_scripts/pretrain_model.py"
+
+
+rule pretrain_mlm:
+    input:
+        corpora=lambda wc: local_files(config["models"][wc.model]["corpora"]),
+    output:
+        model=directory(PLAN.pattern("models", "model")),
+        manifest=PLAN.pattern("models", "manifest.json"),
+    wildcard_constraints:
+        model=models_of("mlm"),
+    params:
+        spec=lambda wc: config["models"][wc.model],
+        manifest=lambda wc: _checked(PLAN.model(wc.model), wc).manifest,
+    threads: 1
+    log:
+        PLAN.stage_log("pretrain_mlm", "models"),
+    benchmark:
+        PLAN.stage_benchmark("pretrain_mlm", "models")
+    script:
+        "../workflow_scripts/pretrain_mlm.py"
 
 
 rule sft_contaminate:

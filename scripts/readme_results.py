@@ -1,7 +1,8 @@
 """Regenerate README.md's results section from a finished run: the headline table of
-results/evaluation/headline.parquet and the exposure sweep's figure (copied to docs/figures/).
+results/evaluation/headline.parquet and the exposure sweep's figure (copied to docs/figures/ beside
+the README) with each method's onset.
 
-    python scripts/readme_results.py [--workdir .] [--readme README.md] [--check]
+    python scripts/readme_results.py [--workdir .] [--sweep DIR] [--readme README.md] [--check]
 
 --check changes nothing and exits 1 when the README's section differs from the run's.
 """
@@ -26,6 +27,7 @@ FIGURE = "docs/figures/sweep_exposure.png"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default=".", help="the working directory of the finished run (holds results/)")
+    ap.add_argument("--sweep", help="the working directory of a finished exposure sweep (default: --workdir)")
     ap.add_argument("--readme", default=str(REPO / "README.md"))
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
@@ -37,8 +39,10 @@ def main() -> int:
     cfg = yaml.safe_load((work / "config.yaml").read_text()).get("evaluation", {}) if (work / "config.yaml").is_file() else {}
     targets = cfg.get("fpr_targets", props["fpr_targets"]["default"])
     baseline = cfg.get("baseline", props["baseline"]["default"])
-    sweep = work / "results/sweep/exposure/sweep.png"
-    section = results_section(pd.read_parquet(headline_path), targets, baseline, FIGURE if sweep.is_file() else None)
+    sweep_dir = Path(args.sweep or work) / "results/sweep/exposure"
+    sweep = sweep_dir / "sweep.png"
+    table = pd.read_parquet(sweep_dir / "sweep.parquet") if sweep.is_file() else None
+    section = results_section(pd.read_parquet(headline_path), targets, baseline, FIGURE if sweep.is_file() else None, table)
     readme = Path(args.readme)
     new = replace_section(readme.read_text(), section)
     if args.check:
@@ -46,8 +50,8 @@ def main() -> int:
         print("README results section is up to date" if same else "README results section differs from the run")
         return 0 if same else 1
     if sweep.is_file():
-        (REPO / FIGURE).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(sweep, REPO / FIGURE)
+        (readme.parent / FIGURE).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(sweep, readme.parent / FIGURE)
     write_text(new, readme)
     return 0
 

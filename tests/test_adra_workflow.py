@@ -133,6 +133,15 @@ def test_the_overlay_plans_adra_on_every_target_seed_and_policy(tmp_path):
     assert jobs["adra_report"] == len(a.report_datasets()) == 2
     assert jobs["n_sampling_scores"] >= len(a.pairs())  # one N-Sampling job per target, every seed
     assert jobs["score_baselines"] >= len(a.pairs())      # ADRA+ waits for its weights
+    # the results table joins each final policy and the untrained one (adra_init), not the intermediate steps
+    for seed in cfg["seeds"]:
+        assert a.init_scores_file("sft", "aime", seed) == a.scores("sft", "aime", seed, "init").path("scores.parquet")
+    assert a.init_scores_file("base", "wikimia", 0) is None     # not an ADRA target
+    proc = snakemake(wd, "-n", "evaluation", "--configfile", str(wd / "config.yaml"), str(OVERLAY))
+    jobs = [b.split("\n[")[0] for b in (proc.stdout + proc.stderr).split("rule evaluate_dataset:")[1:]]  # to the next job
+    inputs = [b.split("output:")[0] for b in jobs if "dataset=aime" in b][0]
+    assert inputs.count("results/adra/scores/sft/aime/seed-") == 3 * (1 + len(a.variants()))
+    assert all(f"/seed-{s}/init/" in inputs for s in cfg["seeds"])
 
 
 def test_the_recon_overlay_plans_its_model_and_both_attacks_on_wikimia_only(tmp_path):
@@ -218,9 +227,9 @@ def test_training_keeps_the_adapters_of_the_evaluated_steps_and_never_sees_label
 def test_final_policies_join_the_results_table_and_the_report_plots_every_step(adra_world):
     summary = pd.read_parquet(adra_world / "results/evaluation/aime/summary.parquet")
     sft = set(summary.loc[summary["model"] == "sft", "method"])
-    for method in ("adra", "adra_plus", "adra_sft", "n_sampling"):
+    for method in ("adra", "adra_plus", "adra_sft", "n_sampling", "adra_init"):   # adra_init: the untrained control
         assert f"{method}/lcs_ratio_ref@bon" in sft
-    assert not summary["method"].str.contains("@step|adra_init").any(), "intermediate policies stay in the report"
+    assert not summary["method"].str.contains("@step").any(), "intermediate policies stay in the report"
     report = pd.read_csv(adra_world / "results/adra/report/aime/adra.csv")
     steps = report.dropna(subset=["step"]).set_index("attack")["step"]
     assert steps["adra_init"] == 0 and steps["adra@step1"] == 1 and steps["adra_plus"] == 2
@@ -243,12 +252,16 @@ CODE_SETTINGS = {
     "bookmia_paraphrased": ("trio", 1.5, 7, ("trio", 7, "min_k@0.2")),
     "wikimia_24_hard_paraphrased": ("trio", 1.5, 3, ("trio", 3, "min_k_plus_plus@0.2")),
     "dolma3_arxiv_paraphrased": ("trio", 1.5, 7, ("trio", 7, "loss")),
+    "aime_paraphrased": ("ngram", 1.5, 7, ("ngram", 7, "min_k_plus_plus@0.2")),
+    "olympiad_math_paraphrased": ("trio", 2.0, 7, ("trio", 7, "min_k_plus_plus@0.2")),
     "s1_1": ("trio", 1.25, 0, None),
     "s1": ("trio", 1.5, 0, None),
 }
 # datasets whose ADRA script leaves ADRA_USE_DYNAMIC_MAX_NGRAM unset: the n-gram range [3, 30], not the dynamic one
 # (every ADRA+ script sets it)
-FIXED_NGRAM_RANGE = {"aime", "aya", "wildchat", "bookmia"}
+FIXED_NGRAM_RANGE = {"aime", "aime_paraphrased", "aya", "wildchat", "bookmia"}
+# the GRPO learning rate of the code's scripts: 3e-5 for AIME and distillation (the paper's Table 14: 5e-5), else 5e-5
+CODE_LR = {"aime": 3e-5, "aime_paraphrased": 3e-5, "s1": 3e-5, "s1_1": 3e-5}
 INSTRUCT = ("tulu", "instruct")  # the code applies these models' chat templates everywhere
 
 
@@ -266,6 +279,7 @@ def test_paper_configs_use_the_codes_settings():
             if metric == "ngram":  # trio reads no n-gram range
                 assert code_range == ["fixed" if dataset in FIXED_NGRAM_RANGE else "dynamic", 30, "whitespace"], dataset
             assert adra["distractor_sampling"] == "without_replacement" and adra["settings"]["weight_decay"] == 0.01
+            assert adra["settings"]["lr"] == CODE_LR.get(dataset, 5e-5), (path.name, dataset)
             if plus is not None:
                 p = a.train(model, dataset, "adra_plus", 0).manifest["config"]
                 assert (p["reward"]["metric"], p["contrastive"]["distractors"], p["contrastive"]["baseline"]) == plus

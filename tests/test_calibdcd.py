@@ -506,10 +506,32 @@ def test_dpdllm_extractor_on_tiny_llama(tiny_model, tiny_split):
     outs = generate(tiny_split["prefix"].tolist())
     assert outs == generate(tiny_split["prefix"].tolist()) and len(outs) == 4   # seeded sampling: deterministic
     frame = dpdllm_view_features(tiny_split, "tiny_chat", generate=generate, reference_model=tiny_model,
-                                 length=8, device="cpu")
+                                 length=8, prompt="first_words", device="cpu")
     z = view_matrices(frame, tiny_split["id"])["tiny_chat"]
     assert z.shape == (4, 8) and np.isfinite(z).all()
     assert ((z >= 0) & (z <= 1)).all() and (z[:, 0] > 0).any()
+
+
+def test_dpdllm_prompt_is_the_codes_first_words_so_the_features_read_the_target(tiny_model, tiny_split):
+    """DPDLLM's code prompts with the text's first length // 2 words; the reference reads the first ``length``
+    packed tokens, so a prompt as long as that (here the split's prefix) leaves the target out of the features."""
+    from mialab.calibdcd.extract import dpdllm_prompts, dpdllm_view_features
+
+    code = [" ".join(t.split(" ")[:8 // 2]) for t in tiny_split["text"]]     # generate_by_llm.py's prompt
+    assert dpdllm_prompts(tiny_split, length=8, prompt="first_words") == code
+    assert dpdllm_prompts(tiny_split, length=8, prompt="prefix") == tiny_split["prefix"].tolist()
+    with pytest.raises(ValueError, match=r"unknown DPDLLM prompt 'suffix'; known: \['first_words', 'prefix'\]"):
+        dpdllm_prompts(tiny_split, length=8, prompt="suffix")
+    long = tiny_split.assign(prefix=[t + " " + t for t in tiny_split["text"]])   # 8 tokens or more
+    targets = (lambda ps: ["the hill the hill the hill"] * len(ps), lambda ps: ["7 12 noon 7 12 noon"] * len(ps))
+
+    def features(prompt):
+        return [view_matrices(dpdllm_view_features(long, ORIGINAL, generate=g, reference_model=tiny_model, length=8,
+                                                   prompt=prompt, device="cpu"), long["id"])[ORIGINAL] for g in targets]
+    a, b = features("prefix")
+    np.testing.assert_array_equal(a, b)                   # the two targets' continuations never reach the reference
+    a, b = features("first_words")
+    assert np.abs(a - b).max() > 1e-3
 
 
 def test_key_token_perturbation_on_tiny_llama(tiny_model, tiny_split):
@@ -605,29 +627,72 @@ def tiny_mlm(tmp_path_factory):
     return str(path)
 
 
-def test_ipot_matches_a_direct_proximal_point_computation_on_a_tiny_cost_matrix():
-    import torch
-
-    from mialab.calibdcd.perturb import ipot, ot_distance, topp_union
-
-    a, b = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.1, 0.1, 0.8])
-    cost = torch.tensor([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0], [2.0, 1.0, 0.0]])
-    wa, wb, k = (a + 1e-4).double().numpy(), (b + 1e-4).double().numpy(), np.exp(-cost.double().numpy() / 2)
-    plan, v = np.full((3, 3), 1 / 9), np.ones(3)
-    for _ in range(1000):                                     # P <- diag(u) (K * P) diag(v), one Sinkhorn step
+def direct_ipot(a: np.ndarray, b: np.ndarray, cost: np.ndarray, iterations: int = 1000) -> tuple[float, np.ndarray]:
+    """IPOT written out for one problem: P <- diag(u) (K * P) diag(v), one Sinkhorn step, weights shifted by 1e-4."""
+    wa, wb, k = a + 1e-4, b + 1e-4, np.exp(-cost / 2)
+    plan, v = np.full(cost.shape, 1 / cost.size), np.ones(len(b))
+    for _ in range(iterations):
         q = k * plan
         u = wa / (q @ v)
         v = wb / (q.T @ u)
         plan = u[:, None] * q * v[None, :]
-    assert ipot(a, b, cost) == pytest.approx(float((plan * cost.numpy()).sum()), rel=1e-10)
-    assert ipot(a, a, cost) < 0.01 < ipot(a, b, cost)         # near the exact OT cost: 0.4 * 1 + 0.3 * 1 ... > 0
-    assert plan.sum(1) == pytest.approx(wa, rel=1e-6)         # converged: the marginals hold
+    return float((plan * cost).sum()), plan
+
+
+def test_ipot_matches_a_direct_proximal_point_computation_on_a_tiny_cost_matrix():
+    import torch
+
+    from mialab.calibdcd.perturb import ipot, ot_distances, topp_union
+
+    a, b = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), torch.tensor([0.1, 0.1, 0.8], dtype=torch.float64)
+    cost = torch.tensor([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0], [2.0, 1.0, 0.0]], dtype=torch.float64)
+    expected, plan = direct_ipot(a.numpy(), b.numpy(), cost.numpy())
+    assert float(ipot(a, b, cost)) == pytest.approx(expected, rel=1e-10)
+    assert float(ipot(a, a, cost)) < 0.01 < float(ipot(a, b, cost))  # near the exact OT cost: 0.4 * 1 + 0.3 * 1 ... > 0
+    assert plan.sum(1) == pytest.approx(a.numpy() + 1e-4, rel=1e-6)   # converged: the marginals hold
     # the support: the union of both top-p sets, renormalised; the cost 1 - cosine of the union's embeddings
-    p, q = torch.tensor([0.7, 0.3, 0.0, 0.0]), torch.tensor([0.0, 0.0, 0.6, 0.4])
-    s1, s2, union = topp_union(p, q)
-    assert union.tolist() == [0, 1, 2, 3] and s1.tolist() == pytest.approx([0.7, 0.3, 0, 0])
+    p, q = torch.tensor([0.7, 0.3, 0.0, 0.0]), torch.tensor([[0.0, 0.0, 0.6, 0.4], [0.0, 0.7, 0.3, 0.0]])
+    s1, s2, union, valid = topp_union(p, q)
+    assert union[0].tolist() == [0, 1, 2, 3] and s1[0].tolist() == pytest.approx([0.7, 0.3, 0, 0])
+    assert union[1][valid[1]].tolist() == [0, 1, 2] and not valid[1, 3]   # padded to the longest union
     emb = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0], [0.0, 1.0]])   # tokens 0, 2 and 1, 3 coincide
-    assert ot_distance(p, torch.tensor([0.0, 0.0, 0.7, 0.3]), emb) < 0.01 < ot_distance(p, q, emb)
+    near, far = ot_distances(p, torch.stack([torch.tensor([0.0, 0.0, 0.7, 0.3]), q[0]]), emb).tolist()
+    assert near < 0.01 < far
+
+
+def test_batched_ot_distances_equal_each_pair_computed_alone():
+    """All positions' OT problems at once (padded supports, chunks) give each pair's own distance: its top-p union
+    (stable order, at most topk), renormalised, 1 - cosine cost, IPOT."""
+    import torch
+
+    from mialab.calibdcd import perturb
+
+    rng = np.random.default_rng(0)
+    vocab, rows = 50, 9
+    logits = rng.normal(size=(rows + 1, vocab)) * np.linspace(0.5, 8, rows + 1)[:, None]
+    dist = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    dist[3, :5] = dist[3].max()                              # tied top tokens: the stable order keeps the lower ids
+    dist[3] /= dist[3].sum()
+    emb = rng.normal(size=(vocab, 8))
+    emb[5] = 0.0                                              # a zero (pad) row: cosine 0 to every token
+    unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+
+    def alone(p, q, topk, iterations):
+        def top(r):
+            order = sorted(range(vocab), key=lambda i: -r[i])
+            count = next((j + 1 for j, c in enumerate(np.cumsum(r[order])) if c >= 0.9999), vocab)
+            return set(order[:min(count, topk)])
+
+        u = sorted(top(p) | top(q))
+        return direct_ipot(p[u] / p[u].sum(), q[u] / q[u].sum(), 1 - unit[u] @ unit[u].T, iterations)[0]
+
+    for topk, iterations, budget in ((1000, 50, perturb.OT_BUDGET), (4, 20, perturb.OT_BUDGET), (6, 30, 1)):
+        expected = [alone(dist[0], dist[a + 1], topk, iterations) for a in range(rows)]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(perturb, "OT_BUDGET", budget)               # budget 1: one position per chunk
+            got = perturb.ot_distances(torch.tensor(dist[0]), torch.tensor(dist[1:]), torch.tensor(emb),
+                                       topk=topk, iterations=iterations)
+        assert got.shape == (rows,) and got.numpy() == pytest.approx(expected, rel=1e-10)
 
 
 def test_key_positions_aggregate_the_models_top_tokens_as_the_code():
@@ -708,3 +773,29 @@ def test_original_key_token_perturbation_on_tiny_models(make_tiny_model, tiny_ml
     with pytest.raises(ValueError, match="must share a tokenizer"):
         original_key_token_perturb([models[0], other], tiny_mlm, ["the cat walks"], beams=2, new_tokens=2,
                                    device="cpu")
+
+@pytest.mark.slow
+def test_pool_perturbation_in_parts_equals_one_pass_and_resumes(make_tiny_model, tiny_mlm, tiny_split, tmp_path,
+                                                               monkeypatch):
+    """Rule calibdcd_perturbation: the original perturbation written a part at a time (a requeued job reuses
+    the parts on disk) gives the one pass's prompts; the fill's seed follows each text's index in the pool."""
+    from mialab.calibdcd import stages
+    from mialab.lm.engine import Parts
+
+    models = [make_tiny_model(VERSE, vocab_size=64, hidden_size=h) for h in (16, 32)]
+    texts = stages.scope_texts(tiny_split.iloc[[2, 3]])
+    options = {"key_token_models": models, "perturbation": "original", "ratio": 0.15, "mlm_model": tiny_mlm, "beams": 2,
+               "new_tokens": 2, "ot_topk": 16, "ot_iterations": 50, "seed": 0}
+    lm = {"batch_size": 4, "device": "cpu"}
+    whole = stages.perturb_pool(texts, options, lm)
+    assert whole.columns.tolist() == ["id", "perturbed_prefix"] and whole["id"].tolist() == texts["id"].tolist()
+    monkeypatch.setattr(stages, "PERTURBATION_PART_TEXTS", 1)
+    parts = Parts(tmp_path / "perturbed.parquet.parts")
+    assert stages.perturb_pool(texts, options, lm, parts=parts).equals(whole)
+    files = sorted(parts.folder.glob("*.parquet"))
+    assert len(files) == 2
+    files[1].unlink()                                               # killed before its second part was written
+    calls = []
+    real = stages.add_perturbed_prefix
+    monkeypatch.setattr(stages, "add_perturbed_prefix", lambda split, **kw: calls.append(len(split)) or real(split, **kw))
+    assert stages.perturb_pool(texts, options, lm, parts=parts).equals(whole) and calls == [1]   # the first part reused

@@ -16,7 +16,7 @@ from workflow_helpers import REPO, default_config, job_stats, make_workdir, plan
 from mialab.calibdcd.calibrate import VARIANTS, run_calibdcd
 from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_view_features
 from mialab.calibdcd.frames import feature_frame
-from mialab.calibdcd.plan import VIEWS_SCOPE, CalibDCDPlan
+from mialab.calibdcd.plan import VIEWS_SCOPE, CalibDCDPlan, perturbation_options
 from mialab.calibdcd.report import (
     ablations,
     beside_baselines,
@@ -31,7 +31,6 @@ from mialab.calibdcd.stages import (
     calibrate_variants,
     extract_features,
     partition_around_split,
-    perturbation_options,
     scope_texts,
     score_column,
     veilprobe_tables,
@@ -77,7 +76,7 @@ def test_partition_keeps_the_split_out_and_never_reads_its_labels():
 def test_scope_texts_carry_no_label_and_keep_the_order_asked():
     pool = pool_frame(5)
     texts = scope_texts(pool, ["t003", "t001"])
-    assert list(texts.columns) == ["id", "prefix", "suffix"] and texts["id"].tolist() == ["t003", "t001"]
+    assert list(texts.columns) == ["id", "text", "prefix", "suffix"] and texts["id"].tolist() == ["t003", "t001"]
     assert len(scope_texts(pool)) == 10
     with pytest.raises(ValueError, match="not in the pool"):
         scope_texts(pool, ["t999"])
@@ -93,6 +92,7 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
 
     texts = pd.DataFrame({"id": ["a", "b", "c"], "prefix": ["the cat walks over", "a queen sings of", "line 7: the bird"],
                           "suffix": ["the hill today", "love and war", "walks"]})
+    texts["text"] = texts["prefix"] + " " + texts["suffix"]
     engine = rollout_generator(tiny_model)
     calls = []
 
@@ -101,23 +101,28 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
         return engine(prompts, **sampling)
 
     views = [ORIGINAL, "cue_answer", "tiny_chat"]
-    dets = {"dpdllm": {"reference_model": tiny_model, "length": 6, "max_new_tokens": 4, "temperature": 0.7},
-            "veilprobe": {"key_token_model": tiny_model, "ratio": 0.3, "perturbation": "surprisal", "beams": 10,
-                          "new_tokens": 10, "seed": 0, "max_new_tokens": 4, "temperature": 0.0}}
+    dets = {"dpdllm": {"reference_model": tiny_model, "length": 6, "prompt": "first_words", "max_new_tokens": 4,
+                       "temperature": 0.7},
+            "veilprobe": {"max_new_tokens": 4, "temperature": 0.0}}
+    with pytest.raises(ValueError, match="perturbed_prefix"):   # VeilProbe's prompts: rule calibdcd_perturbation's
+        extract_features(texts, views, generate=generate, detectors=dets, lm_options={"batch_size": 2})
+    perturbed = add_perturbed_prefix(texts, key_token_models=[tiny_model], ratio=0.3, perturbation="surprisal",
+                                     beams=10, new_tokens=10, seed=0, batch_size=2)
+    texts = perturbed
     run = extract_features(texts, views, generate=generate, detectors=dets, lm_options={"batch_size": 2})
     assert [c[1] for c in calls] == [{"max_new_tokens": 4, "temperature": 0.7}, {"max_new_tokens": 4, "temperature": 0.0}]
     for prompts, _ in calls:                                                  # distinct prompts, shortest first
         assert len(prompts) == len(set(prompts)) and [len(p) for p in prompts] == sorted(map(len, prompts))
     gens = run.generations
     assert len(gens) == 3 * 3 + 3 * 2 * 3                   # dpdllm: views x texts; veilprobe: x (prefix, perturbed)
-    perturbed = add_perturbed_prefix(texts, key_token_models=[tiny_model], ratio=0.3, perturbation="surprisal",
-                                     beams=10, new_tokens=10, seed=0, batch_size=2)
     vp = gens[gens["detector"] == "veilprobe"]
     assert vp.loc[vp["input"] == "perturbed_prefix", "text"].tolist() == perturbed["perturbed_prefix"].tolist() * 3
-    for det, (prompts, sampling) in zip(dets, calls):
-        plain = gens[(gens["detector"] == det) & (gens["view"] == "cue_answer") & (gens["input"] == "prefix")]
-        assert plain["prompt"].tolist() == apply_view("cue_answer", texts["prefix"].tolist())
-        assert plain["text"].tolist() == texts["prefix"].tolist()
+    first_words = ["the cat walks", "a queen sings", "line 7: the"]     # DPDLLM's code: the first length // 2 words
+    for (det, column, inputs), (prompts, sampling) in zip((("dpdllm", "dpdllm_prompt", first_words),
+                                                           ("veilprobe", "prefix", texts["prefix"].tolist())), calls):
+        plain = gens[(gens["detector"] == det) & (gens["view"] == "cue_answer") & (gens["input"] == column)]
+        assert plain["prompt"].tolist() == apply_view("cue_answer", inputs)
+        assert plain["text"].tolist() == inputs
         lookup = dict(zip(prompts, engine(prompts, **sampling)))            # the same engine call, the same outputs
         assert plain["output"].tolist() == [lookup[p] for p in plain["prompt"]]
     assert list(run.features) == ["dpdllm"]                                   # VeilProbe's: veilprobe_tables
@@ -127,7 +132,7 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
     own = dict(zip(gens.loc[gens["detector"] == "dpdllm", "prompt"], gens.loc[gens["detector"] == "dpdllm", "output"]))
     for view in views:
         expected = dpdllm_view_features(texts, view, generate=lambda ps: [own[p] for p in ps],
-                                        reference_model=tiny_model, length=6, batch_size=2)
+                                        reference_model=tiny_model, length=6, prompt="first_words", batch_size=2)
         np.testing.assert_allclose(dp[dp["view"] == view].filter(like="z"), expected.filter(like="z"), atol=1e-6)
     calls.clear()
     same = {det: {**spec, "temperature": 0.0} for det, spec in dets.items()}
@@ -364,20 +369,31 @@ def test_veilprobe_key_token_models_and_mlm_model_are_resolved_models():
     assert vp["perturbation"] == "original" and vp["mlm_model"] == "google-bert/bert-base-cased"
     a = CalibDCDPlan(Plan(paper), paper)
     assert a.lm_models(("key_token_models", "mlm_model")) == ["gpt2_reference", "gpt2_medium", "gpt2_large"]
-    key = a.features("qwen25_7b_instruct", "wikimia", "original").manifest["config"]["detectors"]["veilprobe"]
+    key = a.perturbation("wikimia").manifest["config"]      # once per pool: every target's features read it
     assert key["key_token_models"] == [a.lm_key(m) for m in ("gpt2_reference", "gpt2_medium", "gpt2_large")]
     assert key["mlm_model"] == {"path": "google-bert/bert-base-cased"} and "key_token_model" not in key
-    specs = a.detector_specs(a.lm_path, "wikimia")["veilprobe"]
-    assert specs["key_token_models"] == [a.plan.model_path(m) for m in ("gpt2_reference", "gpt2_medium", "gpt2_large")]
-    assert perturbation_options(specs)["key_token_models"] == specs["key_token_models"]
+    assert key["perturbation"] == "original" and key["beams"] == key["new_tokens"] == 10
+    targets = [m for m in paper["calibdcd"]["models"]]
+    for m in targets:
+        features = a.features(m, "wikimia", "original").manifest
+        assert features["upstream"]["perturbation"] == a.perturbation("wikimia").key
+        assert set(features["config"]["detectors"]["veilprobe"]) == {"temperature", "max_new_tokens"}
+    assert "perturbation" not in a.features(targets[0], "wikimia", VIEWS_SCOPE).manifest["upstream"]
+    assert a.perturbation("wikimia").key != a.perturbation("bookmia").key
+    options = a.perturbation_settings(a.lm_path)
+    assert options["key_token_models"] == [a.plan.model_path(m) for m in ("gpt2_reference", "gpt2_medium", "gpt2_large")]
+    assert options["mlm_model"] == "google-bert/bert-base-cased"
     # a configured fill-mask model: its folder is a job input and its model key in the stage key
     cfg = default_config()
     cfg["calibdcd"]["detectors"]["veilprobe"].update(perturbation="original", mlm_model="base")
     cfg = validated(cfg)
     b = CalibDCDPlan(Plan(cfg), cfg)
     assert b.lm_models(("key_token_model", "key_token_models", "mlm_model")) == ["control", "base"]
-    mlm = b.features("chat", "wikimia", "original").manifest["config"]["detectors"]["veilprobe"]["mlm_model"]
+    mlm = b.perturbation("wikimia").manifest["config"]["mlm_model"]
     assert mlm == {"model": "base", "key": b.plan.model("base").key}
+    assert b.features("chat", "wikimia", "original").key != CalibDCDPlan(Plan(validated(default_config())),
+                                                                        validated(default_config())).features(
+        "chat", "wikimia", "original").key    # through the perturbation's key
     tiny = validated(default_config())     # the tiny world: one key-token model, surprisal
     assert perturbation_options(tiny["calibdcd"]["detectors"]["veilprobe"]) == {
         "key_token_models": ["control"], "ratio": 0.15, "perturbation": "surprisal", "beams": 10, "new_tokens": 10,
@@ -439,6 +455,7 @@ def test_default_dag_runs_calibdcd_for_both_models_detectors_and_seeds(tmp_path)
     # views); calibration: one job per model for its 2 detectors x 3 seeds
     assert (jobs["calibdcd_partition"], jobs["calibdcd_features"], jobs["calibdcd_calibrate"]) == (3, 4, 2)
     assert jobs["calibdcd_reference"] == 1 and jobs["calibdcd_veilprobe"] == 2        # VeilProbe: one per model
+    assert jobs["calibdcd_perturbation"] == 1                  # its perturbed prompts: once per pool, for both models
     assert jobs["calibdcd_report"] == 1
     out = snakemake(tmp_path, "-n", "calibdcd").stdout
     assert "results/splits/aime" not in out                  # CalibDCD's pairs only; their baselines for the report

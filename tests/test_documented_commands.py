@@ -69,7 +69,8 @@ OTHERS = [(w, c) for w, c in COMMANDS if not c.startswith("snakemake")]
 def test_commands_are_found():
     """The extraction sees the commands this test exists for (a format change must not empty it)."""
     wheres = {w.split(":")[0] for w, _ in SNAKEMAKE}
-    assert {"README.md", "docs/slurm.md", "configs/tiny_adra.yaml", "configs/tiny_recon.yaml"} <= wheres
+    assert {"README.md", "docs/slurm.md", "configs/tiny_adra.yaml", "configs/tiny_recon.yaml",
+            "configs/tiny_veilprobe.yaml"} <= wheres
     assert all(f"configs/paper/{p.name}" in wheres for p in (REPO / "configs" / "paper").glob("*.yaml"))
     assert any(c.startswith("bash scripts/") for _, c in OTHERS)
 
@@ -104,7 +105,7 @@ def test_other_commands_name_existing_files(where: str, command: str):
 
 def test_every_config_with_a_command_states_its_jobs():
     """Each experiment config (paper configs, overlays) lists the jobs its command plans."""
-    for path in [REPO / "configs" / "tiny_adra.yaml", REPO / "configs" / "tiny_recon.yaml",
+    for path in [*(REPO / "configs" / f"tiny_{name}.yaml" for name in ("adra", "recon", "veilprobe")),
                  *sorted((REPO / "configs" / "paper").glob("*.yaml"))]:
         assert jobs_line(path), f"{path.relative_to(REPO)}: no '# jobs: N' line in its header"
 

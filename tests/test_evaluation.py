@@ -265,3 +265,18 @@ def test_readme_section_is_regenerated_from_a_run_and_checked(tmp_path):
     assert run("--check").returncode == 0
     with pytest.raises(ValueError, match="no results section"):
         replace_section("# no markers\n", "x")
+    # a sweep run elsewhere (--sweep): its figure copied beside the README, one onset line per method
+    from mialab.evaluation.sweep import sweep_figure, sweep_table
+
+    sweep_dir = tmp_path / "sweep/results/sweep/exposure"
+    sweep_dir.mkdir(parents=True)
+    points = {0: h.assign(auroc=0.5, auroc_lo=0.4, auroc_hi=0.6),
+              8: h.assign(auroc_lo=h["auroc"] - 0.01, auroc_hi=h["auroc"] + 0.01)}
+    sweep = sweep_table(points)
+    sweep.to_parquet(sweep_dir / "sweep.parquet")
+    sweep_figure(sweep, HEADLINE, str(sweep_dir / "sweep.png"))
+    assert run("--sweep", str(tmp_path / "sweep")).returncode == 0
+    text = readme.read_text()
+    assert "![exposure sweep](docs/figures/sweep_exposure.png)" in text and (tmp_path / "docs/figures/sweep_exposure.png").is_file()
+    mink = h.set_index("family").loc["Min-K%++"]
+    assert f"| d / m | Min-K%++ | 50.0 [40, 60] | {100 * mink['auroc']:.1f} [" in text and "| onset |" in text

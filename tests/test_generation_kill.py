@@ -1,6 +1,7 @@
 """A generation job killed by SIGKILL resumes (issue #22, item 4): the script of rule n_sampling_rollouts, run
 in a process group of its own, is killed once a part is on disk; its rerun reuses the parts it finds (its log
-says which) and writes the bytes of the same job run uninterrupted."""
+says which) and writes the bytes of the same job run uninterrupted. The harness and helpers here run any
+workflow script as a job (tests/test_lara_baselines_resume.py, tests/test_slurm_requeue.py)."""
 
 from __future__ import annotations
 
@@ -35,23 +36,33 @@ CONFIG = {"task": {"template": "continuation", "max_new_tokens": 16}, "chat": Fa
           "backend_options": {"batch_size": 256, "device": "cpu"}}
 SAMPLING = {"n": 4, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": 0}
 
-#: Runs workflow_scripts/n_sampling_rollouts.py as Snakemake would, with the job read from argv[1] (JSON).
+#: Runs the workflow script of the job read from argv[1] (JSON: :func:`script_job`) as Snakemake would.
 HARNESS = """
 import json, runpy, sys
+from types import SimpleNamespace
 
 class Named(list):
-    def __init__(self, items=(), **named):
-        super().__init__(items)
+    def __init__(self, named):
+        super().__init__(v for value in named.values() for v in (value if isinstance(value, list) else [value]))
         self.__dict__.update(named)
 
 job = json.load(open(sys.argv[1]))
-snakemake = Named(
-    input=Named(job["splits"], splits=job["splits"]), output=Named([*job["rollouts"], job["manifest_file"]],
-    rollouts=job["rollouts"], manifest=job["manifest_file"]), params=Named(model_path=job["model"],
-    samplings=[job["sampling"]], manifest={"config": job["config"]}), log=[job["log"]], threads=1,
-    config={"models": {"base": {"trust_remote_code": False}}}, wildcards=Named(model="base"))
-runpy.run_path(sys.argv[2], init_globals={"snakemake": snakemake}, run_name="__main__")
+snakemake = SimpleNamespace(**{k: Named(job[k]) for k in ("input", "output", "params", "wildcards")},
+                            log=[job["log"]], threads=1, config=job["config"])
+runpy.run_path(job["script"], init_globals={"snakemake": snakemake}, run_name="__main__")
 """
+
+
+def script_job(work: Path, script: str, **job) -> Path:
+    """``work/job.json``: a job of ``workflow_scripts/<script>`` (its ``input``, ``output``, ``params``,
+    ``wildcards`` as name -> value, ``config`` and ``log``) for :data:`HARNESS`; returns the file."""
+    (work / "job.json").write_text(json.dumps({"script": str(REPO / "workflow_scripts" / script), **job}))
+    return work / "job.json"
+
+
+def harness_command(job: Path) -> list[str]:
+    """The command that runs ``job`` (:func:`script_job`) in this interpreter."""
+    return [sys.executable, "-c", HARNESS, str(job)]
 
 
 def write_job(model: str, work: Path) -> Path:
@@ -59,11 +70,12 @@ def write_job(model: str, work: Path) -> Path:
     work.mkdir()
     split = work / "split.parquet"
     write_parquet(SPLIT, split)
-    job = {"splits": [str(split)], "rollouts": [str(work / "seed_0" / "rollouts.parquet")],
-           "manifest_file": str(work / "manifest.json"), "model": model, "sampling": SAMPLING, "config": CONFIG,
-           "log": str(work / "job.log")}
-    (work / "job.json").write_text(json.dumps(job))
-    return work / "job.json"
+    return script_job(work, "n_sampling_rollouts.py", input={"splits": [str(split)]},
+                      output={"rollouts": [str(work / "seed_0" / "rollouts.parquet")],
+                              "manifest": str(work / "manifest.json")},
+                      params={"model_path": model, "samplings": [SAMPLING], "manifest": {"config": CONFIG}},
+                      wildcards={"model": "base"}, config={"models": {"base": {"trust_remote_code": False}}},
+                      log=str(work / "job.log"))
 
 
 @pytest.fixture
@@ -73,9 +85,7 @@ def start():
     procs = []
 
     def run(job: Path) -> subprocess.Popen:
-        procs.append(subprocess.Popen([sys.executable, "-c", HARNESS, str(job),
-                                       str(REPO / "workflow_scripts" / "n_sampling_rollouts.py")],
-                                      cwd=job.parent, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        procs.append(subprocess.Popen(harness_command(job), cwd=job.parent, env={**os.environ, "HF_HUB_OFFLINE": "1"},
                                       start_new_session=True))
         return procs[-1]
 
@@ -86,19 +96,45 @@ def start():
             proc.wait()
 
 
+def part_starts(folder: Path) -> list[int]:
+    """The first item of each part on disk in a parts folder, sorted."""
+    return sorted(int(p.stem.rsplit("-", 1)[1]) for p in folder.glob("*.parquet"))
+
+
+def reused_parts(log: str) -> list[int]:
+    """The first item of each part a job's log says it reused, in order."""
+    return [int(m.group(1)) for m in re.finditer(r"reusing part (\d+)-\d+ of", log)]
+
+
+def wait_for_a_part(folder: Path, running, timeout: float = 120) -> None:
+    """Return once a part is on disk in ``folder``; fail when the job stops first (``running()`` false)."""
+    deadline = time.monotonic() + timeout
+    while not part_starts(folder) and running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert running() and part_starts(folder), "the job ended (or timed out) before a part was on disk"
+
+
+def sigkill_after_a_part(proc: subprocess.Popen, parts: Path) -> list[int]:
+    """SIGKILL a job's process group once a part is in ``parts``; the first items of the parts it left."""
+    wait_for_a_part(parts, lambda: proc.poll() is None)
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    return part_starts(parts)
+
+
+def manifest_but_seconds(job: Path) -> dict:
+    """The manifest a job (:func:`script_job`) wrote, without its wall time."""
+    return {k: v for k, v in json.loads(Path(json.loads(job.read_text())["output"]["manifest"]).read_text()).items()
+            if k != "seconds"}
+
+
 @pytest.mark.slow  # three processes that each start torch
 def test_sigkilled_rollout_job_resumes_from_its_parts_to_the_uninterrupted_bytes(tiny_model, tmp_path, start):
     whole, killed = write_job(tiny_model, tmp_path / "whole"), write_job(tiny_model, tmp_path / "killed")
     uninterrupted, proc = start(whole), start(killed)
     rollouts = killed.parent / "seed_0" / "rollouts.parquet"
     parts = parts_folder(rollouts)
-    deadline = time.monotonic() + 120
-    while not list(parts.glob("*.parquet")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert proc.poll() is None, f"the job ended (rc {proc.returncode}) before it could be killed with a part on disk"
-    os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.wait(timeout=30) == -signal.SIGKILL
-    kept = sorted(int(p.stem.rsplit("-", 1)[1]) for p in parts.glob("*.parquet"))  # each part's first candidate
+    kept = sigkill_after_a_part(proc, parts)
     assert 1 <= len(kept) < PARTS and not rollouts.exists(), kept
 
     stale = rollouts.parent / ".rollouts.parquet.k1ll3d.tmp"  # what a kill during the final write leaves
@@ -106,10 +142,8 @@ def test_sigkilled_rollout_job_resumes_from_its_parts_to_the_uninterrupted_bytes
     log = killed.parent / "job.log"
     log.write_text("")
     assert start(killed).wait(timeout=300) == 0, log.read_text()[-3000:]
-    assert [int(m.group(1)) for m in re.finditer(r"reusing part (\d+)-\d+ of", log.read_text())] == kept
+    assert reused_parts(log.read_text()) == kept
     assert uninterrupted.wait(timeout=300) == 0, (whole.parent / "job.log").read_text()[-3000:]
     assert rollouts.read_bytes() == (whole.parent / "seed_0" / "rollouts.parquet").read_bytes()
     assert not parts.exists() and not stale.exists()
-    manifests = [{k: v for k, v in json.loads((job.parent / "manifest.json").read_text()).items() if k != "seconds"}
-                 for job in (whole, killed)]
-    assert manifests[0] == manifests[1]
+    assert manifest_but_seconds(whole) == manifest_but_seconds(killed)

@@ -182,7 +182,7 @@ def test_llm_perturbation_backends_run_from_the_config_at_the_codes_temperatures
     with pytest.raises(ValueError, match="needs the lara.llm section"):
         backend_specs(spec, [], None)
     default = backend_specs(validated(default_config())["lara"], ["a"])
-    assert default["neighbours"] == {"backend": "retrieval", "pool": ["a"], "batch_size": 64, "dtype": "bfloat16"}
+    assert default["neighbours"] == {"backend": "retrieval", "pool": ["a"], "batch_size": 64, "dtype": "auto"}
     assert default["blank"] == {"backend": "numbers_entities"} and default["paraphrase"]["backend"] == "wordnet"
 
 

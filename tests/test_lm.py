@@ -71,3 +71,38 @@ def test_lara_generation_and_the_rollout_engine_decode_alike(tiny_model):
     lara = [g[0].text for g in generate(model, tok, TEXTS, max_new_tokens=5, batch_size=4, entropies=False)]
     engine = rollout_generator(tiny_model, backend_options={"device": "cpu", "batch_size": 4})
     assert engine(TEXTS, max_new_tokens=5) == lara
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_is_bf16_only_where_the_cpu_computes_it_natively(tiny_model, monkeypatch, native):
+    """``dtype`` / ``precision`` ``auto`` (the tiny world's): bf16 on a CPU with AMX / AVX512-BF16, fp32 where bf16
+    would be emulated (on an AVX2 CPU a bf16 matrix product is tens of times slower); explicit values stay."""
+    from mialab.lm import loading
+
+    monkeypatch.setattr(loading, "cpu_has_native_bf16", lambda: native)
+    assert loading.resolve_dtype("auto", "cpu") == ("bfloat16" if native else "float32")
+    assert loading.resolve_precision("auto", "cpu") == ("bf16" if native else "fp32")
+    assert (loading.resolve_dtype("bf16", "cpu"), loading.resolve_dtype("float32", "cpu")) == ("bfloat16", "float32")
+    assert (loading.resolve_precision("bf16", "cpu"), loading.resolve_precision("fp32", "cpu")) == ("bf16", "fp32")
+    with pytest.raises(ValueError, match="unknown dtype 'int8'.*auto"):
+        loading.resolve_dtype("int8", "cpu")
+    with pytest.raises(ValueError, match="unknown precision 'fp8'.*auto"):
+        loading.resolve_precision("fp8", "cpu")
+    model = loading.load_causal_lm(tiny_model, dtype="auto", device="cpu")
+    assert next(model.parameters()).dtype == (torch.bfloat16 if native else torch.float32)
+
+
+def test_the_rehearsal_computes_a_paper_configs_bf16_as_auto_on_the_cpu():
+    """A paper config's bf16 (its GPUs') becomes ``auto`` in the CPU rehearsal, wherever it is named; fp32 stays."""
+    import yaml
+    from workflow_helpers import REPO, validated
+
+    from mialab.pipeline.rehearsal import rehearse
+
+    paper = validated(yaml.safe_load((REPO / "configs/paper/lara_rl_models.yaml").read_text()))
+    out = rehearse(paper, vllm_available=False)
+    assert paper["scoring"]["dtype"] == "bfloat16" and out["scoring"]["dtype"] == "auto"
+    assert paper["models"]["limr_rl_e1"]["train"]["precision"] == "bf16"
+    assert out["models"]["limr_rl_e1"]["train"]["precision"] == "auto"
+    assert out["lara"]["features"]["dtype"] == out["lara"]["baselines"]["dtype"] == "auto"
+    assert "bf16" not in yaml.safe_dump(out) and "bfloat16" not in yaml.safe_dump(out)

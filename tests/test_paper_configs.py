@@ -41,6 +41,7 @@ def test_lara_config_audits_each_model_and_its_continued_rl_on_its_own_members()
         assert s["members"]["dataset"] == cfg["models"][s["init"]]["datasets"][0] and s["corpus"]["size"] == 1000
         assert (s["train"]["lr"], s["train"]["num_generations"], s["train"]["beta"], s["train"]["epochs"]) == (1e-6, 4, 0.0, 2)
         assert s["train"]["max_completion_length"] == 4096
+        assert s["train"]["entropy_coeff"] == 0.001   # verl's entropy bonus (the paper's 0.001)
     targets = [(t["model"], t["dataset"]) for t in cfg["lara"]["targets"]]
     assert set(targets) == {(m, s["datasets"][0]) for m, s in cfg["models"].items()}
     lara = LaRAPlan(Plan(validated(cfg)), cfg)  # lara.targets: each model on its own members, no cross pairs

@@ -49,6 +49,6 @@ def test_the_rehearsal_paraphrases_with_the_stand_in_on_hf_with_hf_options_only(
         para = plan.paraphrase_spec(name)
         assert para["backend"] == "hf"
         assert para["options"] == {"model": para["options"]["model"], "temperature": 0.7, "top_p": 0.95,
-                                   "max_new_tokens": 16, "seed": 0, "dtype": "bfloat16", "device": "cpu"}
+                                   "max_new_tokens": 16, "seed": 0, "dtype": "auto", "device": "cpu"}
         assert stand_in_paths(para) == {para["options"]["model"]}
         assert "Qwen--Qwen2.5-7B-Instruct" in para["options"]["model"]

@@ -436,5 +436,5 @@ def test_embeddings_in_bfloat16_stay_close_to_float32_and_unknown_dtypes_are_rej
     assert (np.einsum("ij,ij->i", full, half) > 0.99).all()             # each text keeps its direction
     assert np.abs(full @ full.T - half @ half.T).max() < 0.03             # pairwise cosines barely move
     assert not np.array_equal(full, half)                                 # the dtype was applied
-    with pytest.raises(ValueError, match="unknown embedding dtype 'int8'"):
+    with pytest.raises(ValueError, match="unknown dtype 'int8'"):
         encode(texts, dtype="int8")

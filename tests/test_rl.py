@@ -130,6 +130,26 @@ def test_rl_corpus_from_a_splits_members_takes_them_alone_plus_fillers_unlike_an
         split_members(split.assign(label=1), pool)
 
 
+def test_rl_corpus_repeats_each_member_and_at_zero_fills_their_places_with_fillers():
+    """``members.repeats`` (the exposure sweep's r): each member r times among the same fillers; 0 keeps
+    every member out and the corpus at its size in distinct fillers; 1 is the corpus without the key."""
+    from mialab.data.sampling import sample_split
+
+    pool = get_family("aime")({"source": AIME, "max_words": 64, "solution_prefix_ratio": 0.25,
+                               "membership": {"rule": "random", "years": [2014, 2024], "seed": 0}})
+    ids = split_members(sample_split(pool, 10, seed=3), pool)
+    fillers = filler_problems({"source": AIME[0], "columns": ["problem", "solution"],
+                               "where": [{"column": "year", "op": "<", "value": 2014}]}, max_words=44)
+    at = {r: build_corpus(pool, fillers, size=40, seed=0, max_words=44, member_ids=ids, repeats=r) for r in (0, 1, 4)}
+    assert at[1].equals(build_corpus(pool, fillers, size=40, seed=0, max_words=44, member_ids=ids))
+    assert len(at[4]) == 30 + 4 * 10 and at[4].loc[at[4]["target"], "id"].value_counts().eq(4).all()
+    assert set(at[4].loc[~at[4]["target"], "id"]) == set(at[1].loc[~at[1]["target"], "id"])  # the same fillers
+    assert len(at[0]) == 40 and not at[0]["target"].any() and at[0]["id"].is_unique
+    assert not set(at[0]["id"]) & set(pool["id"])
+    with pytest.raises(ValueError, match="repeats must be >= 0"):
+        build_corpus(pool, fillers, size=40, member_ids=ids, repeats=-1)
+
+
 # --- the GRPO runner ---------------------------------------------------------------------------
 
 def test_truncate_prompt_keeps_the_last_tokens_and_a_leading_bos():

@@ -59,6 +59,7 @@ def stage_of(plans: dict, rule: str, wc: dict):
         "lara_features": lambda: lara.model_run("features", m, d),
         "lara_baselines": lambda: lara.model_run("baselines", m, d), "lara_scores": lambda: lara.score_run(m, d),
         "calibdcd_partition": lambda: calib.partition(d, seed), "calibdcd_reference": lambda: calib.reference(d),
+        "calibdcd_perturbation": lambda: calib.perturbation(d),
         "calibdcd_features": lambda: calib.features(m, d, wc.get("scope")),
         "calibdcd_veilprobe": lambda: calib.veilprobe(m, d), "calibdcd_calibrate": lambda: calib.score_run(m, d),
     }

@@ -58,7 +58,7 @@ def test_paper_contamination_configs_use_chat_sft_and_the_tiny_world_keeps_plain
         for name, spec in (yaml.safe_load(path.read_text()).get("models") or {}).items():
             if spec.get("kind") == "sft":
                 sft[f"{path.stem}/{name}"] = spec
-    assert len(sft) == 5 and all(s.get("format") == "chat" and s.get("members") for s in sft.values())
+    assert len(sft) == 7 and all(s.get("format") == "chat" and s.get("members") for s in sft.values())
     assert all(len(s["filler"]["columns"]) == 2 for s in sft.values())
     models = default_config()["models"]
     assert "format" not in models["sft"] and models["chat"]["format"] == "chat" and "members" not in models["chat"]

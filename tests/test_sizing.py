@@ -66,8 +66,8 @@ def expected_gpus(cfg: dict, rule: str, wc: dict) -> int:
     if rule == "lara_perturbations":   # lara.llm's instruction model writes the perturbations (none: model-free)
         llm = cfg["lara"].get("llm")
         return 0 if not llm else llm["backend_options"]["tensor_parallel_size"] if llm["engine"] == "vllm" else 1
-    if rule in ("calibdcd_reference", "calibdcd_veilprobe"):
-        return 0 if cfg["calibdcd"]["lm"]["device"] == "cpu" else 1   # GPT-2's fine-tuning, the mapping models
+    if rule in ("calibdcd_reference", "calibdcd_veilprobe", "calibdcd_perturbation"):
+        return 0 if cfg["calibdcd"]["lm"]["device"] == "cpu" else 1   # GPT-2's fine-tuning, the mapping models, GPT-2s + BERT
     if rule in ("paraphrase", "paraphrase_pool"):   # an LLM paraphraser's engine (adra_pretraining: Qwen2.5-7B on vLLM)
         para = cfg["datasets"][wc["dataset"]]["paraphrase"]
         return 0 if para["backend"] == "offline" else para["options"].get("tensor_parallel_size", 1)
@@ -96,7 +96,7 @@ def test_paper_config_jobs_ask_for_what_their_code_uses(path: Path):
             gpu_rules.add(rule)
             assert res["gpu_model"] == "h200"
             assert int(res["cpus_per_task"]) >= 4 * want
-            small = rule in ("calibdcd_reference", "calibdcd_veilprobe")   # GPT-2, the mapping models: < 0.2B
+            small = rule in ("calibdcd_reference", "calibdcd_veilprobe", "calibdcd_perturbation")   # GPT-2(-large), mapping: < 1B
             assert (8000 if small else 30000) < int(res["mem_mb"]) <= 256000, (rule, res)   # a 7B model's weights
             assert 0 < int(res["runtime"]) <= 1440
     assert gpu_rules, "no GPU job planned"
@@ -131,9 +131,12 @@ def test_calibdcds_training_stages_run_on_one_device():
     assert (r["gpu"], r["cpus_per_task"], r["runtime"]) == (1, 4, 1440)   # a GPU's share of the node, a day
     assert r["mem_mb"] == int(4000 + 0.124 * 2000 * 2 + 4000)
     assert s.gpus("calibdcd_veilprobe") == 1
+    perturbation = s.job("calibdcd_perturbation")   # VeilProbe's attribution: GPT-2 / -medium / -large, once per pool
+    assert (perturbation.kind, perturbation.gpus, perturbation.params_b) == ("generate", 1, pytest.approx(0.774, abs=0.01))
     cfg["calibdcd"]["lm"]["device"] = "cpu"
     cpu = Sizing(cfg, environ={})
     assert cpu.job("calibdcd_reference").gpus == cpu.job("calibdcd_veilprobe").gpus == 0
+    assert cpu.job("calibdcd_perturbation").gpus == 0
     assert cpu.resources(cpu.job("calibdcd_veilprobe"), "calibdcd_veilprobe")["gpu_model"] == ""   # a CPU job
 
 

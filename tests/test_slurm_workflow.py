@@ -1,7 +1,7 @@
-"""The real workflow (a reduced tiny world) through `snakemake --profile profiles/slurm` on the
-single-node test SLURM, then the accounting table: what a cluster user runs, end to end; a
-pretraining job requeued mid-way (`scontrol requeue`) that resumes to the same model; and the ADRA AIME
-and LaRA paper configs rehearsed through SLURM."""
+"""The real workflow through `snakemake --profile profiles/slurm` on the single-node test SLURM: the ADRA AIME paper
+config rehearsed (what a cluster user runs, end to end) and the accounting table of its run; a pretraining job of
+the tiny world requeued mid-way (`scontrol requeue`) that resumes to the same model. (LaRA's paper config is
+rehearsed locally, tests/test_rehearsal.py: through SLURM each of its 67 jobs costs two more Snakemake processes.)"""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import REPO, VENV_BIN
-from test_rehearsal import adra_reports_written, lara_reports_written, rehearsal_written
-from workflow_helpers import foundation_config, make_workdir
+from test_rehearsal import adra_reports_written, rehearsal_written
+from workflow_helpers import foundation_config, make_workdir, requeue
 
 pytestmark = pytest.mark.slow
 
 
 def reduced_config() -> dict:
-    """The tiny world's spine with one seed and a few training steps: scheduling, not accuracy, is
-    tested (the method stages run in the local end-to-end test)."""
+    """The tiny world's spine with one seed and a few training steps (the requeue test's): scheduling, not
+    accuracy, is tested (the method stages run in the local end-to-end test)."""
     cfg = foundation_config()
     cfg["seeds"] = [0]
     for ds in cfg["datasets"].values():
@@ -49,54 +49,42 @@ def run(workdir: Path, env: dict, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def slurm_world(slurm_env):
-    workdir = make_workdir(Path(tempfile.mkdtemp(prefix="mialab-slurm-world-")), reduced_config())
-    start = time.monotonic()
-    log = run(workdir, slurm_env)
-    seconds = time.monotonic() - start
-    # no accounting command: the workflow's onsuccess hook writes it at the end of every SLURM run
-    jobs = pd.read_parquet(workdir / "results/accounting/jobs.parquet")
-    print(f"reduced tiny world through SLURM: {seconds:.0f}s, {len(jobs)} jobs")
-    yield {"workdir": workdir, "env": slurm_env, "log": log, "jobs": jobs}
+def adra_aime(slurm_env):
+    """configs/paper/adra_aime.yaml rehearsed through SLURM once (rehearse_through_slurm): the ADRA AIME test and the
+    accounting tests read its run (contamination by DeepSpeed SFT, scoring, N-Sampling, ADRA: CPU and GPU jobs)."""
+    cfg, workdir, jobs, log = rehearse_through_slurm("adra_aime", slurm_env)
+    yield {"cfg": cfg, "workdir": workdir, "env": slurm_env, "log": log, "jobs": jobs}
     shutil.rmtree(workdir)
 
 
-def test_tiny_world_completes_through_slurm(slurm_world):
-    r = slurm_world["workdir"] / "results"
-    summary = pd.read_parquet(r / "evaluation/summary.parquet")
-    assert {"aime", "wikimia"} == set(summary["dataset"]) and {"base", "control", "sft"} == set(summary["model"])
-    assert "has been submitted with SLURM jobid" in slurm_world["log"]
-
-
-def test_jobs_get_the_gpus_their_code_uses(slurm_world):
-    """sacct's AllocTRES (alloc_gpus) per job against mialab.pipeline.sizing's plan: the one-process training job
-    (launch.nproc 1) and forward passes one GPU each, CPU-only pretraining and evaluation none."""
-    jobs = slurm_world["jobs"].set_index("rule")
-    for rule in ("sft_contaminate", "score_baselines"):
+def test_jobs_get_the_gpus_their_code_uses(adra_aime):
+    """sacct's AllocTRES (alloc_gpus) per job against mialab.pipeline.sizing's plan: the one-process training jobs
+    (the rehearsal's launch.nproc 1) and forward passes one GPU each, CPU-only stand-ins and tables none."""
+    jobs = adra_aime["jobs"].set_index("rule")
+    for rule in ("sft_contaminate", "score_baselines", "adra_train"):
         assert (jobs.loc[[rule], "alloc_gpus"] == 1).all(), jobs.loc[[rule]]
-    assert (jobs.loc[["pretrain_model", "build_split", "evaluate_dataset", "summarize"], "alloc_gpus"] == 0).all()
+    assert (jobs.loc[["rehearsal_model", "build_split", "evaluate_dataset", "summarize"], "alloc_gpus"] == 0).all()
 
 
-def test_accounting_has_every_rule_with_wildcards_and_time(slurm_world):
-    jobs = slurm_world["jobs"]
-    expected = {"build_pool", "build_split", "train_tokenizer", "pretrain_model", "sft_contaminate",
-                "score_baselines", "evaluate_dataset", "summarize"}
+def test_accounting_has_every_rule_with_wildcards_and_time(adra_aime):
+    jobs = adra_aime["jobs"]
+    expected = {"build_pool", "build_split", "rehearsal_model", "sft_contaminate", "score_baselines",
+                "n_sampling_rollouts", "adra_train", "adra_eval", "adra_report", "evaluate_dataset", "summarize"}
     assert expected <= set(jobs["rule"])
     assert (jobs["elapsed_s"] > 0).all()
     scored = jobs[jobs["rule"] == "score_baselines"]
-    assert len(scored) == 6 and set(scored["dataset"]) == {"aime", "wikimia"}
-    assert set(scored["model"]) == {"base", "control", "sft"}
-    gpu_hours = jobs.loc[jobs["rule"] == "score_baselines", "gpu_hours"]
-    assert (gpu_hours > 0).all()
-    assert (slurm_world["workdir"] / "results/accounting/jobs.md").read_text().count("pretrain_model") >= 2
+    assert len(scored) == 2 and set(scored["dataset"]) == {"aime"}
+    assert set(scored["model"]) == {"tulu2_aime", "llama2_7b"}      # the target and its R-Loss reference
+    assert (scored["gpu_hours"] > 0).all()
+    assert (adra_aime["workdir"] / "results/accounting/jobs.md").read_text().count("sft_contaminate") >= 2
 
 
-def test_accounting_refresh_by_hand_matches_the_hook(slurm_world):
+def test_accounting_refresh_by_hand_matches_the_hook(adra_aime):
     """The README's refresh command rewrites the same table the onsuccess hook wrote."""
-    workdir = slurm_world["workdir"]
-    run(workdir, slurm_world["env"], "--forcerun", "accounting", "--", "accounting")
+    workdir = adra_aime["workdir"]
+    run(workdir, adra_aime["env"], "--config", "rehearsal=true", "--forcerun", "accounting", "--", "accounting")
     again = pd.read_parquet(workdir / "results/accounting/jobs.parquet")
-    assert set(again["job_id"]) == set(slurm_world["jobs"]["job_id"])
+    assert set(again["job_id"]) == set(adra_aime["jobs"]["job_id"])
 
 
 def requeue_config() -> dict:
@@ -133,14 +121,7 @@ def test_a_requeued_training_job_resumes_to_the_same_model(slurm_env, tmp_path):
                 break
             time.sleep(0.5)
         assert job, f"no checkpoint of the pretraining job:\n{log_path.read_text()[-4000:]}"
-        subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True)
-        for _ in range(120):   # a requeued job is eligible again 2 min later: once it is pending, start it now
-            state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm_env, capture_output=True,
-                                   text=True).stdout.strip()
-            if state == "PENDING":
-                subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=slurm_env, check=True)
-                break
-            time.sleep(0.5)
+        requeue(job, slurm_env)
         assert proc.wait(timeout=900) == 0, log_path.read_text()[-6000:]
     finally:
         if proc.poll() is None:
@@ -161,11 +142,12 @@ def test_a_requeued_training_job_resumes_to_the_same_model(slurm_env, tmp_path):
     shutil.rmtree(workdir)
 
 
-def rehearse_through_slurm(name: str, env: dict) -> tuple[dict, Path, pd.DataFrame]:
+def rehearse_through_slurm(name: str, env: dict) -> tuple[dict, Path, pd.DataFrame, str]:
     """configs/paper/<name>.yaml as a CPU rehearsal (`--config rehearsal=true`, mialab.pipeline.rehearsal) through
     `profiles/slurm`: the plan-time checks see the paper config on the test node's GPUs and every job from the
     stand-ins to the reports is a SLURM job; what every rehearsal writes (test_rehearsal.rehearsal_written), and a
-    second dry run has nothing to do. Returns the paper config, the working directory and the accounting table."""
+    second dry run has nothing to do. Returns the paper config, the working directory, the accounting table (the
+    workflow's onsuccess hook writes it at the end of every SLURM run) and the run's log."""
     import yaml
 
     cfg = yaml.safe_load((REPO / "configs" / "paper" / f"{name}.yaml").read_text())
@@ -176,30 +158,13 @@ def rehearse_through_slurm(name: str, env: dict) -> tuple[dict, Path, pd.DataFra
     assert "has been submitted with SLURM jobid" in log and "mialab: rehearsal: models." in log
     assert "Nothing to be done" in run(workdir, env, "-n", "--config", "rehearsal=true")
     rehearsal_written(name, workdir)
-    return cfg, workdir, pd.read_parquet(workdir / "results/accounting/jobs.parquet")
+    return cfg, workdir, pd.read_parquet(workdir / "results/accounting/jobs.parquet"), log
 
 
-def test_adra_aime_paper_config_rehearses_through_slurm(slurm_env):
+def test_adra_aime_paper_config_rehearses_through_slurm(adra_aime):
     """adra_aime rehearsed through SLURM (rehearse_through_slurm): contamination by SFT, N-Sampling, ADRA / ADRA+ /
     the SFT ablation trained and evaluated at its steps, the report of Tables 12 and 14-15 (every variant's row)
     and Figure 2's steps."""
-    cfg, workdir, jobs = rehearse_through_slurm("adra_aime", slurm_env)
-    adra_reports_written(cfg, workdir / "results")
+    adra_reports_written(adra_aime["cfg"], adra_aime["workdir"] / "results")
     assert {"rehearsal_model", "sft_contaminate", "n_sampling_rollouts", "adra_train", "adra_eval",
-            "adra_report"} <= set(jobs["rule"])
-    shutil.rmtree(workdir)
-
-
-def test_lara_paper_config_rehearses_through_slurm(slurm_env):
-    """lara_rl_models rehearsed through SLURM (rehearse_through_slurm): continued GRPO of each released model,
-    Table 1's report per dataset with every model's row, and each job got the GPUs its code uses (sacct's
-    AllocTRES): one for the one-process continued GRPO (the rehearsal's launch.nproc 1) and for each forward
-    pass and for the perturbations' instruction model (the paper config's vLLM engine at tensor-parallel size 1),
-    none for the CPU stages."""
-    cfg, workdir, jobs = rehearse_through_slurm("lara_rl_models", slurm_env)
-    lara_reports_written(cfg, workdir / "results")
-    one_gpu = {"rl_contaminate", "score_baselines", "lara_features", "lara_baselines", "lara_perturbations"}
-    assert one_gpu | {"rehearsal_model", "lara_scores", "lara_report"} <= set(jobs["rule"])
-    gpus = jobs.groupby("rule")["alloc_gpus"].agg(set).to_dict()
-    assert gpus == {rule: {int(rule in one_gpu)} for rule in gpus}, gpus
-    shutil.rmtree(workdir)
+            "adra_report"} <= set(adra_aime["jobs"]["rule"])

@@ -25,13 +25,26 @@ def _validated(cfg: dict) -> dict:
     return cfg
 
 
+def _sweep_base() -> dict:
+    from snakemake.utils import update_config
+
+    cfg = {}
+    for path in SWEEP["base"]:
+        update_config(cfg, yaml.safe_load((REPO / path).read_text()))
+    return cfg
+
+
 def test_exposure_configs_vary_only_the_members_and_r3_is_the_default_world():
-    base = default_config()
+    base = _sweep_base()
     plans = {r: Plan(_validated(exposure_config(base, r, SWEEP)), results="results") for r in SWEEP["exposure"]}
     zero = plans[0].config["models"]
     assert zero["base"]["members"] == [{"dataset": "wikimia", "repeats": 0}]
     assert "members" not in zero["sft"] and "contamination_rate" not in zero["sft"]  # fine-tuned on filler alone
-    assert "grpo_e1" not in zero and plans[0].config["lara"]["models"] == ["sft"]
+    assert "grpo_e2" not in zero and plans[0].config["lara"]["models"] == ["sft", "grpo_e1"]
+    assert zero["grpo_e1"]["members"] == {"dataset": "aime", "split_seed": 0, "repeats": 0}  # fillers in their places
+    assert plans[16].config["models"]["grpo_e1"]["members"]["repeats"] == 16 and plans[16].config["seeds"] == [0]
+    assert len({p.rl_run("grpo_e1").key for p in plans.values()}) == len(plans)
+    assert "adra" in plans[0].config and plans[0].config["adra"]["targets"] == [{"model": "sft", "dataset": "aime"}]
     assert plans[16].config["models"]["sft"]["members"] == {"dataset": "aime", "repeats": 16}
     assert plans[16].config["models"]["sft"]["contamination_rate"] == pytest.approx(16 / 19)
     # the control, the tokenizer and the splits do not depend on r: one folder for every exposure

@@ -18,6 +18,8 @@ def test_default_dag(tmp_path):
                     "calibdcd_partition": 3, "calibdcd_features": 4, "calibdcd_calibrate": 2, "calibdcd_report": 1,
                     # DPDLLM's reference fine-tuned once per pool; VeilProbe's mapping models per (model, dataset)
                     "calibdcd_reference": 1, "calibdcd_veilprobe": 2,
+                    # VeilProbe's key-token perturbation once per pool, for every target
+                    "calibdcd_perturbation": 1,
                     # RL contamination: grpo_e1 and grpo_e2 are epochs 1 and 2 of one GRPO run (scored on aime)
                     "rl_contaminate": 2,
                     # LaRA on sft, grpo_e1, grpo_e2 x aime, one job per model for the 3 seeds; perturbations are model-free (one job)

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -196,3 +197,26 @@ def check_command(command: str, expected: tuple[int, dict[str, int]] | None = No
         assert sum(jobs.values()) == total, f"{command!r}: {sum(jobs.values())} jobs planned, the header says {total}: {jobs}"
         assert {r: jobs.get(r, 0) for r in per_rule} == per_rule, f"{command!r}: {jobs}"
     return jobs
+
+
+def slurm_state(job: str, env: dict, timeout: float = 60) -> str:
+    """The state squeue gives SLURM job ``job`` (``PENDING``, ``RUNNING``, ...; empty once it left the queue),
+    asked again while squeue fails (a busy slurmctld does not answer)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        proc = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True, text=True)
+        if proc.returncode == 0:
+            return proc.stdout.strip()
+        assert time.monotonic() < deadline, f"squeue failed ({proc.returncode}): {proc.stderr.strip()}"
+        time.sleep(1)
+
+
+def requeue(job: str, env: dict, timeout: float = 120) -> None:
+    """`scontrol requeue` a running SLURM job; returns once it is pending again (its run stopped) and made eligible
+    at once (a requeued job otherwise waits 2 minutes before it starts again)."""
+    subprocess.run(["scontrol", "requeue", job], env=env, check=True)
+    deadline = time.monotonic() + timeout
+    while slurm_state(job, env) != "PENDING":
+        assert time.monotonic() < deadline, f"SLURM job {job} not pending {timeout:.0f} s after its requeue"
+        time.sleep(0.5)
+    subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=env, check=True)

@@ -16,11 +16,13 @@ from mialab.lm.loading import trusts_remote_code
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 start = time.perf_counter()
-pool = pd.read_parquet(inputs.pool, columns=["id", "prefix", "suffix"])
+pool = pd.read_parquet(inputs.pool, columns=["id", "text", "prefix", "suffix"])
 # views: every seed's D-cal, each text once (in order of first appearance)
 ids = list(dict.fromkeys(i for p in inputs.calibration for i in pd.read_parquet(p)["id"].astype(str))) \
     if inputs.get("calibration") else None
 texts = scope_texts(pool, ids)
+if inputs.get("perturbed"):  # VeilProbe's prompts: rule calibdcd_perturbation's, the same for every target
+    texts = texts.merge(pd.read_parquet(inputs.perturbed), on="id", how="left", validate="one_to_one")
 gen = params.generation
 parts = parts_folder(output.generations)
 generate = rollout_generator(params.model_path, backend=gen["backend"], backend_options=gen["backend_options"],

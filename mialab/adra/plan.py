@@ -196,6 +196,13 @@ class ADRAPlan:
             return None
         return self.scores(model, dataset, int(seed), f"{variant}-{FINAL}").path("scores.parquet")
 
+    def init_scores_file(self, model: str, dataset: str, seed: int) -> str | None:
+        """The untrained policy's score table (``adra_init``, sampled as ADRA's policies: the control that
+        separates RL training from the sampling temperature; a SCORE_PROVIDER) where step 0 is evaluated."""
+        if (model, dataset) not in self.pairs() or INIT not in self.policies():
+            return None
+        return self.scores(model, dataset, int(seed), INIT).path("scores.parquet")
+
     def runs(self, dataset: str, seeds: list[int]) -> list[tuple[str, int, str]]:
         """(model, seed, policy) of every ADRA score table of ``dataset``."""
         if not self.spec:

@@ -158,16 +158,17 @@ def run_sft_ablation(model_path: str, data: pd.DataFrame, settings: GRPOSettings
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from mialab.lm.loading import load_causal_lm, load_tokenizer, resolve_device
+    from mialab.lm.loading import load_causal_lm, load_tokenizer, resolve_device, resolve_precision
 
     s = settings
     cpu = resolve_device(device) == "cpu"
+    precision = resolve_precision(s.precision, resolve_device(device))
     args = SFTConfig(
         output_dir=str(work_dir), learning_rate=s.lr, num_train_epochs=s.epochs, max_steps=s.max_steps,
         per_device_train_batch_size=s.batch_size // s.num_generations, gradient_accumulation_steps=s.grad_accum,
         lr_scheduler_type=s.lr_scheduler, warmup_steps=s.warmup_steps, weight_decay=s.weight_decay,
         max_grad_norm=s.grad_clip, save_strategy="steps", save_steps=s.save_steps,
-        save_total_limit=s.save_total_limit, bf16=s.precision == "bf16", use_cpu=cpu, seed=s.seed, data_seed=s.seed,
+        save_total_limit=s.save_total_limit, bf16=precision == "bf16", use_cpu=cpu, seed=s.seed, data_seed=s.seed,
         full_determinism=cpu, logging_steps=s.logging_steps, report_to="none", dataloader_num_workers=0,
         completion_only_loss=True, max_length=None, shuffle_dataset=True,
         gradient_checkpointing=s.activation_checkpointing,

@@ -1,7 +1,8 @@
 """Per-view entries: a split (``mialab.data.schema``) and a view in, DPDLLM's feature table out; and
 VeilProbe's key-token perturbation of a split (its features: :func:`mialab.calibdcd.stages.veilprobe_tables`).
 
-The query is the view applied to the text's ``prefix``; ``generate(prompts) -> continuations`` is
+The query is the view applied to the detector's prompt (DPDLLM: :func:`dpdllm_prompts`; VeilProbe: the
+text's ``prefix`` and its perturbation); ``generate(prompts) -> continuations`` is
 any generation callable with the detector's sampling settings bound, e.g.
 :func:`mialab.lm.engine.rollout_generator` (the project's rollout engine) with
 ``functools.partial``.
@@ -30,33 +31,52 @@ def _generate_checked(generate: Generate, prompts: list[str]) -> list[str]:
     return list(outputs)
 
 
+#: DPDLLM's prompt of a text: ``first_words`` (the code) or ``prefix`` (the split's prefix)
+DPDLLM_PROMPTS = ("first_words", "prefix")
+
+
+def dpdllm_prompts(split: pd.DataFrame, *, length: int, prompt: str) -> list[str]:
+    """DPDLLM's prompt of each text: ``first_words``, the code's (``generate_by_llm.py``: the text's first
+    ``length // 2`` words, split and joined on single spaces), or ``prefix``, the split's prefix.
+
+    The reference model reads only the first ``length`` packed tokens of prompt + continuation, so a
+    prompt of ``length`` tokens or more leaves the target's continuation out of every feature."""
+    if prompt == "first_words":
+        return [" ".join(t.split(" ")[:length // 2]) for t in split["text"].astype(str)]
+    if prompt == "prefix":
+        return split["prefix"].astype(str).tolist()
+    raise ValueError(f"unknown DPDLLM prompt {prompt!r}; known: {list(DPDLLM_PROMPTS)}")
+
+
 def dpdllm_view_features(split: pd.DataFrame, view: str, *, generate: Generate, reference_model: str,
-                         length: int, batch_size: int = 8, device: str = "auto",
+                         length: int, prompt: str, batch_size: int = 8, device: str = "auto",
                          dtype: str = "float32") -> pd.DataFrame:
-    """DPDLLM features of ``split`` under ``view``: the target continues the view-wrapped prefix; the
-    fine-tuned reference model (:func:`mialab.calibdcd.reference.finetune_reference`) reads the
-    text's prompt followed by that continuation (DPDLLM's prompt + response)."""
-    prefixes = split["prefix"].astype(str).tolist()
-    outputs = _generate_checked(generate, apply_view(view, prefixes))
-    z = reference_probabilities(reference_model, list(zip(prefixes, outputs, strict=True)), length=length,
+    """DPDLLM features of ``split`` under ``view``: the target continues the view-wrapped prompt
+    (:func:`dpdllm_prompts`); the fine-tuned reference model
+    (:func:`mialab.calibdcd.reference.finetune_reference`) reads the prompt followed by that
+    continuation (DPDLLM's prompt + response)."""
+    prompts = dpdllm_prompts(split, length=length, prompt=prompt)
+    outputs = _generate_checked(generate, apply_view(view, prompts))
+    z = reference_probabilities(reference_model, list(zip(prompts, outputs, strict=True)), length=length,
                                 batch_size=batch_size, device=device, dtype=dtype)
     return feature_frame(split["id"].tolist(), view, z)
 
 
 def add_perturbed_prefix(split: pd.DataFrame, *, key_token_models: Sequence[str], ratio: float, perturbation: str,
                          beams: int, new_tokens: int, seed: int, mlm_model: str | None = None, ot_topk: int = 1000,
-                         ot_iterations: int = 1000, batch_size: int = 8, device: str = "auto",
+                         ot_iterations: int = 1000, first_index: int = 0, batch_size: int = 8, device: str = "auto",
                          dtype: str = "float32") -> pd.DataFrame:
     """``split`` with a ``perturbed_prefix`` column (VeilProbe key-token perturbation, view-independent):
-    ``original`` (OT attribution on every key-token model, ``mlm_model``'s fill) or ``surprisal``
-    (``ratio``, one key-token model)."""
+    ``original`` (OT attribution on every key-token model, ``mlm_model``'s fill; ``first_index``: the
+    first row's index in the list it was sliced from) or ``surprisal`` (``ratio``, one key-token model)."""
     prefixes = split["prefix"].astype(str).tolist()
     if perturbation == "original":
         if mlm_model is None:
             raise ValueError("VeilProbe's original perturbation needs an mlm_model (the code: bert-base-cased)")
         perturbed = original_key_token_perturb(key_token_models, mlm_model, prefixes, beams=beams,
                                                new_tokens=new_tokens, ot_topk=ot_topk, ot_iterations=ot_iterations,
-                                               seed=seed, batch_size=batch_size, device=device, dtype=dtype)
+                                               seed=seed, first_index=first_index, batch_size=batch_size,
+                                               device=device, dtype=dtype)
     elif perturbation == "surprisal":
         if len(key_token_models) != 1:
             raise ValueError(f"the surprisal perturbation reads one key-token model, got {len(key_token_models)}")

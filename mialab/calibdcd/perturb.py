@@ -64,49 +64,73 @@ def key_token_perturb(model_path: str, texts: Sequence[str], *, ratio: float = 0
 
 # --- the original: optimal-transport attribution (key_perturb/interpreter.py) and masked-LM fill -------------
 
+#: float64 entries a batch of OT problems may hold per tensor (chunks of positions; 128 MiB)
+OT_BUDGET = 2 ** 24
+
+
 def topp_union(p: "torch.Tensor", q: "torch.Tensor", *, topp: float = 0.9999, topk: int = 1000):
-    """``(p[u] / sum, q[u] / sum, u)`` over ``u``, the union of each distribution's top-p tokens (at most
-    ``topk`` each): the support the code's OT compares (``_topp_intersection``)."""
+    """``(p[u] / sum, q[u] / sum, u, valid)`` for each row of ``q`` (``(k, V)``): ``u``, the union of ``p``'s and
+    that row's top-p tokens (at most ``topk`` each; ascending ids, padded to the longest union, ``valid`` its real
+    entries), the support the code's OT compares (``_topp_intersection``)."""
     import torch
 
-    def top(r):
-        order = torch.sort(r, descending=True, stable=True).indices
-        reached = torch.nonzero(torch.cumsum(r[order], 0) >= topp)
-        return order[:min(int(reached.min()) + 1 if len(reached) else len(r), topk)]
+    def top(r):  # the first min(top-p count, topk) tokens of r's stable descending order
+        values = torch.topk(r, min(topk, r.shape[-1]), dim=-1).values
+        reached = torch.cumsum(values, -1) >= topp
+        count = torch.where(reached.any(-1), reached.int().argmax(-1) + 1, values.shape[-1])[..., None]
+        last = values.gather(-1, count - 1)
+        above, tied = r > last, r == last
+        return above | (tied & (torch.cumsum(tied, -1) <= count - above.sum(-1, keepdim=True)))
 
-    union = torch.cat((top(p), top(q))).unique()
-    return p[union] / p[union].sum(), q[union] / q[union].sum(), union
+    members = top(p[None]) | top(q)
+    rows, ids = members.nonzero(as_tuple=True)
+    sizes = members.sum(-1)
+    union = torch.zeros(len(q), int(sizes.max()), dtype=torch.long, device=q.device)
+    union[rows, (torch.cumsum(members, -1) - 1)[rows, ids]] = ids
+    valid = torch.arange(union.shape[1], device=q.device) < sizes[:, None]
+    s1, s2 = (torch.where(valid, r, 0.0) for r in (p[union], q.gather(-1, union)))
+    return s1 / s1.sum(-1, keepdim=True), s2 / s2.sum(-1, keepdim=True), union, valid
 
 
 def ipot(a: "torch.Tensor", b: "torch.Tensor", cost: "torch.Tensor", *, beta: float = 2.0,
-         iterations: int = 1000) -> float:
+         iterations: int = 1000, valid: "torch.Tensor | None" = None) -> "torch.Tensor":
     """Transport cost ``sum(P * C)`` of the inexact proximal-point OT plan (IPOT, one Sinkhorn step per
-    proximal step) as the code computes it: weights shifted by 1e-4 (not renormalised), float64."""
+    proximal step) as the code computes it: weights shifted by 1e-4 (not renormalised), float64. Leading
+    dimensions are a batch of problems; ``valid`` marks the real entries of padded supports (a padded entry
+    carries no mass and no cost, so each problem's cost is that of its real entries alone)."""
     import torch
 
-    a, b, cost = (x.to(torch.float64) for x in (a + 1e-4, b + 1e-4, cost))
-    n = len(a)
-    u, v = torch.ones(n, dtype=torch.float64, device=a.device), torch.ones(n, dtype=torch.float64, device=a.device)
-    plan = torch.full((n, n), 1.0 / n ** 2, dtype=torch.float64, device=a.device)
-    kernel = torch.exp(-cost / beta)
+    valid = torch.ones_like(a, dtype=torch.bool) if valid is None else valid
+    a, b = (torch.where(valid, (x + 1e-4).to(torch.float64), 0.0) for x in (a, b))
+    cost = cost.to(torch.float64)
+    pairs = (valid[..., :, None] & valid[..., None, :]).to(torch.float64)
+    n = valid.sum(-1).to(torch.float64)[..., None, None]
+    u = v = valid.to(torch.float64)
+    plan = pairs / n ** 2
+    kernel = torch.exp(-cost / beta) * pairs
     for _ in range(iterations):
         q = kernel * plan
-        u = a / (q @ v)
-        v = b / (q.T @ u)
-        plan = u[:, None] * q * v[None, :]
-    return float((plan * cost).sum())
+        u = torch.where(valid, a / (q * v[..., None, :]).sum(-1), 0.0)
+        v = torch.where(valid, b / (q * u[..., :, None]).sum(-2), 0.0)
+        plan = u[..., :, None] * q * v[..., None, :]
+    return (plan * cost).sum((-2, -1))
 
 
-def ot_distance(p: "torch.Tensor", q: "torch.Tensor", embeddings: "torch.Tensor", *, topk: int = 1000,
-                iterations: int = 1000) -> float:
-    """OT distance of two next-token distributions on their top-p union (at most ``topk`` tokens of each),
-    the cost 1 - cosine of the tokens' input embeddings, ``iterations`` IPOT steps. A zero embedding (a
-    tiny model's pad row) is at cosine 0 to every token (the code's cost is NaN there)."""
+def ot_distances(p: "torch.Tensor", q: "torch.Tensor", embeddings: "torch.Tensor", *, topk: int = 1000,
+                 iterations: int = 1000) -> "torch.Tensor":
+    """OT distance of next-token distribution ``p`` to each row of ``q`` on their top-p union (at most ``topk``
+    tokens of each), the cost 1 - cosine of the tokens' input embeddings, ``iterations`` IPOT steps; the rows'
+    problems are solved together, in chunks of :data:`OT_BUDGET`. A zero embedding (a tiny model's pad row) is
+    at cosine 0 to every token (the code's cost is NaN there)."""
     import torch
 
-    s1, s2, union = topp_union(p, q, topk=topk)
-    unit = torch.nn.functional.normalize(embeddings[union], dim=1)
-    return ipot(s1, s2, 1 - unit @ unit.T, iterations=iterations)
+    chunk = max(1, OT_BUDGET // (p.shape[-1] + min(2 * topk, p.shape[-1]) ** 2))
+    out = []
+    for rows in torch.split(q, chunk):
+        s1, s2, union, valid = topp_union(p, rows, topk=topk)
+        unit = torch.nn.functional.normalize(embeddings[union], dim=-1)
+        out.append(ipot(s1, s2, 1 - unit @ unit.transpose(-1, -2), iterations=iterations, valid=valid))
+    return torch.cat(out)
 
 
 def _next_token_distributions(model, ids: "torch.Tensor", mask: "torch.Tensor", *, beams: int,
@@ -131,7 +155,7 @@ def _next_token_distributions(model, ids: "torch.Tensor", mask: "torch.Tensor", 
 
 def ot_attributions(model, ids: Sequence[int], *, beams: int = 10, new_tokens: int = 10, topk: int = 1000,
                     iterations: int = 1000, batch_size: int = 8) -> np.ndarray:
-    """Each input position's attribution: the OT distance (:func:`ot_distance`) between ``p_j`` of the input
+    """Each input position's attribution: the OT distance (:func:`ot_distances`) between ``p_j`` of the input
     and of the input with that position masked (id 0, attention 0), as ``Interpreter.interpret_ours``; the
     masked inputs are searched ``batch_size`` at a time."""
     import torch
@@ -147,7 +171,7 @@ def ot_attributions(model, ids: Sequence[int], *, beams: int = 10, new_tokens: i
         p = torch.cat([_next_token_distributions(model, masked[i:i + batch_size], mask[i:i + batch_size],
                                                  beams=beams, new_tokens=new_tokens)
                        for i in range(0, n + 1, batch_size)])
-    return np.array([ot_distance(p[0], p[a + 1], embeddings, topk=topk, iterations=iterations) for a in range(n)])
+    return ot_distances(p[0], p[1:], embeddings, topk=topk, iterations=iterations).cpu().numpy()
 
 
 def key_positions(scores: Sequence[np.ndarray], tokens: Sequence[Sequence[str]], candidates: Sequence[int], *,
@@ -196,13 +220,13 @@ def mlm_fill(mlm, mlm_tok, text: str, spans: Sequence[tuple[int, int]], rng: np.
 
 def original_key_token_perturb(attribution_models: Sequence[str], mlm_path: str, texts: Sequence[str], *,
                                beams: int = 10, new_tokens: int = 10, ot_topk: int = 1000, ot_iterations: int = 1000,
-                               top_k: int = 26, keep: int = 13, seed: int = 0, batch_size: int = 8,
+                               top_k: int = 26, keep: int = 13, seed: int = 0, first_index: int = 0, batch_size: int = 8,
                                device: str = "auto", dtype: str = "float32") -> list[str]:
     """VeilProbe's key-token perturbation (``keyperturb_agg.process_sentence``): key tokens by OT attribution
     (:func:`ot_attributions`) on each attribution model (the code: GPT-2, -medium, -large), aggregated
     (:func:`key_positions`) on their shared tokens, filled by the masked LM (:func:`mlm_fill`). Special
-    tokens are never key tokens; the fill's random choice is seeded per text (``seed``, text index):
-    deterministic."""
+    tokens are never key tokens; the fill's random choice is seeded per text (``seed``, ``first_index`` +
+    its index in ``texts``: a slice of a list perturbed alone is perturbed as in the whole): deterministic."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from mialab.lm.loading import resolve_device
@@ -226,5 +250,5 @@ def original_key_token_perturb(attribution_models: Sequence[str], mlm_path: str,
         tokens = [tok.convert_ids_to_tokens(enc["input_ids"]) for (_, tok), enc in zip(models, encs)]
         chosen = key_positions(scores, tokens, candidates, top_k=top_k, keep=keep)
         spans = [tuple(first["offset_mapping"][j]) for j in chosen]
-        out.append(mlm_fill(mlm, mlm_tok, text, spans, np.random.default_rng([seed, i])))
+        out.append(mlm_fill(mlm, mlm_tok, text, spans, np.random.default_rng([seed, first_index + i])))
     return out

@@ -4,8 +4,10 @@
 - reference (dataset): DPDLLM's reference model fine-tuned on every pool text (no label read);
   upstream the pool and the base reference model;
 - partition (dataset, seed): upstream the seed's split;
+- perturbation (dataset): VeilProbe's key-token perturbation of every pool text (no target, no
+  label read); upstream the pool, its key-token and fill-mask models in its config;
 - features (model, dataset, scope): scope ``original`` (``e0`` on every pool text) depends on the
-  model and the pool only (and DPDLLM's fine-tuned reference), so it is shared by every seed and
+  model and the pool only (DPDLLM's fine-tuned reference, VeilProbe's perturbation), so it is shared by every seed and
   survives changes of seeds, split sizes and partition sizes; scope ``views`` (controlled views on
   the D-cal texts of every seed, each text once; DPDLLM only) depends on the seeds' partitions;
 - veilprobe (model, dataset): VeilProbe's mapping models and features of both scopes; upstream the
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 
 from mialab.calibdcd.views import ORIGINAL, controlled_views
 from mialab.pipeline.config import ConfigError, check_names
@@ -30,6 +33,15 @@ from mialab.scoring.baselines import column_name
 LM_KEYS = ("reference_model", "key_token_model", "key_token_models", "mlm_model")
 ORIGINAL_SCOPE, VIEWS_SCOPE = "original", "views"
 SCOPES = (ORIGINAL_SCOPE, VIEWS_SCOPE)
+#: the veilprobe section's keys of :func:`mialab.calibdcd.extract.add_perturbed_prefix` besides its models
+PERTURBATION_KEYS = ("ratio", "perturbation", "mlm_model", "beams", "new_tokens", "ot_topk", "ot_iterations", "seed")
+
+
+def perturbation_options(veilprobe: Mapping) -> dict:
+    """:func:`mialab.calibdcd.extract.add_perturbed_prefix`'s settings from the veilprobe section: the
+    key-token models (``key_token_models``, or the one ``key_token_model``) and :data:`PERTURBATION_KEYS`."""
+    models = veilprobe.get("key_token_models") or [veilprobe["key_token_model"]]
+    return {"key_token_models": list(models), **{k: veilprobe[k] for k in PERTURBATION_KEYS if k in veilprobe}}
 
 
 def check_scope(scope: str) -> str:
@@ -109,15 +121,17 @@ class CalibDCDPlan:
 
     def detector_specs(self, resolve, dataset: str | None = None, scope: str = ORIGINAL_SCOPE) -> dict[str, dict]:
         """The detectors' feature-job config of ``scope``: each LM name replaced by ``resolve(name)``;
-        VeilProbe's sampling length from the ``generation`` section, its mapping models left out (their
-        own stage, :meth:`veilprobe`), and VeilProbe only in the original scope (its features read the
+        VeilProbe's sampling length from the ``generation`` section, its perturbation and mapping models
+        left out (their own stages, :meth:`perturbation`, :meth:`veilprobe`), and VeilProbe only in the original scope (its features read the
         views' queries, not the target's answers to them). With ``dataset``, DPDLLM's reference is that
         pool's fine-tuned model folder (:meth:`reference`), its fine-tuning settings, which that
         folder's key holds, left out."""
         def resolved(k, v):
             return ([resolve(n) for n in v] if isinstance(v, list) else resolve(v)) if k in LM_KEYS else v
 
-        specs = {det: {k: resolved(k, v) for k, v in spec.items() if k != "mapping"}
+        perturbation = {"key_token_model", "key_token_models", *PERTURBATION_KEYS}  # their own stage
+        specs = {det: {k: resolved(k, v) for k, v in spec.items()
+                       if k != "mapping" and (det != "veilprobe" or k not in perturbation)}
                  for det, spec in self.spec["detectors"].items()
                  if det != "veilprobe" or check_scope(scope) == ORIGINAL_SCOPE}
         if "veilprobe" in specs:
@@ -126,6 +140,15 @@ class CalibDCDPlan:
             specs["dpdllm"] = {k: v for k, v in specs["dpdllm"].items() if k != "finetune"}
             specs["dpdllm"]["reference_model"] = self.reference(dataset).path("model")
         return specs
+
+    def perturbation_settings(self, resolve) -> dict:
+        """VeilProbe's perturbation options (:func:`perturbation_options`), each
+        key-token and fill-mask LM replaced by ``resolve(name)``."""
+        options = perturbation_options(self.spec["detectors"]["veilprobe"])
+        options["key_token_models"] = [resolve(n) for n in options["key_token_models"]]
+        if "mlm_model" in options:
+            options["mlm_model"] = resolve(options["mlm_model"])
+        return options
 
     def feature_tables(self, model: str, dataset: str, detector: str) -> list[tuple[Stage, str]]:
         """(stage, file) of a detector's feature tables of the original and the views scope."""
@@ -160,10 +183,20 @@ class CalibDCDPlan:
         })
 
     @functools.lru_cache(maxsize=None)
+    def perturbation(self, dataset: str) -> Stage:
+        """VeilProbe's perturbed prefixes of a pool: the same for every target (the code: once per dataset)."""
+        return self.plan.stage("calibdcd/perturbations", {"dataset": dataset}, {
+            "dataset": dataset, "config": {**self.perturbation_settings(self.lm_key), "lm": self.spec["lm"]},
+            "upstream": {"pool": self.plan.pool(dataset).key},
+        })
+
+    @functools.lru_cache(maxsize=None)
     def features(self, model: str, dataset: str, scope: str) -> Stage:
         upstream = {"model": self.plan.model(model).key, "pool": self.plan.pool(dataset).key}
         if "dpdllm" in self.spec["detectors"]:
             upstream["reference"] = self.reference(dataset).key
+        if "veilprobe" in self.spec["detectors"] and check_scope(scope) == ORIGINAL_SCOPE:
+            upstream["perturbation"] = self.perturbation(dataset).key
         if check_scope(scope) == VIEWS_SCOPE:
             upstream["partitions"] = {str(s): self.partition(dataset, s).key for s in self.plan.seeds()}
         return self.plan.stage("calibdcd/features", {"model": model, "dataset": dataset, "scope": scope}, {

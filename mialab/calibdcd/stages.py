@@ -17,6 +17,10 @@ settings share one call); DPDLLM's features of all views are then computed in on
 pass, the same features as :func:`mialab.calibdcd.extract.dpdllm_view_features`. DPDLLM's reference model is fine-tuned once per pool
 (:func:`mialab.calibdcd.reference.finetune_reference`, rule ``calibdcd_reference``).
 
+VeilProbe's perturbed prompts do not depend on the target: its key-token perturbation runs once per pool
+(rule ``calibdcd_perturbation``, :func:`perturb_pool`; the code: once per dataset), and every target's
+feature job reads them.
+
 VeilProbe's features come from its two mapping models (:mod:`mialab.calibdcd.mapping`), trained per
 (target, pool) on the original query's (prefix, output) and (perturbed prefix, output) pairs of
 every pool text (rule ``calibdcd_veilprobe``, :func:`veilprobe_tables`); the models then read the
@@ -34,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from mialab.calibdcd.calibrate import FitCache, run_calibdcd
-from mialab.calibdcd.extract import add_perturbed_prefix
+from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_prompts
 from mialab.calibdcd.features import veilprobe_vector
 from mialab.calibdcd.frames import feature_frame
 from mialab.calibdcd.mapping import MappingConfig, mapping_features, train_mapping_model
@@ -42,7 +46,7 @@ from mialab.calibdcd.reference import reference_probabilities
 from mialab.calibdcd.views import ORIGINAL, apply_view
 from mialab.data.families.calibdcd import calibdcd_partition
 
-TEXT_COLUMNS = ("id", "prefix", "suffix")
+TEXT_COLUMNS = ("id", "text", "prefix", "suffix")
 
 
 def partition_around_split(pool: pd.DataFrame, split_ids: Sequence[str], *, seed: int, n_train_per_class: int,
@@ -65,7 +69,7 @@ def partition_around_split(pool: pd.DataFrame, split_ids: Sequence[str], *, seed
 
 
 def scope_texts(pool: pd.DataFrame, ids: Sequence[str] | None = None) -> pd.DataFrame:
-    """The ``id``, ``prefix``, ``suffix`` of ``ids`` (default: every pool text); labels are not carried."""
+    """The ``id``, ``text``, ``prefix``, ``suffix`` of ``ids`` (default: every pool text); labels are not carried."""
     texts = pool[list(TEXT_COLUMNS)].astype({"id": str})
     if ids is None:
         return texts.reset_index(drop=True)
@@ -76,24 +80,37 @@ def scope_texts(pool: pd.DataFrame, ids: Sequence[str] | None = None) -> pd.Data
     return texts.set_index("id").loc[wanted].reset_index()
 
 
-#: the veilprobe section's keys of :func:`mialab.calibdcd.extract.add_perturbed_prefix` besides its models
-PERTURBATION_KEYS = ("ratio", "perturbation", "mlm_model", "beams", "new_tokens", "ot_topk", "ot_iterations", "seed")
+#: texts per part of the original perturbation (a requeued job resumes from its parts)
+PERTURBATION_PART_TEXTS = 32
 
 
-def perturbation_options(veilprobe: Mapping) -> dict:
-    """:func:`mialab.calibdcd.extract.add_perturbed_prefix`'s settings from the veilprobe section: the
-    key-token models (``key_token_models``, or the one ``key_token_model``) and :data:`PERTURBATION_KEYS`."""
-    models = veilprobe.get("key_token_models") or [veilprobe["key_token_model"]]
-    return {"key_token_models": list(models), **{k: veilprobe[k] for k in PERTURBATION_KEYS if k in veilprobe}}
+def perturb_pool(texts: pd.DataFrame, options: Mapping, lm_options: Mapping, parts=None) -> pd.DataFrame:
+    """``id, perturbed_prefix`` of every text (:func:`mialab.calibdcd.extract.add_perturbed_prefix` with
+    ``options``, :func:`mialab.calibdcd.plan.perturbation_options`' keys). The original perturbation (attribution per text)
+    runs :data:`PERTURBATION_PART_TEXTS` texts at a time through ``parts`` (a
+    :class:`mialab.lm.engine.Parts`, or None), equal to one pass; surprisal (one batched pass) at once."""
+    def perturb(start: int, stop: int) -> pd.DataFrame:
+        extra = {"first_index": start} if options.get("perturbation") == "original" else {}
+        done = add_perturbed_prefix(texts.iloc[start:stop], **options, **extra, **lm_options)
+        return done[["id", "perturbed_prefix"]].reset_index(drop=True)
+
+    if parts is None or options.get("perturbation") != "original":
+        return perturb(0, len(texts))
+    from mialab.lm.engine import fingerprint
+
+    key = fingerprint({"options": dict(options), "lm": dict(lm_options), "ids": texts["id"].tolist(),
+                       "prefixes": texts["prefix"].tolist()})
+    return parts.run(key, len(texts), PERTURBATION_PART_TEXTS, perturb)
 
 
-DETECTOR_INPUTS = {"dpdllm": ("prefix",), "veilprobe": ("prefix", "perturbed_prefix")}
+#: the text columns a detector's prompts are built from (DPDLLM's: added by :func:`extract_features`)
+DETECTOR_INPUTS = {"dpdllm": ("dpdllm_prompt",), "veilprobe": ("prefix", "perturbed_prefix")}
 SAMPLING_KEYS = ("max_new_tokens", "temperature")
 
 
 def view_prompts(texts: pd.DataFrame, views: Sequence[str], detectors: Sequence[str]) -> pd.DataFrame:
     """``detector, view, id, input, text, prompt``: every input column a detector puts under a view
-    (the prefix, and VeilProbe's perturbed prefix) with its text, for every text and view."""
+    (DPDLLM's prompt; VeilProbe's prefix and perturbed prefix) with its text, for every text and view."""
     rows = [(det, view, i, column, text, prompt) for det in detectors for view in views
             for column in DETECTOR_INPUTS[det]
             for i, text, prompt in zip(texts["id"], texts[column].astype(str),
@@ -107,14 +124,13 @@ def _frames(rows: pd.DataFrame, z: np.ndarray) -> pd.DataFrame:
                       for view, mask in ((v, rows["view"] == v) for v in rows["view"].unique())], ignore_index=True)
 
 
-def dpdllm_table(texts: pd.DataFrame, generations: pd.DataFrame, *, reference_model: str, length: int,
+def dpdllm_table(generations: pd.DataFrame, *, reference_model: str, length: int,
                  lm_options: Mapping) -> pd.DataFrame:
     """DPDLLM features of every (view, id) as :func:`mialab.calibdcd.extract.dpdllm_view_features` computes
-    them (the reference model reads the text's prompt followed by the target's continuation of the
+    them (the reference model reads the text's DPDLLM prompt followed by the target's continuation of the
     view-wrapped prompt), in one reference-model pass."""
     rows = generations[generations["detector"] == "dpdllm"].reset_index(drop=True)
-    prefixes = texts.set_index("id").loc[rows["id"], "prefix"].astype(str).tolist()
-    z = reference_probabilities(reference_model, list(zip(prefixes, rows["output"], strict=True)), length=length,
+    z = reference_probabilities(reference_model, list(zip(rows["text"], rows["output"], strict=True)), length=length,
                                 **lm_options)
     return _frames(rows, z)
 
@@ -169,21 +185,25 @@ class FeatureRun:
 
 def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Callable[..., list[str]],
                      detectors: Mapping[str, dict], lm_options: Mapping) -> FeatureRun:
-    """The target's outputs on ``texts`` (id, prefix, suffix) under every view for every detector, and
-    DPDLLM's features (VeilProbe's come from :func:`veilprobe_tables`).
+    """The target's outputs on ``texts`` (id, text, prefix, suffix; VeilProbe: and ``perturbed_prefix``, of
+    :func:`perturb_pool`) under every view for every detector, and DPDLLM's features (VeilProbe's come
+    from :func:`veilprobe_tables`).
 
-    ``detectors`` maps ``dpdllm`` to ``{reference_model, length, max_new_tokens, temperature}`` (the
-    fine-tuned reference folder) and ``veilprobe`` to ``{key_token_model(s), mlm_model, perturbation,
-    max_new_tokens, temperature, ...}`` (model paths); ``lm_options`` (batch_size, device, dtype) go to the reference /
-    key-token LM passes. ``generate(prompts, max_new_tokens=,
+    ``detectors`` maps ``dpdllm`` to ``{reference_model, length, prompt, max_new_tokens, temperature}`` (the
+    fine-tuned reference folder; ``prompt``: :func:`mialab.calibdcd.extract.dpdllm_prompts`) and
+    ``veilprobe`` to ``{max_new_tokens, temperature}``; ``lm_options``
+    (batch_size, device, dtype) go to the reference model's passes. ``generate(prompts, max_new_tokens=,
     temperature=)`` is called once per distinct sampling setting, with its distinct prompts, shortest
     first (batches of similar length pad less).
     """
     unknown = set(detectors) - set(DETECTOR_INPUTS)
     if unknown:
         raise KeyError(f"unknown detector(s) {sorted(unknown)}; known: {sorted(DETECTOR_INPUTS)}")
-    if "veilprobe" in detectors:
-        texts = add_perturbed_prefix(texts, **perturbation_options(detectors["veilprobe"]), **lm_options)
+    if "veilprobe" in detectors and "perturbed_prefix" not in texts.columns:
+        raise ValueError("VeilProbe's prompts need the texts' perturbed_prefix (rule calibdcd_perturbation)")
+    if "dpdllm" in detectors:
+        dp = detectors["dpdllm"]
+        texts = texts.assign(dpdllm_prompt=dpdllm_prompts(texts, length=dp["length"], prompt=dp["prompt"]))
     generations = view_prompts(texts, views, list(detectors))
     settings = {det: tuple(spec[k] for k in SAMPLING_KEYS) for det, spec in detectors.items()}
     outputs = {}
@@ -197,8 +217,7 @@ def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Cal
     generations["output"] = [outputs[settings[d]][p] for d, p in zip(generations["detector"], generations["prompt"])]
     features = {}
     if "dpdllm" in detectors:
-        dp = detectors["dpdllm"]
-        features["dpdllm"] = dpdllm_table(texts, generations, reference_model=dp["reference_model"],
+        features["dpdllm"] = dpdllm_table(generations, reference_model=dp["reference_model"],
                                           length=dp["length"], lm_options=lm_options)
     return FeatureRun(features, generations)
 

@@ -1,8 +1,9 @@
 """The RL-contamination corpus: a pool's member problems plus filler problems, as GRPO prompts.
 
 As in the LaRA paper's continued-RL setting, the corpus holds the deliberate contamination
-targets (the pool's label-1 rows, or only one split's: ``members.split_seed``) and filler
-problems; the pool's non-members never enter it.
+targets (the pool's label-1 rows, or only one split's: ``members.split_seed``), each
+``members.repeats`` times (default once; 0 is the no-members control, its places taken by more
+fillers), and filler problems; the pool's non-members never enter it.
 Assembly (seeded order, fillers never equal to a pool question) is :func:`build_rl_corpus`.
 
 The question of a pool row (:func:`pool_questions`):
@@ -88,8 +89,9 @@ def split_members(split: pd.DataFrame, pool: pd.DataFrame) -> set[str]:
 
 def build_corpus(pool: pd.DataFrame, fillers: pd.DataFrame, *, size: int, seed: int = 0, question: str = "request",
                  reference: str = "response", max_words: int | None = None, reference_max_words: int | None = None,
-                 template: str = "{question}", member_ids: set[str] | None = None) -> pd.DataFrame:
-    """The RL corpus (:data:`CORPUS_COLUMNS`): the members of ``pool`` plus fillers up to ``size``.
+                 template: str = "{question}", member_ids: set[str] | None = None, repeats: int = 1) -> pd.DataFrame:
+    """The RL corpus (:data:`CORPUS_COLUMNS`): the members of ``pool`` (each ``repeats`` times) plus
+    fillers up to ``size`` distinct problems.
 
     ``member_ids`` keeps only those members (a split's, :func:`split_members`: the RL-MIA-style corpus
     of the evaluated members plus fillers); no filler equals any pool question either way.
@@ -102,7 +104,7 @@ def build_corpus(pool: pd.DataFrame, fillers: pd.DataFrame, *, size: int, seed: 
                             "answer": pool_references(pool, reference), "label": label,
                             "source": pool["source"]})
     corpus = build_rl_corpus(members, fillers, size=size, seed=seed, problem_column="problem",
-                             answer_column="reference")
+                             answer_column="reference", repeats=repeats)
     corpus = corpus.rename(columns={"problem": "question", "answer": "reference"})
     corpus["reference"] = corpus["reference"].map(lambda r: truncate_words(r, reference_max_words))
     corpus["prompt"] = [template.format(question=q) for q in corpus["question"]]
@@ -110,8 +112,11 @@ def build_corpus(pool: pd.DataFrame, fillers: pd.DataFrame, *, size: int, seed: 
 
 
 def build_rl_corpus(split: pd.DataFrame, fillers: pd.DataFrame, *, size: int = 1000, seed: int = 0,
-                    problem_column: str = "problem", answer_column: str = "answer") -> pd.DataFrame:
-    """RL training corpus of ``size`` problems: every member of ``split`` plus seeded fillers.
+                    problem_column: str = "problem", answer_column: str = "answer", repeats: int = 1) -> pd.DataFrame:
+    """RL training corpus of ``size`` distinct problems: every member of ``split`` plus seeded fillers.
+
+    Each member appears ``repeats`` times (its exposure per epoch); with ``repeats`` 0 no member does
+    and fillers fill all ``size`` places (the no-members control of an exposure sweep).
 
     ``split`` is a sampled ``lara_rl`` split (columns ``text``, ``answer``, ``label``); fillers
     equal (after whitespace normalisation) to any problem of the split, member or non-member, are
@@ -120,8 +125,10 @@ def build_rl_corpus(split: pd.DataFrame, fillers: pd.DataFrame, *, size: int = 1
     """
     require_columns(split, ["id", "text", "answer", "label"], source="lara_rl split")
     require_columns(fillers, [problem_column, answer_column], source="filler problems")
+    if repeats < 0:
+        raise ValueError(f"lara_rl: members.repeats must be >= 0, got {repeats}")
     targets = split[split["label"] == 1]
-    n_fill = size - len(targets)
+    n_fill = size - len(targets) if repeats else size
     if n_fill < 0:
         raise ValueError(f"lara_rl: corpus size {size} is smaller than the {len(targets)} members")
     pool = pd.DataFrame({"problem": fillers[problem_column].map(lambda p: " ".join(str(p).split())),
@@ -134,8 +141,8 @@ def build_rl_corpus(split: pd.DataFrame, fillers: pd.DataFrame, *, size: int = 1
     rng = np.random.default_rng(seed)
     chosen = pool.iloc[np.sort(rng.choice(len(pool), size=n_fill, replace=False))]
     corpus = pd.concat([
-        pd.DataFrame({"id": targets["id"], "problem": targets["text"], "answer": targets["answer"],
-                      "target": True, "source": targets["source"]}),
+        *[pd.DataFrame({"id": targets["id"], "problem": targets["text"], "answer": targets["answer"],
+                        "target": True, "source": targets["source"]})] * int(repeats),
         chosen.assign(target=False, source="filler")[["id", "problem", "answer", "target", "source"]],
     ], ignore_index=True)
     return corpus.iloc[rng.permutation(len(corpus))].reset_index(drop=True)
@@ -143,8 +150,8 @@ def build_rl_corpus(split: pd.DataFrame, fillers: pd.DataFrame, *, size: int = 1
 
 def stage_corpus(spec: dict, pool: pd.DataFrame, split: pd.DataFrame | None = None) -> pd.DataFrame:
     """Rule ``rl_contaminate``'s corpus from a model's config entry: the pool's members (only the split's,
-    when ``members.split_seed`` gives one) plus the entry's filler problems."""
+    when ``members.split_seed`` gives one), ``members.repeats`` times each, plus the entry's filler problems."""
     corpus_spec = spec["corpus"]
     fillers = filler_problems(spec["filler"], max_words=corpus_spec.get("max_words"))
     member_ids = split_members(split, pool) if split is not None else None
-    return build_corpus(pool, fillers, **corpus_spec, member_ids=member_ids)
+    return build_corpus(pool, fillers, **corpus_spec, member_ids=member_ids, repeats=spec["members"].get("repeats", 1))

@@ -32,16 +32,40 @@ def compact_headline(table: pd.DataFrame, fpr_targets: list[float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def results_section(headline: pd.DataFrame, fpr_targets: list[float], baseline: str, sweep_figure: str | None) -> str:
-    """The markdown between the markers."""
+def sweep_onsets(table: pd.DataFrame) -> str:
+    """The exposure sweep in one line per (dataset, model, family): AUROC at r = 0 and at the largest
+    r with their intervals, the first r whose interval lies above chance, the r where it beats the baseline."""
+    from mialab.evaluation.sweep import onset
+
+    top = int(table["r"].max())
+    at = table.set_index(["dataset", "model", "family", "r"])
+    cell = lambda key, r: (f"{100 * at.loc[(*key, r), 'auroc']:.1f} [{100 * at.loc[(*key, r), 'auroc_lo']:.0f}, "
+                           f"{100 * at.loc[(*key, r), 'auroc_hi']:.0f}]" if (*key, r) in at.index else "")
+    lines = ["| dataset / model | method | AUROC at r=0 | AUROC at r=" + str(top) + " | onset | beats baseline at r |",
+             "|---|---|---|---|---|---|"]
+    for _, o in onset(table).iterrows():
+        key = (o["dataset"], o["model"], o["family"])
+        first = "–" if o["first_r_above_chance"] is None or pd.isna(o["first_r_above_chance"]) else str(int(o["first_r_above_chance"]))
+        lines.append(f"| {o['dataset']} / {o['model']} | {o['family']} | {cell(key, 0)} | {cell(key, top)} | {first} | "
+                     f"{', '.join(map(str, o['beats_baseline_at'])) or '–'} |")
+    return "\n".join(lines) + "\n"
+
+
+def results_section(headline: pd.DataFrame, fpr_targets: list[float], baseline: str, sweep_figure: str | None,
+                    sweep: pd.DataFrame | None = None) -> str:
+    """The markdown between the markers (the sweep's figure and onsets where a sweep was run)."""
     text = [BEGIN, "",
             f"Headline of the default tiny world (`results/evaluation/summary.md` has every method and ablation): "
             f"AUROC with its 95% bootstrap interval over the distinct candidates of the 3 seeds (members and non-members resampled apart), TPR at low "
             f"FPR (with 48–64 non-members per seed, TPR@1%FPR allows no false positive), and the paired bootstrap "
             f"test against `{baseline}` on the same candidates.", "", compact_headline(headline, fpr_targets)]
     if sweep_figure:
-        text += [f"Exposure sweep (`configs/sweep_exposure.yaml`): AUROC against how often the members were seen; "
-                 f"r = 0 is the no-members control.", "", f"![exposure sweep]({sweep_figure})", ""]
+        text += [f"Exposure sweep (`configs/sweep_exposure.yaml`, one seed): AUROC against how often the members were "
+                 f"seen; r = 0 is the no-members control. onset: the first r whose 95% interval lies above 50%; beats "
+                 f"baseline: Δ > 0 against `{baseline}` at paired p < 0.05 (`results/sweep/exposure/sweep.md` has every r).",
+                 "", f"![exposure sweep]({sweep_figure})", ""]
+        if sweep is not None and len(sweep):
+            text += [sweep_onsets(sweep)]
     return "\n".join(text + [END])
 
 

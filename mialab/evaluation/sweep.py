@@ -7,7 +7,11 @@ sees its dataset's members r times in fine-tuning with a fixed amount of filler
 (``filler_per_member`` filler examples per member, so ``contamination_rate = r / (r +
 filler_per_member)``; the default world's r = 3 is its rate 0.5). r = 0 is the no-members control:
 pretraining with ``repeats: 0``, fine-tuning on the filler alone (every filler example once, the
-post-training path). Models in ``drop`` are removed with every reference to them. Everything
+post-training path). Each model of ``rl`` (a GRPO run's checkpoint) sees its dataset's members r
+times per epoch as RL prompts (``members.repeats``), the members of the first swept seed's split
+only (RL-MIA style: the evaluated members, so that the cost grows with r times one split, not the
+pool); at r = 0 fillers take their places (same corpus size, no member). ``seeds`` replaces the
+base config's seeds. Models in ``drop`` are removed with every reference to them. Everything
 else is the base config's, so stages that do not depend on r (pools, splits, tokenizer, the
 control model) have the same content keys at every r and are built once.
 """
@@ -36,8 +40,10 @@ def exposure_config(base: dict, r: int, sweep: dict) -> dict:
     against ``schemas/sweep.schema.yaml`` (defaults filled in)."""
     cfg = copy.deepcopy(base)
     cfg.pop("overlay_of", None)  # one complete config: the base and its overlays, merged
+    if sweep.get("seeds"):
+        cfg["seeds"] = [int(s) for s in sweep["seeds"]]
     models = cfg["models"]
-    for name, dataset in {**sweep["pretrain"], **sweep["sft"]}.items():
+    for name, dataset in {**sweep["pretrain"], **sweep["sft"], **sweep.get("rl", {})}.items():
         if name not in models:
             raise SweepError(f"sweep: model {name!r} is not in the base config; its models: {', '.join(models)}")
     for name, dataset in sweep["pretrain"].items():
@@ -51,6 +57,10 @@ def exposure_config(base: dict, r: int, sweep: dict) -> dict:
         else:
             spec["members"] = {"dataset": dataset, "repeats": int(r)}
             spec["contamination_rate"] = r / (r + sweep["filler_per_member"])
+    for name, dataset in sweep.get("rl", {}).items():
+        if models[name]["kind"] != "rl":
+            raise SweepError(f"sweep.rl: model {name!r} is a {models[name]['kind']!r} model, not a GRPO run's (kind: rl)")
+        models[name]["members"] = {"dataset": dataset, "split_seed": int(cfg["seeds"][0]), "repeats": int(r)}
     for name in sweep["drop"]:
         _drop_model(cfg, name)
     return cfg

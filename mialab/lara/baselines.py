@@ -199,22 +199,33 @@ def response_scores(original: list[Generation], perturbed: list[Generation], *, 
     }
 
 
+def cdd_batch_size(batch_size: int, n_samples: int) -> int:
+    """Questions per batch of CDD's sampled answers: ``batch_size`` sequences' worth (at least one question)."""
+    return max(1, batch_size // n_samples)
+
+
 def cdd_scores(model, tokenizer, questions: list[str], *, n_samples: int, temperature: float, top_p: float,
                alpha: float, max_new_tokens: int, batch_size: int, seed: int, top_k: int, system: str | None = None,
-               greedy: list[Generation] | None = None) -> np.ndarray:
+               greedy: list[Generation] | None = None, offset: int = 0) -> np.ndarray:
     """CDD peakedness per question: one greedy and ``n_samples`` sampled answers (token ids).
 
     ``greedy``: the questions' :func:`greedy_answers` with the same ``max_new_tokens``, ``batch_size``
     and ``system``, when already at hand (e.g. Self-Critique's first answers); ``top_k`` only sizes the
-    step statistics of the greedy answers made here (CDD reads their token ids).
+    step statistics of the greedy answers made here (CDD reads their token ids). ``offset``: the
+    questions are those of a longer list from index ``offset`` on (a multiple of :func:`cdd_batch_size`),
+    sampled as they would be there (:func:`mialab.lm.generation.generate` seeds a batch with ``seed`` plus
+    its first question's index).
     """
+    if offset % cdd_batch_size(batch_size, n_samples):
+        raise ValueError(f"CDD offset {offset} is not on a sampling batch boundary "
+                         f"({cdd_batch_size(batch_size, n_samples)} questions)")
     if greedy is None:
         greedy = greedy_answers(model, tokenizer, questions, max_new_tokens=max_new_tokens, batch_size=batch_size,
                                 top_k=top_k, system=system)
     sampled = generate(model, tokenizer, [format_prompt(tokenizer, q, system) for q in questions],
                        max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, top_p=top_p,
-                       num_return_sequences=n_samples, batch_size=max(1, batch_size // n_samples), seed=seed,
-                       entropies=False)
+                       num_return_sequences=n_samples, batch_size=cdd_batch_size(batch_size, n_samples),
+                       seed=seed + offset, entropies=False)
     return np.array([cdd_peakedness(g.token_ids, [s.token_ids for s in ss], alpha)
                      for g, ss in zip(greedy, sampled, strict=True)])
 

@@ -37,6 +37,8 @@ Score columns (higher = member): ``lara``, ``lara/<metric>`` (one metric), ``lar
 from __future__ import annotations
 
 import functools
+import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -44,6 +46,7 @@ import pandas as pd
 from mialab.core.finite import require_finite
 from mialab.data.rl_corpus import normalise_question, pool_questions
 from mialab.lara.baselines import (
+    cdd_batch_size,
     cdd_scores,
     greedy_answers,
     mean_log_likelihood,
@@ -59,6 +62,7 @@ from mialab.lara.detection import detection_scores
 from mialab.lara.metrics import compute_metrics
 from mialab.lara.neighbours import retrieval_neighbours
 from mialab.lara.paraphrase import wordnet_variants
+from mialab.lm.engine import Parts, fingerprint, model_identity
 from mialab.lm.loading import load_lm
 
 EVALUATED, REFERENCE = "evaluated", "reference"
@@ -260,9 +264,16 @@ def recall_prefix(references: pd.DataFrame, recall: dict) -> list[str]:
     return [normalise_question(t, recall.get("prefix_max_words")) for t in shortest.iloc[:recall["prefix_size"]]]
 
 
+def baseline_part_size(batch_size: int, n_samples: int) -> int:
+    """Questions per resumable part of the baselines: one answer batch, rounded up to whole batches of CDD's
+    sampled answers, so that every batch of a part is the batch of an uninterrupted run."""
+    return math.lcm(batch_size, cdd_batch_size(batch_size, n_samples))
+
+
 def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict, cdd: dict, self_critique: dict,
                     responses: dict, top_k_logprobs: int, batch_size: int, device: str, dtype: str,
-                    system_prompt: str | None = None, trust_remote_code: bool = False) -> list[pd.DataFrame]:
+                    system_prompt: str | None = None, trust_remote_code: bool = False,
+                    parts: str | Path | None = None) -> list[pd.DataFrame]:
     """The output-level baselines of every evaluated question (:mod:`mialab.lara.baselines`), one
     table (``id`` and ``lara/...`` columns) per perturbation table (one per seed).
 
@@ -273,34 +284,56 @@ def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict
     tokens) are Self-Critique's first answers, the response-level baselines' original responses and,
     when it decodes as many tokens, CDD's greedy answers; the perturbed greedy answers
     (``responses.perturbation_prefix`` / ``_suffix`` around the question) feed ``recall_lara_code`` and DIME.
+
+    With a ``parts`` folder the generated baselines are resumable there (:class:`mialab.lm.engine.Parts`):
+    :func:`baseline_part_size` questions at a time, each part's scores saved, a rerun reusing the valid
+    ones; ReCaLL's forward passes run after them. A part gives the scores of an uninterrupted run: its
+    batches are that run's, CDD samples them under the same seeds, and a greedy answer's first ``n`` steps
+    do not depend on how many more its batch decodes (Self-Critique's re-answers decode a part's longest
+    budget).
     """
-    parts = [_evaluated_and_reference(t) for t in tables]
-    questions = pd.concat([q[["id", "text"]] for q, _ in parts]).drop_duplicates()
+    seeds = [_evaluated_and_reference(t) for t in tables]
+    questions = pd.concat([q[["id", "text"]] for q, _ in seeds]).drop_duplicates()
     clash = questions["id"][questions["id"].duplicated()]
     if len(clash):
         raise ValueError(f"{len(clash)} question id(s) have different texts in different seeds, e.g. {sorted(clash)[:3]}")
-    texts = questions["text"].tolist()
+    question_ids, texts = questions["id"].tolist(), questions["text"].tolist()
     model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="left", trust_remote_code=trust_remote_code)
     answer_tokens = self_critique["max_new_tokens"]
     greedy = dict(max_new_tokens=answer_tokens, batch_size=batch_size, top_k=top_k_logprobs, system=system_prompt)
-    first = greedy_answers(model, tok, texts, **greedy)
     wrap = (responses["perturbation_prefix"], responses["perturbation_suffix"])
-    perturbed = greedy_answers(model, tok, [perturbed_question(t, *wrap) for t in texts], **greedy)
+
+    def generated(start: int, stop: int) -> pd.DataFrame:
+        """The generation-based baselines of questions ``[start, stop)``."""
+        chunk = texts[start:stop]
+        first = greedy_answers(model, tok, chunk, **greedy)
+        perturbed = greedy_answers(model, tok, [perturbed_question(t, *wrap) for t in chunk], **greedy)
+        return pd.DataFrame({
+            "id": question_ids[start:stop],
+            f"{PREFIX}/cdd": cdd_scores(model, tok, chunk, **cdd, batch_size=batch_size, top_k=top_k_logprobs,
+                                        system=system_prompt, offset=start,
+                                        greedy=first if cdd["max_new_tokens"] == answer_tokens else None),
+            f"{PREFIX}/self_critique": self_critique_scores(model, tok, chunk, **self_critique, batch_size=batch_size,
+                                                            top_k=top_k_logprobs, system=system_prompt, first=first),
+            **{f"{PREFIX}/{name}": values for name, values in
+               response_scores(first, perturbed, min_k=responses["min_k"]).items()},
+        })
+
+    if parts is None:
+        shared = generated(0, len(texts))
+    else:
+        settings = {"model": model_identity(model_path), "cdd": cdd, "self_critique": self_critique,
+                    "responses": responses, "top_k_logprobs": top_k_logprobs, "batch_size": batch_size,
+                    "device": device, "dtype": dtype, "system_prompt": system_prompt}
+        key = fingerprint({"lara_baselines": settings, "ids": question_ids, "texts": texts})
+        shared = Parts(parts).run(key, len(texts), baseline_part_size(batch_size, cdd["n_samples"]), generated)
+    shared = shared.set_index("id")
     recall_texts = [normalise_question(t, recall.get("max_words")) for t in texts]
-    shared = pd.DataFrame({
-        f"{PREFIX}/cdd": cdd_scores(model, tok, texts, **cdd, batch_size=batch_size, top_k=top_k_logprobs,
-                                    system=system_prompt,
-                                    greedy=first if cdd["max_new_tokens"] == answer_tokens else None),
-        f"{PREFIX}/self_critique": self_critique_scores(model, tok, texts, **self_critique, batch_size=batch_size,
-                                                        top_k=top_k_logprobs, system=system_prompt, first=first),
-        **{f"{PREFIX}/{name}": values for name, values in
-           response_scores(first, perturbed, min_k=responses["min_k"]).items()},
-    }, index=questions["id"].to_numpy())
     unconditional = pd.Series(mean_log_likelihood(model, tok, recall_texts, batch_size=batch_size),
                               index=shared.index)
     recall_text = pd.Series(recall_texts, index=shared.index)
     out = []
-    for evaluated, references in parts:
+    for evaluated, references in seeds:
         ids = evaluated["id"].to_numpy()
         recall_column = recall_scores(model, tok, recall_text.loc[ids].tolist(), recall_prefix(references, recall),
                                       batch_size=batch_size, unconditional=unconditional.loc[ids].to_numpy())

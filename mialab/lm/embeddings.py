@@ -34,22 +34,21 @@ def load_encoder(name: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "f
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from mialab.lm.loading import DTYPES, check_bf16_speed, resolve_device
+    from mialab.lm.loading import check_bf16_speed, resolve_device, resolve_dtype
 
     device = resolve_device(device)
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown embedding dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    dtype = resolve_dtype(dtype, device)
     check_bf16_speed(dtype, device)
-    return SentenceTransformer(resolve_model_path(name), device=device,
-                               model_kwargs={"dtype": getattr(torch, DTYPES[dtype])})
+    return SentenceTransformer(resolve_model_path(name), device=device, model_kwargs={"dtype": getattr(torch, dtype)})
 
 
 def encode(texts: list[str], *, model: str = DEFAULT_MODEL, batch_size: int = 64, device: str = "cpu",
            dtype: str = "float32") -> np.ndarray:
     """Return L2-normalised float32 embeddings, one row per text (cosine = dot product).
 
-    ``dtype`` is the encoder's compute precision: bfloat16 is faster than float32 on a CPU with AMX
-    and keeps every embedding close to its float32 one (the README's "Precision" has the measurement).
+    ``dtype`` is the encoder's compute precision (``auto``: bfloat16 where the device has it natively): bfloat16
+    is faster than float32 on a CPU with AMX and keeps every embedding close to its float32 one (the README's
+    "Precision" has the measurement).
     """
     enc = load_encoder(model, device, dtype)
     emb = enc.encode(list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)

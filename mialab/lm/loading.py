@@ -14,6 +14,8 @@ from pathlib import Path
 
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "fp16": "float16"}
+#: the dtype / precision a config may leave to the device: bf16 where it computes bf16 natively, else fp32
+AUTO = "auto"
 
 # the files of a model folder whose ``auto_map`` makes transformers import the folder's own modules
 CODE_DECLARING_FILES = ("config.json", "tokenizer_config.json")
@@ -69,15 +71,45 @@ def cpu_has_native_bf16() -> bool:
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
-def check_bf16_speed(dtype: str, device: str) -> None:
-    """Warn when bf16 is asked for on a CPU that only emulates it (correct, but several times slower).
+def native_bf16(device: str) -> bool:
+    """Whether ``device`` computes bf16 natively: a CUDA GPU that supports it, a CPU with AMX or AVX512-BF16
+    (elsewhere bf16 is emulated: correct, but tens of times slower than fp32 on an AVX2 CPU)."""
+    device = str(device)
+    if device.startswith("cuda"):
+        import torch
 
-    The tiny world computes in bf16 because the CPUs it is measured on have AMX, where bf16 is
-    faster than fp32 (the README's "Precision"); elsewhere set its ``dtype``/``precision`` keys to float32/fp32.
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return device.startswith("cpu") and cpu_has_native_bf16()
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """A config's ``dtype`` as a torch dtype name; ``auto``: bfloat16 where ``device`` computes it natively
+    (:func:`native_bf16`), else float32."""
+    if dtype == AUTO:
+        return "bfloat16" if native_bf16(resolve_device(device)) else "float32"
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join([*DTYPES, AUTO])}") from None
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """A training ``precision`` (fp32, bf16, auto) as fp32 or bf16; ``auto``: as :func:`resolve_dtype`."""
+    if precision not in ("fp32", "bf16", AUTO):
+        raise ValueError(f"unknown precision {precision!r}; known: bf16, fp32, {AUTO}")
+    return {"bfloat16": "bf16", "float32": "fp32"}[resolve_dtype(precision, device)] if precision == AUTO else precision
+
+
+def check_bf16_speed(dtype: str, device: str) -> None:
+    """Warn when bf16 is asked for on a CPU that only emulates it (correct, but tens of times slower).
+
+    The tiny world says ``auto`` (bf16 where the CPU has AMX / AVX512-BF16, fp32 elsewhere: the README's
+    "Precision"); an explicit bf16 on another CPU gets this warning.
     """
     if DTYPES.get(dtype, dtype) == "bfloat16" and str(device).startswith("cpu") and not cpu_has_native_bf16():
         warnings.warn("bf16 on a CPU without AMX or AVX512-BF16 is emulated and slow; "
-                      "set dtype float32 / precision fp32 in the config for this machine", stacklevel=2)
+                      "set dtype auto (or float32) / precision auto (or fp32) in the config for this machine",
+                      stacklevel=2)
 
 
 def load_tokenizer(path: str, *, padding_side: str = "right", trust_remote_code: bool = False):
@@ -100,12 +132,10 @@ def load_causal_lm(path: str, *, dtype: str = "float32", device: str = "auto", t
     from transformers import AutoModelForCausalLM
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        torch_dtype = getattr(torch, DTYPES[dtype])
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; known: {sorted(DTYPES)}") from None
-    check_remote_code(path, trust_remote_code)
     device = resolve_device(device)
+    dtype = resolve_dtype(dtype, device)
+    torch_dtype = getattr(torch, dtype)
+    check_remote_code(path, trust_remote_code)
     check_bf16_speed(dtype, device)
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=torch_dtype, use_safetensors=True, trust_remote_code=trust_remote_code

@@ -1,7 +1,8 @@
-"""Build the tiny world's tokenizer and Llama-architecture model from scratch.
+"""Build the tiny world's tokenizers and models from scratch: its Llama (byte-level BPE) and a BERT
+masked LM (cased WordPiece, BERT's ``[CLS] text [SEP]``).
 
-The same Hugging Face classes as a 7B Llama, only smaller, so every downstream stage runs the
-code it runs on the cluster. Saved as normal Hugging Face directories (safetensors weights).
+The same Hugging Face classes as a 7B Llama or bert-base-cased, only smaller, so every downstream stage
+runs the code it runs on the cluster. Saved as normal Hugging Face directories (safetensors weights).
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from pathlib import Path
 from typing import Iterable
 
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
+#: BERT's special tokens (bert-base-cased's names)
+BERT_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+               "mask_token": "[MASK]"}
 
 # A minimal chat template for the tiny world's instruction-tuned models (CalibDCD / ADRA prompts).
 TINY_CHAT_TEMPLATE = (
@@ -46,6 +50,38 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, min_frequency:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIAL_TOKENS)
     fast.chat_template = TINY_CHAT_TEMPLATE
     return fast
+
+
+def wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, tokens: dict | None = None, extra: Iterable[str] = ()):
+    """A cased WordPiece tokenizer as BERT's (its normaliser without lowercasing, its pre-tokeniser,
+    ``[CLS] $A [SEP]``, pairs ``[CLS] $A [SEP] $B [SEP]``), trained on ``texts``; ``tokens``: the special
+    tokens by role (default :data:`BERT_TOKENS`), ``extra`` more of them. Returns the ``tokenizers.Tokenizer``."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tokens = dict(tokens or BERT_TOKENS)
+    tok = Tokenizer(models.WordPiece(unk_token=tokens["unk_token"]))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=False)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.train_from_iterator(texts, trainer=trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=2, special_tokens=list(dict.fromkeys([*tokens.values(), *extra])),
+        show_progress=False))
+    cls, sep = tokens["cls_token"], tokens["sep_token"]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(t, tok.token_to_id(t)) for t in (cls, sep)])
+    return tok
+
+
+def bert_config(vocab_size: int, *, hidden_size: int, num_layers: int, num_heads: int,
+                intermediate_size: int | None = None, max_position_embeddings: int = 512, tokenizer=None):
+    """A ``BertConfig`` for a small masked LM; the pad id from ``tokenizer`` when given."""
+    from transformers import BertConfig
+
+    ids = {} if tokenizer is None else {"pad_token_id": tokenizer.pad_token_id}
+    return BertConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+                      num_attention_heads=num_heads, intermediate_size=intermediate_size or 4 * hidden_size,
+                      max_position_embeddings=max_position_embeddings, **ids)
 
 
 def llama_config(vocab_size: int, *, hidden_size: int = 256, num_layers: int = 4, num_heads: int = 4,

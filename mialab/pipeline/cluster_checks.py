@@ -170,7 +170,7 @@ class Checks:
         models = self.config["models"]
         if model in models:
             spec = models[model]
-            if spec["kind"] == "pretrain":
+            if spec["kind"] in ("pretrain", "mlm"):
                 a = spec["architecture"]
                 return Architecture(a["num_heads"], a["num_heads"], a["max_position_embeddings"],
                                     f"models.{model}.architecture")
@@ -263,7 +263,7 @@ class Checks:
     def models(self) -> None:
         for name, spec in self.config["models"].items():
             where, train = f"models.{name}", spec.get("train", {})
-            if spec["kind"] == "pretrain":
+            if spec["kind"] in ("pretrain", "mlm"):
                 self.length(f"{where}.train.seq_len", train["seq_len"], name)
             elif spec["kind"] == "sft":
                 self.sft_batch(name, train)

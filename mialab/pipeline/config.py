@@ -232,7 +232,7 @@ def check_model_paths(config: dict) -> None:
 
 def data_paths(config: dict) -> list[tuple[str, str]]:
     """(config key, path) of every local path the config names as data: pool sources, tokenizer
-    corpora, fillers."""
+    corpora, fillers, masked LMs' corpora."""
     named = []
     for name, ds in config["datasets"].items():
         for key in ("source", "nonmember_source"):
@@ -243,6 +243,7 @@ def data_paths(config: dict) -> list[tuple[str, str]]:
     for name, spec in config["models"].items():
         if "filler" in spec:
             named += [(f"models.{name}.filler", p) for p in local_paths(spec["filler"])]
+        named += [(f"models.{name}.corpora[{i}]", p) for i, p in enumerate(spec.get("corpora", []))]
     return named
 
 

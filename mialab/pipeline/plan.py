@@ -55,6 +55,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "lara/scores": ("{model}", "{dataset}"),
     "calibdcd/partitions": ("{dataset}", SEED_PART),
     "calibdcd/references": ("{dataset}",),
+    "calibdcd/perturbations": ("{dataset}",),
     "calibdcd/features": ("{model}", "{dataset}", "{scope}"),
     "calibdcd/veilprobe": ("{model}", "{dataset}"),
     "calibdcd/scores": ("{model}", "{dataset}"),
@@ -70,6 +71,7 @@ STAGE_VERSIONS: dict[str, int] = {
     "tokenizers": 2,  # 2: table corpora read whatever the column dtype (pandas' str dtype read as none)
     "models/pretrain": 1,
     "models/sft": 2,
+    "models/mlm": 1,
     "rl": 1,
     "scores": 3,  # 3: the `truncated` column, scoring.truncation
     "rehearsal": 3,  # rule rehearsal_model (bump when a stand-in's content changes); 3: tokenizer corpus read whole
@@ -84,6 +86,7 @@ STAGE_VERSIONS: dict[str, int] = {
     "lara/scores": 3,
     "calibdcd/partitions": 1,
     "calibdcd/references": 1,
+    "calibdcd/perturbations": 1,
     "calibdcd/features": 3,
     "calibdcd/veilprobe": 1,
     "calibdcd/scores": 3,
@@ -358,13 +361,15 @@ class Plan:
         elif kind == "sft":
             upstream = {"init": self.model(spec["init"]).key, "member_pools": members}
             extra = {"filler": source_fingerprint(spec["filler"]["source"], self.hash_cache)}
+        elif kind == "mlm":
+            upstream, extra = {}, {"corpora": source_fingerprint(spec["corpora"], self.hash_cache)}
         elif kind == "rl":
             run, epoch = self.rl_run(name), int(spec["epoch"])
             return self._built(Stage("models", stable_hash({"run": run.key, "epoch": epoch}),
                                      os.path.join(run.dir, fill(EPOCH_PART, epoch=epoch)),
                                      {"kind": "rl", "model": name, "run": run.key, "epoch": epoch}))
         else:
-            raise ValueError(f"model {name!r}: unknown kind {kind!r}; known: pretrain, sft, rl, hf")
+            raise ValueError(f"model {name!r}: unknown kind {kind!r}; known: pretrain, sft, rl, hf, mlm")
         determining = {k: v for k, v in spec.items() if k not in NOT_DETERMINING}
         if "train" in determining:  # how often a job checkpoints does not change what it trains into
             determining["train"] = {k: v for k, v in determining["train"].items() if k != "checkpoint_every"}

@@ -102,6 +102,9 @@ SHRINK: dict[str, int] = {
     "launch.nproc": 1,
 }
 DEVICES = ["scoring.device", "lara.features.device", "lara.baselines.device", "calibdcd.lm.device"]
+# keys naming a compute precision: on the CPU a paper config's bf16 becomes auto (bf16 where the CPU computes it
+# natively, AMX / AVX512-BF16; fp32 where it would be emulated, tens of times slower)
+PRECISION_KEYS = ("dtype", "precision", "embedding_dtype")
 # generation sections: (the key naming their backend, the key of its options); vllm -> hf where vLLM is not
 # importable, keeping the options the hf backend takes (hf_options)
 BACKENDS = {"n_sampling": ("backend", "backend_options"), "calibdcd.generation": ("backend", "backend_options"),
@@ -272,10 +275,21 @@ def shrink(config: dict) -> None:
 
 
 def cpu_only(config: dict, vllm_available: bool) -> None:
-    """Devices to the CPU; vLLM backends to hf when vLLM is not importable (in place)."""
+    """Devices to the CPU, bf16 to ``auto`` (:data:`PRECISION_KEYS`); vLLM backends to hf when vLLM is not
+    importable (in place)."""
     for pattern in DEVICES:
         for _, parent, last in matches(config, pattern):
             parent[last] = "cpu"
+
+    def native(node: Any) -> None:
+        for key, value in (node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list)
+                           else ()):
+            if key in PRECISION_KEYS and value in ("bf16", "bfloat16"):
+                node[key] = "auto"
+            else:
+                native(value)
+
+    native(config)
     for section, (backend, options) in BACKENDS.items():
         for _, parent, last in matches(config, f"{section}.{backend}"):
             if parent[last] == "vllm" and not vllm_available:
@@ -370,27 +384,20 @@ class RehearsalPlan(Plan):
 def train_tokenizer(spec: dict, texts):
     """Byte-level BPE (a ``wordpiece`` family: BERT's cased WordPiece, ``[CLS] $A [SEP]``) with the family's
     special tokens and chat template, as a fast tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
+
+    from mialab.lm.tiny import wordpiece_tokenizer
 
     tokens = dict(spec["tokens"])
     extra = tokens.pop("extra", [])
-    special = list(dict.fromkeys([*tokens.values(), *extra]))
     if spec.get("wordpiece"):
-        tok = Tokenizer(models.WordPiece(unk_token=tokens["unk_token"]))
-        tok.normalizer = normalizers.BertNormalizer(lowercase=False)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.decoder = decoders.WordPiece()
-        tok.train_from_iterator(texts, trainer=trainers.WordPieceTrainer(
-            vocab_size=spec["size"]["vocab_size"], min_frequency=2, special_tokens=special, show_progress=False))
-        cls, sep = tokens["cls_token"], tokens["sep_token"]
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
-            special_tokens=[(t, tok.token_to_id(t)) for t in (cls, sep)])
+        tok = wordpiece_tokenizer(texts, spec["size"]["vocab_size"], tokens, extra)
     else:
         tok = Tokenizer(models.BPE(unk_token=None))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
+        special = list(dict.fromkeys([*tokens.values(), *extra]))
         tok.train_from_iterator(texts, trainer=trainers.BpeTrainer(
             vocab_size=spec["size"]["vocab_size"], min_frequency=2, special_tokens=special,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
@@ -412,14 +419,15 @@ def model_config(spec: dict, tokenizer):
     """The family's transformers config at the stand-in size, with the tokenizer's special ids."""
     import transformers
 
+    from mialab.lm.tiny import bert_config
+
     size = spec["size"]
     ids = {f"{role}_token_id": getattr(tokenizer, f"{role}_token_id")
            for role in ("bos", "eos", "pad") if getattr(tokenizer, f"{role}_token_id") is not None}
     if spec["class"] == "BertForMaskedLM":
-        return transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=size["hidden_size"],
-                                       num_hidden_layers=size["num_layers"], num_attention_heads=size["num_heads"],
-                                       intermediate_size=size["intermediate_size"],
-                                       max_position_embeddings=size["max_position_embeddings"], **ids)
+        return bert_config(len(tokenizer), hidden_size=size["hidden_size"], num_layers=size["num_layers"],
+                           num_heads=size["num_heads"], intermediate_size=size["intermediate_size"],
+                           max_position_embeddings=size["max_position_embeddings"], tokenizer=tokenizer)
     if spec["class"] == "GPT2LMHeadModel":
         return transformers.GPT2Config(vocab_size=len(tokenizer), n_embd=size["hidden_size"], n_layer=size["num_layers"],
                                        n_head=size["num_heads"], n_inner=size["intermediate_size"],

@@ -11,8 +11,9 @@ rule its ``resources:`` (:meth:`Sizing.rule_resources`); a profile's ``set-resou
   generation (rollouts, CalibDCD outputs, paraphrases, ``lara_perturbations`` with a ``lara.llm``): its
   ``tensor_parallel_size``. The ``hf`` backend and forward passes (``score_baselines``, ``lara_features``,
   ``lara_baselines``): 1. CalibDCD's training stages (``calibdcd_reference``: DPDLLM's reference
-  fine-tuning; ``calibdcd_veilprobe``: VeilProbe's mapping models) run on the one device of
-  ``calibdcd.lm.device``: 1, none when it is ``cpu``. Reconstruction metrics (``n_sampling_scores``,
+  fine-tuning; ``calibdcd_veilprobe``: VeilProbe's mapping models) and VeilProbe's perturbation
+  (``calibdcd_perturbation``: forward passes of its key-token and fill-mask models) run on the one
+  device of ``calibdcd.lm.device``: 1, none when it is ``cpu``. Reconstruction metrics (``n_sampling_scores``,
   ``adra_scores``): 1 when the embedding model has at least :data:`LARGE_PARAMS_B` billion parameters (it
   then runs on the GPU), else none. Offline paraphrases, ``lara_perturbations`` without a ``lara.llm`` and
   every other rule: none.
@@ -66,6 +67,7 @@ TRAINING_RULES = ("sft_contaminate", "rl_contaminate", "adra_train")
 CALIBDCD_TRAINING_RULES = ("calibdcd_reference", "calibdcd_veilprobe")
 #: Every rule :meth:`Sizing.job` sizes (the others get the profile's default-resources).
 SIZED_RULES = (*TRAINING_RULES, *CALIBDCD_TRAINING_RULES, "n_sampling_rollouts", "adra_eval", "calibdcd_features",
+               "calibdcd_perturbation",
                "paraphrase", "paraphrase_pool", "score_baselines", "lara_perturbations", "lara_features",
                "lara_baselines", "n_sampling_scores", "adra_scores")
 #: VeilProbe's mapping models' vocabulary (bert-base-uncased's), for their size.
@@ -140,8 +142,9 @@ class Sizing:
     def _params_b(self, model: str) -> float:
         spec = self.config["models"].get(model)
         if spec is not None:
-            if spec["kind"] == "pretrain":
-                a, vocab = spec["architecture"], self.config.get("tokenizer", {}).get("vocab_size", 0)
+            if spec["kind"] in ("pretrain", "mlm"):
+                a = spec["architecture"]   # a masked LM has its own vocabulary, a pretrained one the tokenizer's
+                vocab = spec.get("vocab_size") or self.config.get("tokenizer", {}).get("vocab_size", 0)
                 h, inter = a["hidden_size"], a.get("intermediate_size") or 4 * a["hidden_size"]
                 return (a["num_layers"] * (4 * h * h + 3 * h * inter) + 2 * vocab * h) / 1e9
             if spec["kind"] in ("sft", "rl"):
@@ -175,6 +178,11 @@ class Sizing:
             if rule == "calibdcd_reference":
                 return Job("train", gpus, self.params_b(calib["detectors"]["dpdllm"]["reference_model"]))
             return Job("train", gpus, mapping_params_b(calib["detectors"]["veilprobe"]["mapping"]))
+        if rule == "calibdcd_perturbation":
+            calib = cfg["calibdcd"]
+            vp = calib["detectors"]["veilprobe"]
+            largest = max(self.params_b(m) for m in vp.get("key_token_models") or [vp["key_token_model"]])
+            return Job("generate", 0 if calib["lm"]["device"] == "cpu" else 1, largest)  # beam searches per token
         if rule in ("n_sampling_rollouts", "adra_eval"):
             ns = cfg["n_sampling"]
             return Job("generate", self.engine_gpus(ns["backend"], ns["backend_options"]), self.params_b(model))

@@ -29,7 +29,7 @@ How, per chunk of pairs:
   suffix of another pair in between forces 0, which is then also the true value). Back in text
   order, the number of lengths ``n`` in ``[n_min, n_max]`` passing these tests is closed-form per
   suffix, summed over each text. Unique tokens are the case ``n = 1``. No n-gram is ever
-  materialised; everything is numpy, pandas, pyarrow or C.
+  materialised; everything is numpy, pandas or C.
 
 Chunks run in-process (``workers=1``) or on a persistent pool of ``workers`` processes.
 """
@@ -45,8 +45,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 import pydivsufsort
 from pydivsufsort import divsufsort, kasai
 from rapidfuzz import process
@@ -177,8 +175,8 @@ def token_ids(b: np.ndarray, first: np.ndarray, end: np.ndarray) -> tuple[np.nda
 
     Every token gets an injective 64-bit key, its length class in the top byte, and pandas' factorize
     numbers the keys: a token of at most 7 bytes is its bytes; one of 8-15 bytes is the pair of the
-    dense ids of its two 8-byte words (bytes, then the rest and the length); a longer one is its index
-    in pyarrow's ``dictionary_encode`` of the bytes. ``b`` is padded with at least 8 bytes.
+    dense ids of its two 8-byte words (bytes, then the rest and the length); a longer one (rare in most
+    scripts) is its index in a dict of their bytes. ``b`` is padded with at least 8 bytes.
     """
     length = (end - first).astype(np.uint64)
     words = np.ndarray(len(b) - 7, dtype="<u8", buffer=b, strides=(1,))  # the 8 bytes from each position
@@ -192,11 +190,10 @@ def token_ids(b: np.ndarray, first: np.ndarray, end: np.ndarray) -> tuple[np.nda
         keys[mid] = np.uint64(8 << 56) | (word_ids[:len(mid)] * (2 * len(mid)) + word_ids[len(mid):]).astype(np.uint64)
     long = np.flatnonzero(length > 15)
     if len(long):
-        offsets = np.zeros(len(long) + 1, dtype=np.int64)
-        np.cumsum(length[long], out=offsets[1:])
-        at = np.arange(offsets[-1]) + np.repeat(first[long] - offsets[:-1], length[long].astype(np.int64))
-        tokens = pa.Array.from_buffers(pa.large_binary(), len(long), [None, pa.py_buffer(offsets), pa.py_buffer(b[at])])
-        keys[long] = np.uint64(9 << 56) | pc.dictionary_encode(tokens).indices.to_numpy().astype(np.uint64)
+        view, index = memoryview(b), {}
+        found = [index.setdefault(view[f:e].tobytes(), len(index))
+                 for f, e in zip(first[long].tolist(), end[long].tolist())]
+        keys[long] = np.uint64(9 << 56) | np.array(found, dtype=np.uint64)
     ids, uniques = factorize(keys)
     return ids.astype(np.int64, copy=False), len(uniques)
 
@@ -292,11 +289,11 @@ def greedy_matches(ms: np.ndarray, text: np.ndarray, starts: np.ndarray, ends: n
     nxt = np.append(first_match(at + step, ends[text[at]]), S)
     longest = np.append(step, 0)
     total = np.append(step, 0) if covered else None
-    while (nxt[:S] != S).any():
+    first = first_match(starts, ends)  # where each text's chain starts; done when every chain has reached S
+    while (nxt[first] != S).any():
         if covered:
             total += total[nxt]
         longest, nxt = np.maximum(longest, longest[nxt]), nxt[nxt]
-    first = first_match(starts, ends)
     return longest[first], total[first] if covered else None
 
 
@@ -388,17 +385,17 @@ def set_counts(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cand: n
     out = {}
     seg_start = seg_end - seg_len
 
-    def per_text(values: np.ndarray, side: int) -> np.ndarray:
-        """Sum of ``values`` over each pair's candidate (side 0) or reference (side 2)."""
-        total = np.zeros(len(values) + 1, dtype=np.int64)
-        np.cumsum(values, out=total[1:])
-        return total[seg_end[side::4]] - total[seg_start[side::4]]
+    def per_text(values: np.ndarray) -> np.ndarray:
+        """Sum of ``values`` over each segment: pair p's candidate is segment 4p, its reference 4p + 2."""
+        sums = np.add.reduceat(values, seg_start, dtype=np.int64)
+        sums[seg_len == 0] = 0  # reduceat gives an empty segment the next value
+        return sums
 
     new_token = prev == 0
     for name, side, where in (("uniq_cand", 0, new_token), ("uniq_ref", 2, new_token),
                               ("uniq_common", 0, new_token & (ms >= 1))):
         if name in names:
-            out[name] = per_text(where, side)
+            out[name] = per_text(where)[side::4]
     ngram_names = {"ngram_cand", "ngram_ref", "ngram_common"} & set(names)
     greedy_names = {"greedy_cand", "greedy_ref"} & set(names)
     if greedy_names or (dynamic and ngram_names):
@@ -415,11 +412,11 @@ def set_counts(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cand: n
     first_new = np.maximum(prev + 1, n_min)  # shortest n-gram starting here not seen earlier in its text
     hi = np.repeat(hi_n.astype(prev.dtype, copy=False), seg_len.reshape(P, 4).sum(axis=1))
     if "ngram_cand" in names or "ngram_ref" in names:
-        rest = np.repeat(seg_end, seg_len) - np.arange(len(x))  # suffix lengths in their texts
-        ngrams = _span(first_new, np.minimum(hi, rest))
-        out["ngram_cand"], out["ngram_ref"] = per_text(ngrams, 0), per_text(ngrams, 2)
+        rest = np.repeat(seg_end.astype(prev.dtype), seg_len) - np.arange(len(x), dtype=prev.dtype)  # suffix lengths
+        ngrams = per_text(_span(first_new, np.minimum(hi, rest)))
+        out["ngram_cand"], out["ngram_ref"] = ngrams[0::4], ngrams[2::4]
     if "ngram_common" in names:
-        out["ngram_common"] = per_text(_span(first_new, np.minimum(hi, ms)), 0)
+        out["ngram_common"] = per_text(_span(first_new, np.minimum(hi, ms)))[0::4]
     return out
 
 

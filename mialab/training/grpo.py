@@ -7,6 +7,13 @@ reference model is loaded). The reward is any callable ``(completions, **columns
 list[float]`` (:mod:`mialab.training.rewards`); the training set is a table with a ``prompt`` column
 and the columns the reward reads. Prompts are plain text (no chat template is applied).
 
+Entropy bonus (verl's ``entropy_coeff``): ``entropy_coeff > 0`` subtracts that times the policy's
+entropy from the loss, the entropy of each completion token's full next-token distribution (at the
+sampling temperature) aggregated over the tokens as the loss type aggregates the policy loss
+(verl's ``loss_agg_mode``; :func:`aggregate_like_loss`), so the bonus acts as ``-entropy_coeff x
+entropy`` added to every token's loss. TRL's own ``entropy_coef`` is not used: it takes a token
+mean whatever the loss type.
+
 Batching (TRL's semantics): ``batch_size`` completions per device and micro-step, i.e.
 ``batch_size / num_generations`` prompts; ``grad_accum`` micro-steps per optimizer step. An epoch
 is one pass over the prompts in a seeded random order; a remainder smaller than one generation
@@ -39,7 +46,7 @@ import pandas as pd
 
 from mialab.core.settings import settings_from
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "auto")
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,8 @@ class GRPOSettings:
     without their ``vllm_`` prefix (``mode``, ``tensor_parallel_size``, ``gpu_memory_utilization``,
     ...; :func:`vllm_generation`); None generates with transformers. ``max_prompt_length`` keeps the last
     that many prompt tokens (a leading BOS is kept), as TRL did before it dropped the option;
-    None keeps every token. ``max_steps > 0`` overrides ``epochs``.
+    None keeps every token. ``max_steps > 0`` overrides ``epochs``. ``entropy_coeff``: the entropy
+    bonus's coefficient (module doc; 0: none, TRL's loss unchanged).
     """
 
     lr: float = 1.0e-6
@@ -69,6 +77,7 @@ class GRPOSettings:
     max_completion_length: int = 256
     epsilon: float = 0.2
     loss_type: str = "dapo"
+    entropy_coeff: float = 0.0
     scale_rewards: str = "group"
     lr_scheduler: str = "constant"
     warmup_steps: int = 0
@@ -126,11 +135,12 @@ def grpo_config(settings: GRPOSettings, output_dir: str | os.PathLike, *, device
     """The TRL ``GRPOConfig`` of ``settings``; trainer checkpoints go to ``output_dir``."""
     from trl import GRPOConfig
 
-    from mialab.lm.loading import check_bf16_speed
+    from mialab.lm.loading import check_bf16_speed, resolve_precision
 
     s = settings
     cpu = device == "cpu"
-    check_bf16_speed(s.precision, device)
+    precision = resolve_precision(s.precision, device)
+    check_bf16_speed(precision, device)
     return GRPOConfig(
         output_dir=str(output_dir), learning_rate=s.lr, beta=s.beta, num_train_epochs=s.epochs,
         max_steps=s.max_steps, num_generations=s.num_generations, per_device_train_batch_size=s.batch_size,
@@ -139,7 +149,7 @@ def grpo_config(settings: GRPOSettings, output_dir: str | os.PathLike, *, device
         loss_type=s.loss_type, scale_rewards=s.scale_rewards, lr_scheduler_type=s.lr_scheduler,
         warmup_steps=s.warmup_steps, weight_decay=s.weight_decay, max_grad_norm=s.grad_clip,
         save_strategy="steps", save_steps=s.save_steps, save_total_limit=s.save_total_limit, save_only_model=False,
-        bf16=s.precision == "bf16", use_cpu=cpu, activation_checkpointing=s.activation_checkpointing,
+        bf16=precision == "bf16", use_cpu=cpu, activation_checkpointing=s.activation_checkpointing,
         seed=s.seed, data_seed=s.seed, full_determinism=cpu, disable_dropout=True, logging_steps=s.logging_steps,
         ddp_find_unused_parameters=False,
         report_to="none", dataloader_num_workers=0, shuffle_dataset=True, **vllm_generation(s.vllm, device),
@@ -183,6 +193,26 @@ def truncate_prompt(ids: Sequence[int], max_length: int | None, bos_token_id: in
     return head + ids[len(ids) - (max_length - len(head)):]
 
 
+def aggregate_like_loss(values, mask, loss_type: str, *, accumulation: float, max_completion_length: int,
+                        window_tokens):
+    """Per-token ``values`` of one micro-batch (completions x tokens, ``mask`` 1 on completion tokens)
+    aggregated as TRL aggregates the policy loss of ``loss_type``, in verl's ``loss_agg_mode`` terms:
+    grpo: mean over completions of their token means (seq-mean-token-mean); bnpo: the micro-batch's token
+    mean; dr_grpo: token sum over completions x ``max_completion_length`` (seq-mean-token-sum-norm); each
+    over ``accumulation`` micro-steps; dapo: token sum over ``window_tokens``, the tokens of one
+    accumulation window per process (token-mean over the optimizer step)."""
+    total = (values * mask).sum()
+    if loss_type == "grpo":
+        return ((values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
+    if loss_type == "bnpo":
+        return total / mask.sum().clamp(min=1.0) / accumulation
+    if loss_type == "dr_grpo":
+        return total / (values.size(0) * max_completion_length) / accumulation
+    if loss_type == "dapo":
+        return total / window_tokens
+    raise ValueError(f"no entropy aggregation for loss_type {loss_type!r}; known: grpo, bnpo, dr_grpo, dapo")
+
+
 def _trainer_class():
     """``ResumableGRPOTrainer``, built on first use so importing this module does not import TRL."""
     from transformers import TrainerCallback
@@ -197,11 +227,32 @@ def _trainer_class():
                 self.generator.manual_seed(epoch_seed(self.seed, epoch))
 
     class ResumableGRPOTrainer(GRPOTrainer):
-        """``GRPOTrainer`` with epoch-seeded prompt order and prompt truncation (module doc)."""
+        """``GRPOTrainer`` with epoch-seeded prompt order, prompt truncation and verl's entropy bonus (module doc)."""
 
-        def __init__(self, *args, max_prompt_length: int | None = None, **kwargs):
-            self.max_prompt_length = max_prompt_length
+        def __init__(self, *args, max_prompt_length: int | None = None, entropy_coeff: float = 0.0, **kwargs):
+            self.max_prompt_length, self.entropy_coeff, self._entropies = max_prompt_length, entropy_coeff, None
             super().__init__(*args, **kwargs)
+
+        def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+            """TRL's, keeping the entropies (with their gradient) of the loss's forward pass for the bonus."""
+            out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            self._entropies = out[1]
+            return out
+
+        def _compute_loss(self, model, inputs):
+            """TRL's loss minus ``entropy_coeff`` x the entropy aggregated like it (:func:`aggregate_like_loss`)."""
+            loss = super()._compute_loss(model, inputs)
+            entropies, self._entropies = self._entropies, None
+            if not self.entropy_coeff:
+                return loss
+            training = self.model.training  # TRL's: no accumulation in evaluation
+            accumulation = self.current_gradient_accumulation_steps if training else 1
+            window = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if training:  # num_items_in_batch spans the generation batch: one accumulation window of it
+                window = window * accumulation / self.args.steps_per_generation
+            return loss - self.entropy_coeff * aggregate_like_loss(
+                entropies, inputs["completion_mask"], self.loss_type, accumulation=accumulation,
+                max_completion_length=self.max_completion_length, window_tokens=window)
 
         def _get_train_sampler(self, dataset=None):
             return EpochSeededRepeatSampler(
@@ -336,7 +387,7 @@ def run_grpo(model_path: str, data: pd.DataFrame, reward: Callable | list[Callab
         processing_class=load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code),
         peft_config=lora_config(settings.lora) if settings.lora else None,
         callbacks=[epoch_checkpoints(epoch_steps, total, target), *(callbacks or [])],
-        max_prompt_length=settings.max_prompt_length,
+        max_prompt_length=settings.max_prompt_length, entropy_coeff=settings.entropy_coeff,
     )
     trainer.train(resume_from_checkpoint=start)
     final = last_checkpoint(work_dir)

@@ -19,7 +19,7 @@ from mialab.core.io import atomic_directory, remove_stale_temporaries
 from mialab.core.progress import console, progress
 from mialab.core.settings import settings_from
 from mialab.data.mixing import check_filler
-from mialab.lm.loading import check_bf16_speed
+from mialab.lm.loading import check_bf16_speed, resolve_precision
 from mialab.lm.tiny import llama_config
 from mialab.training.checkpoints import (
     checkpoint_path,
@@ -81,13 +81,14 @@ def stage_record(model, blocks: np.ndarray, member_documents: int, steps: int, l
             "loss_curve_every_50": losses[::50]}
 
 
-def pack_blocks(docs: list[str], tokenizer, seq_len: int) -> np.ndarray:
-    """Tokenise documents, join them with EOS and cut into ``[n_blocks, seq_len]`` token ids."""
+def pack_blocks(docs: list[str], tokenizer, seq_len: int, separator: int | None = None) -> np.ndarray:
+    """Tokenise documents, join them with ``separator`` (default EOS) and cut into ``[n_blocks, seq_len]``
+    token ids."""
     ids: list[int] = []
-    eos = tokenizer.eos_token_id
+    sep = tokenizer.eos_token_id if separator is None else separator
     for enc in tokenizer(docs, add_special_tokens=False)["input_ids"]:
         ids.extend(enc)
-        ids.append(eos)
+        ids.append(sep)
     n = len(ids) // seq_len
     if n == 0:
         raise ValueError(f"corpus has {len(ids)} tokens, fewer than one block of {seq_len}")
@@ -124,21 +125,28 @@ class PretrainSettings:
         return settings_from(cls, spec, "pretraining")
 
 
+def causal_inputs(batch, rng: np.random.Generator) -> dict:
+    """Next-token prediction on every position (the model shifts the labels)."""
+    return {"input_ids": batch, "labels": batch}
+
+
 def pretrain(model, blocks: np.ndarray, settings: PretrainSettings, *,
-             checkpoint_dir: str | None = None) -> list[float]:
+             checkpoint_dir: str | None = None, inputs=causal_inputs) -> list[float]:
     """Train ``model`` on random batches of ``blocks`` for ``settings.steps`` steps; return the loss curve.
 
-    ``precision="bf16"`` runs forward and backward under bf16 autocast; weights, gradients and the
-    optimizer state stay fp32 (mixed precision, as on a GPU). With ``checkpoint_dir`` the run is
-    checkpointed every ``checkpoint_every`` steps and resumes from the last checkpoint there
+    ``inputs(batch, rng)`` makes the model's arguments of a batch of blocks (default: causal LM;
+    :func:`mialab.training.mlm.masked_inputs` for a masked LM), drawing any randomness from ``rng``, whose
+    state the checkpoints keep. ``precision="bf16"`` runs forward and backward under bf16 autocast; weights,
+    gradients and the optimizer state stay fp32 (mixed precision, as on a GPU); ``auto`` is bf16 where the
+    device computes it natively, else fp32. With ``checkpoint_dir`` the
+    run is checkpointed every ``checkpoint_every`` steps and resumes from the last checkpoint there
     (:mod:`mialab.training.checkpoints`); the loss curve then holds every step, resumed or not.
     """
     import torch
 
-    steps, batch_size, lr, precision = settings.steps, settings.batch_size, settings.lr, settings.precision
-    if precision not in ("fp32", "bf16"):
-        raise ValueError(f"unknown precision {precision!r}; known: bf16, fp32")
+    steps, batch_size, lr = settings.steps, settings.batch_size, settings.lr
     device_type = next(model.parameters()).device.type
+    precision = resolve_precision(settings.precision, device_type)
     check_bf16_speed(precision, device_type)
 
     torch.manual_seed(settings.seed)
@@ -165,7 +173,7 @@ def pretrain(model, blocks: np.ndarray, settings: PretrainSettings, *,
                 group["lr"] = lr_at(step, lr=lr, min_lr=settings.min_lr, warmup_steps=settings.warmup_steps,
                                      total_steps=steps)
             with torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                loss = model(input_ids=batch, labels=batch).loss
+                loss = model(**inputs(batch, rng)).loss
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"pretraining loss is {loss.item()} at step {step}")
             opt.zero_grad(set_to_none=True)

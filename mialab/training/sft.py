@@ -196,9 +196,11 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, settings: SFTSetting
     import torch
     import torch.distributed as dist
 
-    from mialab.lm.loading import check_bf16_speed, load_tokenizer
+    from mialab.lm.loading import check_bf16_speed, load_tokenizer, resolve_precision
 
-    check_bf16_speed(settings.precision, "cuda" if torch.cuda.is_available() else "cpu")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    precision = resolve_precision(settings.precision, device)
+    check_bf16_speed(precision, device)
     torch.manual_seed(settings.seed)
     if torch.cuda.is_available():  # one GPU per process, known to NCCL before its first collective
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -223,7 +225,7 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, settings: SFTSetting
     warmup_steps = int(settings.warmup * total_steps) if settings.warmup < 1 else int(settings.warmup)
     cfg = deepspeed_config(micro_batch_size=settings.micro_batch_size, grad_accum=grad_accum, lr=settings.lr,
                            warmup_steps=warmup_steps, total_steps=total_steps, zero_stage=settings.zero_stage,
-                           precision=settings.precision, grad_clip=settings.grad_clip,
+                           precision=precision, grad_clip=settings.grad_clip,
                            weight_decay=settings.weight_decay)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     refuse_pickled_code(engine)

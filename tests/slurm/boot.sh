@@ -5,7 +5,7 @@
 # it only prints the environment line and exits 0. All state (confs, PIDs, spool, logs, the
 # database) lives under one folder, $MIALAB_SLURM_DIR (default /tmp/mialab-slurm).
 # Every daemon is bound to loopback; MariaDB has no network at all (--skip-networking).
-# The node advertises this machine's CPUs and memory plus eight fake H200 GPUs.
+# The node advertises twice this machine's CPUs (below: why), its memory and eight fake H200 GPUs.
 #
 # Usage:  eval "$(tests/slurm/boot.sh)"   boots, then exports SLURM_CONF and the MIALAB_SLURM_*
 #                                        variables that fit profiles/slurm to this node
@@ -130,7 +130,10 @@ install_packages
 "$HERE/stop.sh" >/dev/null 2>&1 || true # leftovers of a half-booted earlier attempt
 ensure_loopback_hostname
 
-CPUS=$(nproc)
+# Twice this machine's cores: a job that waits for the executor's next status check (which backs off by 10 s at
+# every check that finds no job finished, mialab's jobs run seconds) leaves its core to another job instead of
+# idling it; task/none binds no job to a core, and config_overrides lets slurmd accept more CPUs than it finds.
+CPUS=$(($(nproc) * 2))
 # Advertise 90% of physical memory so slurmd never finds less than configured.
 MEM_MB=$(awk '/^MemTotal:/ { printf "%d", $2 / 1024 * 0.9 }' /proc/meminfo)
 mkdir -p "$STATE"/{etc,run,log,pids,ctld,spool,munge,dev,db}
@@ -169,8 +172,17 @@ sacctmgr -i add user "$(id -un)" account="$ACCOUNT" cluster="$CLUSTER" >/dev/nul
 sacctmgr -n -P list assoc user="$(id -un)" account="$ACCOUNT" cluster="$CLUSTER" format=account |
     grep -qx "$ACCOUNT" || die "sacctmgr did not record account $ACCOUNT for $(id -un)"
 
+# A boot starts with an empty queue: jobs recovered from an earlier boot's state belong to processes that
+# died with it (a node "running" such a job waits for its batch-start timeout before taking new work), so
+# slurmctld clears its state (-c) and slurmd's spool is emptied. Job IDs continue past the last the
+# accounting database holds, so an ID names one job across boots.
+# (a fresh machine's empty database holds no ID: grep then finds nothing, which must not end the boot)
+last_id=$({ sacct -a -X -n -P -o JobIDRaw -S 2000-01-01T00:00:00 -E now 2>/dev/null || true; } |
+    { grep -Eo '^[0-9]+' || true; } | sort -n | tail -n 1)
+sed -i "s|^FirstJobId=.*|FirstJobId=$(( ${last_id:-0} + 1 ))|" "$SLURM_CONF"
+rm -rf "${STATE:?}"/spool/*
 log "slurmctld + slurmd"
-start slurmctld slurmctld -D
+start slurmctld slurmctld -D -c
 wait_for 30 slurmctld scontrol ping
 start slurmd slurmd -D -N "$HOST"
 deadline=$((SECONDS + 60))
