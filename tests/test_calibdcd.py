@@ -722,6 +722,21 @@ def test_mlm_fill_changes_exactly_the_given_spans_and_is_seeded(tiny_mlm):
     assert mlm_fill(mlm, tok, text, [], np.random.default_rng(0)) == text
 
 
+def test_mlm_fill_reads_a_text_longer_than_its_positions_in_a_window_around_the_mask(tiny_mlm):
+    """tiny_mlm has 128 positions; a span near the end of a ~200-token text is filled (no position overflow), the
+    rest of the text kept, and a short text fills as it did before the window existed."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from mialab.calibdcd.perturb import mlm_fill
+
+    tok, mlm = AutoTokenizer.from_pretrained(tiny_mlm), AutoModelForMaskedLM.from_pretrained(tiny_mlm).eval()
+    text = " ".join(["the cat walks over the hill"] * 33)
+    assert len(tok(text)["input_ids"]) > 128
+    start = len(text) - len(" hill")
+    out = mlm_fill(mlm, tok, text, [(start, len(text))], np.random.default_rng(0), top=50)
+    assert out[:start] == text[:start] and out[start + 1:] != "hill" and " " not in out[start + 1:]
+
+
 def test_batched_attribution_matches_one_masked_input_at_a_time(make_tiny_model):
     import torch
 

@@ -200,17 +200,26 @@ def mlm_fill(mlm, mlm_tok, text: str, spans: Sequence[tuple[int, int]], rng: np.
              top: int = 5) -> str:
     """``text`` with each character span replaced by a random one of the masked LM's ``top`` predictions
     for it (the span alone masked, its leading space kept), other than the span's word and made of
-    letters, digits and hyphens only; a span without such a prediction stays (``perturb_sentence_with_mlm``)."""
+    letters, digits and hyphens only; a span without such a prediction stays (``perturb_sentence_with_mlm``).
+    A text longer than the masked LM's positions is read in a window of them centred on the mask (the code's
+    bert-base-cased has 512 for texts far shorter; a small fill model may have fewer)."""
     import torch
 
     device = next(mlm.parameters()).device
+    limit = mlm.config.max_position_embeddings
     out, last = [], 0
     for start, end in spans:
         span = text[start:end]
         lead, word = span[:len(span) - len(span.lstrip())], span.strip()
-        enc = mlm_tok(text[:start] + lead + mlm_tok.mask_token + text[end:], return_tensors="pt").to(device)
+        ids = mlm_tok(text[:start] + lead + mlm_tok.mask_token + text[end:], return_tensors="pt")["input_ids"][0]
+        at = int((ids == mlm_tok.mask_token_id).nonzero()[0, 0])
+        if len(ids) > limit:            # [CLS], the window's tokens, [SEP]
+            body = limit - 2
+            first = min(max(1, at - body // 2), len(ids) - 1 - body)
+            ids, at = torch.cat([ids[:1], ids[first:first + body], ids[-1:]]), at - first + 1
+        ids = ids[None].to(device)
         with torch.no_grad():
-            logits = mlm(**enc).logits[0, int((enc["input_ids"][0] == mlm_tok.mask_token_id).nonzero()[0, 0])]
+            logits = mlm(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, at]
         predictions = [mlm_tok.decode([i]).strip() for i in torch.topk(logits, top).indices.tolist()]
         keep = [t for t in predictions if t != word and FILL_TOKEN.fullmatch(t)]
         out += [text[last:start], lead + keep[int(rng.integers(len(keep)))] if keep else span]
