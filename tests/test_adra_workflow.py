@@ -1,25 +1,26 @@
 """ADRA in the workflow: stage keys and config checks, its jobs with the tiny-world overlay
-configs/tiny_adra.yaml and in the paper-scale configs, and (slow) a reduced ADRA run on a copy of the
-default tiny world where ADRA, ADRA+ and the SFT ablation train, evaluate and reach the results table
-and the report."""
+configs/tiny_adra.yaml and in the paper-scale configs. (ADRA, ADRA+ and the SFT ablation train, evaluate and
+reach the results table and the report in the SLURM rehearsal of configs/paper/adra_aime.yaml,
+tests/test_slurm_workflow.py.)"""
 
 from __future__ import annotations
 
 import copy
-import json
-import shutil
-import time
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 import yaml
-from workflow_helpers import (REPO, add_stand_ins, default_config, make_workdir, planned_jobs, snakemake, validated,
-                              write_config)
+from workflow_helpers import (
+    REPO,
+    add_stand_ins,
+    default_config,
+    make_workdir,
+    planned_jobs,
+    snakemake,
+    validated,
+)
 
 from mialab.adra.plan import INIT, ADRAPlan
-from mialab.adra.rewards import minmax_membership_weight
 from mialab.n_sampling.plan import NSamplingPlan
 from mialab.pipeline.config import ConfigError
 from mialab.pipeline.plan import Plan
@@ -168,75 +169,6 @@ def test_paper_configs_plan_adra(path: Path, tmp_path: Path):
     assert jobs["adra_train"] == len(a.pairs()) * len(cfg["seeds"]) * len(a.variants())
     assert cfg["n_sampling"]["n"] in (16, 32) and cfg["adra"]["train"]["lora"] == {
         "r": 64, "lora_alpha": 128, "target_modules": "all-linear"}
-
-
-# --- end to end (slow): a reduced ADRA run on a copy of the session's tiny world ---------------------
-
-def reduced_config() -> dict:
-    """The overlay cut down for a test: seed 0 only (its splits, models and baselines are the tiny
-    world's), N = 2 rollouts of 8 tokens, ADRA, ADRA+ and the SFT ablation for 2 steps of 4 prompts,
-    a checkpoint every step, policies evaluated at steps 0, 1 and the end. LaRA and CalibDCD are
-    left out: their jobs cover every configured seed, so one seed would recompute them (the tiny
-    world tests them)."""
-    cfg = adra_config()
-    cfg["seeds"] = [0]
-    for section in ("lara", "calibdcd"):
-        cfg.pop(section)
-    ns = cfg["n_sampling"]
-    ns["targets"] = [{"model": "sft", "dataset": "aime"}]
-    ns["n"] = 2
-    ns["tasks"]["aime"]["max_new_tokens"] = 8
-    cfg["adra"].update(variants=["adra", "adra_plus", "adra_sft"],
-                       contrastive={"distractors": 3, "baseline": "min_k_plus_plus@0.2"},
-                       eval={"temperature": 0.7, "top_p": 0.95, "top_k": 50, "steps": [0, 1]})
-    cfg["adra"]["train"].update(max_steps=2, batch_size=8, save_steps=1,
-                                lora={"r": 4, "lora_alpha": 8, "target_modules": "all-linear"})
-    return cfg
-
-
-@pytest.fixture(scope="module")
-def adra_world(tiny_world, tmp_path_factory) -> Path:
-    wd = tmp_path_factory.mktemp("adra_world")
-    shutil.copytree(tiny_world, wd, symlinks=True, dirs_exist_ok=True)  # keeps mtimes: nothing is stale
-    write_config(wd, reduced_config())
-    start = time.monotonic()
-    snakemake(wd, "--cores", "2", "adra", "results/evaluation/aime/summary.parquet", timeout=1200)
-    print(f"reduced ADRA run on the tiny world: {time.monotonic() - start:.0f}s")
-    return wd
-
-
-@pytest.mark.slow
-def test_training_keeps_the_adapters_of_the_evaluated_steps_and_never_sees_labels(adra_world):
-    for variant in ("adra", "adra_plus", "adra_sft"):
-        (run,) = (adra_world / "results/adra/train/sft/aime" / variant).glob("seed-0/*")
-        assert {p.name for p in (run / "adapters").iterdir() if not p.name.startswith(".")} == {"step-1", "final"}  # not Snakemake's .snakemake_timestamp
-        assert (run / "adapters/final/adapter_config.json").is_file() and not (run / "work").exists()
-        manifest = json.loads((run / "manifest.json").read_text())
-        assert manifest["global_step"] == 2 and manifest["config"]["variant"] == variant
-        assert "label" not in pd.read_parquet(run / "training_set.parquet").columns
-    (plus,) = (adra_world / "results/adra/train/sft/aime/adra_plus").glob("seed-0/*")
-    data = pd.read_parquet(plus / "training_set.parquet")
-    key = json.loads((plus / "manifest.json").read_text())["upstream"]["baseline_scores"]   # the scores it read
-    baseline = adra_world / "results/scores/sft/aime" / key / "seed-0/scores.parquet"
-    scores = pd.read_parquet(baseline).set_index("id").loc[data["id"], "min_k_plus_plus@0.2"]
-    np.testing.assert_allclose(data["weight"], minmax_membership_weight(scores.to_numpy()))
-    assert all(len(r) == 4 for r in data["references"])  # own suffix + 3 distractors
-
-
-@pytest.mark.slow
-def test_final_policies_join_the_results_table_and_the_report_plots_every_step(adra_world):
-    summary = pd.read_parquet(adra_world / "results/evaluation/aime/summary.parquet")
-    sft = set(summary.loc[summary["model"] == "sft", "method"])
-    for method in ("adra", "adra_plus", "adra_sft", "n_sampling", "adra_init"):   # adra_init: the untrained control
-        assert f"{method}/lcs_ratio_ref@bon" in sft
-    assert not summary["method"].str.contains("@step").any(), "intermediate policies stay in the report"
-    report = pd.read_csv(adra_world / "results/adra/report/aime/adra.csv")
-    steps = report.dropna(subset=["step"]).set_index("attack")["step"]
-    assert steps["adra_init"] == 0 and steps["adra@step1"] == 1 and steps["adra_plus"] == 2
-    assert {"passive", "n_sampling"} <= set(report["attack"])
-    assert (adra_world / "results/adra/report/aime/steps.png").stat().st_size > 1000
-    rollouts = list((adra_world / "results/adra/rollouts/sft/aime/seed-0").glob("*/*/rollouts.parquet"))
-    assert len(rollouts) == 1 + 3 * 2  # init, and step 1 and final of each variant
 
 
 # (ADRA reward, tau, random suffixes; ADRA+ reward, distractors, prior) per dataset: the released code's

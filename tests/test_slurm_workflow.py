@@ -5,6 +5,7 @@ rehearsed locally, tests/test_rehearsal.py: through SLURM each of its 67 jobs co
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -12,11 +13,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import REPO, VENV_BIN
 from test_rehearsal import adra_reports_written, rehearsal_written
-from workflow_helpers import foundation_config, make_workdir, requeue
+from workflow_helpers import foundation_config, make_workdir, requeue, validated
+
+from mialab.adra.rewards import minmax_membership_weight
+from mialab.pipeline.rehearsal import rehearse
 
 pytestmark = pytest.mark.slow
 
@@ -168,3 +173,35 @@ def test_adra_aime_paper_config_rehearses_through_slurm(adra_aime):
     adra_reports_written(adra_aime["cfg"], adra_aime["workdir"] / "results")
     assert {"rehearsal_model", "sft_contaminate", "n_sampling_rollouts", "adra_train", "adra_eval",
             "adra_report"} <= set(adra_aime["jobs"]["rule"])
+
+
+def test_adra_training_keeps_the_adapters_of_the_evaluated_steps_and_never_sees_labels(adra_aime):
+    """Each variant's run keeps an adapter of each evaluated step and the final one, trains on a set without labels;
+    ADRA+ weighs each candidate by the min-max of the baseline scores it read, beside its own suffix and distractors;
+    the final policies join the results table, every evaluated policy was sampled."""
+    cfg = rehearse(validated(adra_aime["cfg"]), vllm_available=False)
+    ((model, dataset),) = [(t["model"], t["dataset"]) for t in cfg["adra"]["targets"]]
+    results = adra_aime["workdir"] / "results"
+    steps = [s for s in cfg["adra"]["eval"]["steps"] if s]
+    for variant in cfg["adra"]["variants"]:
+        (run,) = (results / "adra/train" / model / dataset / variant).glob("seed-0/*")
+        assert {p.name for p in (run / "adapters").iterdir() if not p.name.startswith(".")} == \
+            {*(f"step-{s}" for s in steps), "final"}
+        assert (run / "adapters/final/adapter_config.json").is_file() and not (run / "work").exists()
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert manifest["global_step"] == cfg["adra"]["train"]["max_steps"] and manifest["config"]["variant"] == variant
+        assert "label" not in pd.read_parquet(run / "training_set.parquet").columns
+    (plus,) = (results / "adra/train" / model / dataset / "adra_plus").glob("seed-0/*")
+    data = pd.read_parquet(plus / "training_set.parquet")
+    key = json.loads((plus / "manifest.json").read_text())["upstream"]["baseline_scores"]   # the scores it read
+    contrastive = cfg["adra"]["contrastive"]
+    scores = pd.read_parquet(results / "scores" / model / dataset / key / "seed-0/scores.parquet")
+    np.testing.assert_allclose(data["weight"], minmax_membership_weight(
+        scores.set_index("id").loc[data["id"], contrastive["baseline"]].to_numpy()))
+    assert all(len(r) == 1 + contrastive["distractors"] for r in data["references"])
+    summary = pd.read_parquet(results / "evaluation" / dataset / "summary.parquet")
+    methods = set(summary.loc[summary["model"] == model, "method"])
+    assert {f"{m}/lcs_ratio_ref@bon" for m in (*cfg["adra"]["variants"], "n_sampling", "adra_init")} <= methods
+    assert not summary["method"].str.contains("@step").any(), "intermediate policies stay in the report"
+    rollouts = list((results / "adra/rollouts" / model / dataset / "seed-0").glob("*/*/rollouts.parquet"))
+    assert len(rollouts) == 1 + len(cfg["adra"]["variants"]) * (len(steps) + 1)  # init, each step and the final
