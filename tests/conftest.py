@@ -18,6 +18,7 @@ import pytest
 from workflow_helpers import make_workdir, snakemake
 
 from mialab.core.io import write_manifest
+from mialab.core.jobs import THREAD_VARIABLES
 from mialab.training.grpo import GRPOSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,7 +28,7 @@ VENV_BIN = Path(sys.executable).parent
 
 
 #: Fixtures of one shared world each; the tests that use one run on one pytest-xdist worker.
-WORLDS = {"tiny_world": {"tiny_world", "shuffled_world", "adra_world"}, "slurm": {"slurm_env"}}
+WORLDS = {"tiny_world": {"tiny_world", "shuffled_world"}, "slurm": {"slurm_env"}}
 
 
 @pytest.hookimpl(tryfirst=True)   # before xdist's own hook, which turns the marks into node-id groups
@@ -43,8 +44,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    """pytest 9.2 with pytest-xdist <= 3.8 does not group under ``--dist loadgroup`` (pytest-xdist#1386):
+    """Under pytest-xdist the workers share the cores with each other and with the workflow jobs they start, so
+    (in the environment the workers inherit) each worker's own torch runs one thread and a waiting OpenMP thread
+    sleeps instead of spinning on a core another process needs (README, "Two commands"); a job sets its own
+    thread count (mialab.core.jobs.setup_job).
+
+    pytest 9.2 with pytest-xdist <= 3.8 does not group under ``--dist loadgroup`` (pytest-xdist#1386):
     every worker would build the tiny world itself. Say so before any test starts."""
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        for var in THREAD_VARIABLES:
+            os.environ.setdefault(var, "1")
     if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", None) == "loadgroup" \
             and config.getoption("numprocesses", None):
         import importlib.metadata

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -16,16 +17,18 @@ print(torch.get_num_threads())
 
 
 def test_setup_job_pins_threads_without_importing_torch():
-    out = subprocess.run([sys.executable, "-c", PROBE.format(threads=1)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", PROBE.format(threads=2)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
     imported, threads = out.stdout.split()
     assert imported == "False"  # a pandas-only job never pays for torch
-    assert threads == "1"        # torch, started later, reads the pinned count
+    assert threads == "2"        # torch, started later, reads the pinned count, not the inherited one
 
 
 def test_setup_job_repins_an_already_started_torch():
-    probe = "import torch\n" + PROBE.format(threads=1)
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["True", "1"]
+    probe = "import torch\n" + PROBE.format(threads=2)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.stdout.split() == ["True", "2"]
 
 
 def test_malloc_tunables_are_added_once_and_keep_the_users_settings():
