@@ -1,7 +1,7 @@
 """The real workflow through `snakemake --profile profiles/slurm` on the single-node test SLURM: the ADRA AIME paper
 config rehearsed (what a cluster user runs, end to end) and the accounting table of its run; a pretraining job of
-the tiny world requeued mid-way (`scontrol requeue`) that resumes to the same model. (LaRA's paper config is
-rehearsed locally, tests/test_rehearsal.py: through SLURM each of its 67 jobs costs two more Snakemake processes.)"""
+the tiny world requeued mid-way (`scontrol requeue`) that resumes to the same model; ADRA's workflow checks read
+that rehearsal's outputs (the variants' adapters, training sets, ADRA+ weights, results table, rollouts)."""
 
 from __future__ import annotations
 
