@@ -51,12 +51,12 @@ def pytest_configure(config):
 
     pytest 9.2 with pytest-xdist <= 3.8 does not group under ``--dist loadgroup`` (pytest-xdist#1386):
     every worker would build the tiny world itself. Say so before any test starts."""
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        for var in THREAD_VARIABLES:
-            os.environ.setdefault(var, "1")
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", None) == "loadgroup" \
-            and config.getoption("numprocesses", None):
+    if not (config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None)):
+        return
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    for var in THREAD_VARIABLES:
+        os.environ.setdefault(var, "1")
+    if config.getoption("dist", None) == "loadgroup":
         import importlib.metadata
 
         xdist = tuple(int(x) for x in importlib.metadata.version("pytest-xdist").split(".")[:2])
