@@ -77,6 +77,22 @@ def test_kernel_byte_tokeniser_equals_word_tokens(split):
         assert len(set(seen.values())) == len(seen) == vocab
 
 
+
+def test_vocabulary_numbers_tokens_by_their_bytes_in_order_of_appearance():
+    """Equal ids iff equal tokens, dense and in order of first appearance, for tokens that differ only in one byte
+    at every position up to 40 bytes (their 8-byte words and lengths collide in every other way), thousands of them."""
+    rng = np.random.default_rng(3)
+    tokens = []
+    for length in range(1, 41):
+        base = "".join(rng.choice(list("ab"), size=length))
+        tokens += [base] + [base[:i] + ("b" if base[i] == "a" else "a") + base[i + 1:] for i in range(length)]
+    tokens += ["".join(rng.choice(list("ab"), size=int(rng.integers(1, 24)))) for _ in range(6000)]
+    text = " ".join(rng.permutation(tokens + tokens))
+    ids, per_text, _, vocab = encode_texts([text], False)
+    order: dict[str, int] = {}
+    expected = [order.setdefault(t, len(order)) for t in text.split()]
+    assert ids.tolist() == expected and vocab == len(order) and per_text.tolist() == [len(expected)]
+
 def test_metric_counts_are_all_that_metrics_from_counts_reads():
     full = lexical_counts(["a b c d e", "x"], ["a b c x e", "y z"])
     for convention in CONVENTIONS:

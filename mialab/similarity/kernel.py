@@ -10,26 +10,22 @@ How, per chunk of pairs:
 - each distinct text of the chunk is tokenised once (the true suffix and the K distractors
   repeat), all of them together on their UTF-8 bytes (:func:`encode_texts`): the rule of
   :mod:`mialab.text.words` as byte masks (whitespace, the characters of scripts without spaces,
-  edge punctuation), then one vocabulary for the chunk (short tokens as 64-bit integer keys);
+  edge punctuation), then one vocabulary for the chunk (a hash table of the tokens' bytes);
 - LCS: rapidfuzz's bit-parallel ``LCSseq`` over the id sequences (``process.cpdist``);
-- every set count (unique tokens, distinct n-grams, common n-grams, for all ``n`` at once) comes
-  from one generalised suffix array of ``c_1 #_1 r_1 $_1 c_2 #_2 r_2 $_2 ...`` built by
-  libdivsufsort (``pydivsufsort``) with its LCP array (Kasai). Each pair gets its own alphabet
-  and every separator is unique, so no common prefix crosses a text or a pair and suffixes of
-  different pairs have LCP 0. In suffix-array order the suffixes that start with the same
-  string are contiguous, hence, for one text, a length-``n`` n-gram is new at the suffix whose
-  LCP with the previous suffix *of the same text* is ``< n``; a candidate n-gram also occurs in
-  the reference iff ``n`` is at most that suffix's matching statistic (the longest prefix it
-  shares with any reference suffix = the larger LCP with the nearest reference suffix above or
-  below). In that order the suffixes form runs of one text's suffixes: the LCP with the nearest
-  suffix of the other text above (below) is the minimum of the LCP array from the start of the
-  suffix's run (to its end), that with the previous suffix of the same text the LCP with the
-  previous suffix inside a run and the minimum over the previous run at a run's start; so two
-  running minima that restart at every run (one ``maximum.accumulate`` each way) give both (a
-  suffix of another pair in between forces 0, which is then also the true value). Back in text
-  order, the number of lengths ``n`` in ``[n_min, n_max]`` passing these tests is closed-form per
-  suffix, summed over each text. Unique tokens are the case ``n = 1``. No n-gram is ever
-  materialised; everything is numpy, pandas or C.
+- every set count (unique tokens, distinct n-grams, common n-grams, for all ``n`` at once) and the
+  released code's greedy matches come from one generalised suffix array of
+  ``c_1 #_1 r_1 $_1 c_2 #_2 r_2 $_2 ...`` built by libdivsufsort (``pydivsufsort``) with its LCP
+  array (Kasai). Each pair gets its own alphabet and every separator is unique, so no common prefix
+  crosses a text or a pair and suffixes of different pairs have LCP 0. In suffix-array order the
+  suffixes that start with the same string are contiguous, hence, for one text, a length-``n``
+  n-gram is new at the suffix whose LCP with the nearest earlier suffix *of the same text* is
+  ``< n``; a candidate n-gram also occurs in the reference iff ``n`` is at most that suffix's
+  matching statistic (the longest prefix it shares with any reference suffix = the larger LCP with
+  the nearest reference suffix above or below). One pass down and one up the suffix array (running
+  minima of the LCP array) give both (:func:`matching_statistics`); back in text order, the number
+  of lengths ``n`` in ``[n_min, n_max]`` passing these tests is closed-form per suffix, summed over
+  each text (:func:`text_counts`). Unique tokens are the case ``n = 1``. No n-gram is ever
+  materialised; the loops are compiled by numba, the rest is numpy or C.
 
 Chunks run in-process (``workers=1``) or on a persistent pool of ``workers`` processes.
 """
@@ -43,6 +39,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numba
 import numpy as np
 import pandas as pd
 import pydivsufsort
@@ -171,38 +168,56 @@ def encode_texts(texts: Sequence[str], split_scripts: bool = True) -> tuple[np.n
 
 
 def token_ids(b: np.ndarray, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense ids of the tokens ``b[first[k]:end[k]]`` (equal ids iff equal bytes) and their number.
-
-    Every token gets an injective 64-bit key, its length class in the top byte, and pandas' factorize
-    numbers the keys: a token of at most 7 bytes is its bytes; one of 8-15 bytes is the pair of the
-    dense ids of its two 8-byte words (bytes, then the rest and the length); a longer one (rare in most
-    scripts) is its index in a dict of their bytes. ``b`` is padded with at least 8 bytes.
-    """
-    length = (end - first).astype(np.uint64)
+    """Dense ids of the tokens ``b[first[k]:end[k]]`` (equal ids iff equal bytes, numbered in order of first
+    appearance) and their number. ``b`` is padded with at least 8 bytes (:func:`hashed_ids`)."""
     words = np.ndarray(len(b) - 7, dtype="<u8", buffer=b, strides=(1,))  # the 8 bytes from each position
-    keys = words[first] & ((np.uint64(1) << (np.uint64(8) * np.minimum(length, 7))) - np.uint64(1))
-    keys |= np.minimum(length, 8) << np.uint64(56)
-    mid = np.flatnonzero((length > 7) & (length < 16))
-    if len(mid):
-        rest = words[first[mid] + 8] & ((np.uint64(1) << (np.uint64(8) * (length[mid] - np.uint64(8)))) - np.uint64(1))
-        rest |= length[mid] << np.uint64(56)
-        word_ids = factorize(np.concatenate([words[first[mid]], rest]))[0]
-        keys[mid] = np.uint64(8 << 56) | (word_ids[:len(mid)] * (2 * len(mid)) + word_ids[len(mid):]).astype(np.uint64)
-    long = np.flatnonzero(length > 15)
-    if len(long):
-        view, index = memoryview(b), {}
-        found = [index.setdefault(view[f:e].tobytes(), len(index))
-                 for f, e in zip(first[long].tolist(), end[long].tolist())]
-        keys[long] = np.uint64(9 << 56) | np.array(found, dtype=np.uint64)
-    ids, uniques = factorize(keys)
-    return ids.astype(np.int64, copy=False), len(uniques)
+    size = 1 << max(4, (2 * len(first)).bit_length())  # a table at most half full
+    ids, vocab_size = hashed_ids(words, first.astype(np.int64, copy=False), end.astype(np.int64, copy=False), size)
+    return ids, int(vocab_size)
 
 
-def factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """pandas' factorize of 64-bit keys (ids in order of first appearance), after a multiply by an odd constant: a
-    bijection mod 2**64, so the ids are unchanged, that spreads the keys' structured bits, which its table hashes
-    poorly."""
-    return pd.factorize((keys * np.uint64(0x9E3779B97F4A7C15)).view(np.int64))
+@numba.njit(cache=True, nogil=True)
+def hashed_ids(words: np.ndarray, first: np.ndarray, end: np.ndarray, size: int) -> tuple[np.ndarray, int]:
+    """:func:`token_ids` by one open-addressing hash table of ``size`` slots (a power of two above the number of
+    tokens) over the tokens' 8-byte words (``words[i]``: the bytes from position ``i``), each hit confirmed by
+    comparing the bytes: exact whatever the hash does."""
+    n = len(first)
+    slots = np.full(size, -1, dtype=np.int64)  # the first token of each id
+    slot_id = np.empty(size, dtype=np.int64)
+    ids = np.empty(n, dtype=np.int64)
+    vocab = 0
+    for k in range(n):
+        f, length = first[k], end[k] - first[k]
+        h = np.uint64(length) * np.uint64(0x9E3779B97F4A7C15)
+        for at in range(0, length, 8):
+            word = words[f + at]
+            if length - at < 8:
+                word &= (np.uint64(1) << np.uint64(8 * (length - at))) - np.uint64(1)
+            h = (h ^ word) * np.uint64(0xFF51AFD7ED558CCD)
+            h ^= h >> np.uint64(29)
+        slot = np.int64(h & np.uint64(size - 1))
+        while True:
+            other = slots[slot]
+            if other < 0:
+                slots[slot], slot_id[slot] = k, vocab
+                ids[k] = vocab
+                vocab += 1
+                break
+            g = first[other]
+            if end[other] - g == length:
+                same = True
+                for at in range(0, length, 8):
+                    diff = words[f + at] ^ words[g + at]
+                    if length - at < 8:
+                        diff &= (np.uint64(1) << np.uint64(8 * (length - at))) - np.uint64(1)
+                    if diff:
+                        same = False
+                        break
+                if same:
+                    ids[k] = slot_id[slot]
+                    break
+            slot = (slot + 1) & (size - 1)
+    return ids, vocab
 
 
 @functools.lru_cache(maxsize=1)
@@ -236,69 +251,146 @@ def rapidfuzz_sequence(ids: np.ndarray, vocab_size: int) -> str | list[int]:
     return ids.tolist()
 
 
-def run_minima(edges: np.ndarray, run_start: np.ndarray, big: int) -> tuple[np.ndarray, np.ndarray]:
-    """For each entry ``k`` of runs of entries: the minimum of ``edges`` from its run's start to ``k``
-    (``edges[start..k]``) and from ``k + 1`` to its run's end (``edges[k + 1..end]``).
-
-    ``edges`` has one more value than entries (``edges[k]`` lies between entries ``k - 1`` and ``k``),
-    ``run_start`` marks the first entry of each run, ``big`` exceeds every edge. One running maximum each
-    way over ``run * big - edge``, so that a later run always dominates.
-    """
-    n = len(run_start)
-    dtype = np.int32 if (n + 2) * big < 2**31 else np.int64  # half the memory traffic when it fits
-    run = np.cumsum(run_start, dtype=dtype)
-    run *= dtype(big)
-    forward = run - np.maximum.accumulate(run - edges[:n])
-    back = run[-1] - run[::-1]  # runs numbered from the end, times big
-    backward = (back - np.maximum.accumulate(back - edges[:0:-1]))[::-1]
-    return forward, backward
-
-
-def _span(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """How many integers lie in ``[lo, hi]`` (0 when empty)."""
-    return np.maximum(hi - lo + 1, 0)
-
-
-def greedy_matches(ms: np.ndarray, text: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_min: int,
-                   cap: int, covered: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-    """(longest match, covered positions or None when not ``covered``) of the released code's greedy
-    left-to-right scan of each text.
-
-    The scan (``ngram_coverage._find_ngram_matches_optimized``) stands at position ``i``, takes the
-    longest n-gram ``[i, i + L)`` with ``n_min <= L <= cap`` found in the other text (``L = min(ms[i],
-    cap)``, ``ms`` the matching statistics), jumps to ``i + L`` if there is one, else to ``i + 1``.
-    Text ``t`` is ``[starts[t], ends[t])`` of the position array; ``text[i]`` is the text holding ``i``.
-    Only match positions matter, so the visited matches form a chain over them, aggregated by
-    pointer doubling (max and sum of L along each chain).
-    """
-    length = np.minimum(ms, cap)
-    is_match = length >= n_min
-    at = np.flatnonzero(is_match)
-    S = len(at)
-    if S == 0:
-        return np.zeros(len(starts), dtype=np.int64), np.zeros(len(starts), dtype=np.int64) if covered else None
-    before = np.zeros(len(ms) + 1, dtype=np.int64)  # match positions before each position
-    np.cumsum(is_match, out=before[1:])
-
-    def first_match(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """Index into ``at`` of the first match position in ``[lo, hi)``, or S (none)."""
-        j = before[lo]
-        return np.where(at[np.minimum(j, S - 1)] < hi, j, S)
-
-    step = length[at]
-    nxt = np.append(first_match(at + step, ends[text[at]]), S)
-    longest = np.append(step, 0)
-    total = np.append(step, 0) if covered else None
-    first = first_match(starts, ends)  # where each text's chain starts; done when every chain has reached S
-    while (nxt[first] != S).any():
-        if covered:
-            total += total[nxt]
-        longest, nxt = np.maximum(longest, longest[nxt]), nxt[nxt]
-    return longest[first], total[first] if covered else None
+@numba.njit(cache=True, nogil=True)
+def pair_symbols(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cand: np.ndarray, ref: np.ndarray,
+                 V: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The generalised text ``c_1 #_1 r_1 $_1 c_2 #_2 r_2 $_2 ...`` of the pairs ``(cand[p], ref[p])`` of texts
+    ``ids[starts[t]:starts[t] + lengths[t]]``, each pair in its own dense alphabet (numbered in order of first
+    appearance, so the symbols stay small) and every separator a symbol of its own; which of its positions hold a
+    reference; the start of each of the ``4 P`` segments (and the end)."""
+    P = len(cand)
+    seg_start = np.empty(4 * P + 1, dtype=np.int64)
+    total = 0
+    for p in range(P):
+        seg_start[4 * p] = total
+        seg_start[4 * p + 1] = total + lengths[cand[p]]
+        seg_start[4 * p + 2] = seg_start[4 * p + 1] + 1
+        seg_start[4 * p + 3] = seg_start[4 * p + 2] + lengths[ref[p]]
+        total = seg_start[4 * p + 3] + 1
+    seg_start[4 * P] = total
+    x = np.empty(total, dtype=np.int64)
+    is_ref = np.zeros(total, dtype=np.bool_)
+    stamp = np.full(V, -1, dtype=np.int64)  # the pair that last numbered each id, and its number there
+    local = np.empty(V, dtype=np.int64)
+    symbols = 0
+    for p in range(P):
+        for side, text in ((0, cand[p]), (2, ref[p])):
+            at = seg_start[4 * p + side]
+            for k in range(lengths[text]):
+                t = ids[starts[text] + k]
+                if stamp[t] != p:
+                    stamp[t] = p
+                    local[t] = symbols
+                    symbols += 1
+                x[at + k] = local[t]
+                is_ref[at + k] = side == 2
+            x[seg_start[4 * p + side + 1]] = symbols  # the separator after the text
+            symbols += 1
+    return x, is_ref, seg_start
 
 
-SET_COUNTS = frozenset(("uniq_cand", "uniq_ref", "uniq_common", "ngram_cand", "ngram_ref", "ngram_common",
-                        "greedy_cand", "greedy_ref"))
+@numba.njit(cache=True, nogil=True)
+def matching_statistics(sa: np.ndarray, lcp: np.ndarray, is_ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ms, prev) of every position, in text order, from the suffix array and its LCP array (``lcp[k]`` between
+    ``sa[k - 1]`` and ``sa[k]``): ``ms`` the longest prefix the suffix shares with a suffix of the other text of
+    its pair (the larger LCP with the nearest such suffix above or below in suffix-array order), ``prev`` its LCP
+    with the nearest suffix of its own text above (0 when none). ``is_ref`` marks the positions of references;
+    separators count as candidates (their suffixes share nothing with any other, so their edges are 0, as are the
+    edges between pairs). The LCP with the nearest suffix of a kind above is the running minimum of the edges since
+    that suffix, restarted at each suffix of the kind."""
+    n = len(sa)
+    ms = np.empty(n, dtype=np.int64)
+    prev = np.empty(n, dtype=np.int64)
+    since = np.zeros(2, dtype=np.int64)  # LCP with the nearest candidate / reference suffix above
+    for k in range(n):
+        if k:
+            edge = lcp[k]
+            since[0] = min(since[0], edge)
+            since[1] = min(since[1], edge)
+        i = sa[k]
+        kind = np.int64(is_ref[i])
+        ms[i] = since[1 - kind]
+        prev[i] = since[kind]
+        since[kind] = n  # the suffix itself: no limit yet
+    since[0] = since[1] = 0
+    for k in range(n - 1, -1, -1):
+        i = sa[k]
+        kind = np.int64(is_ref[i])
+        ms[i] = max(ms[i], since[1 - kind])
+        since[kind] = n
+        edge = lcp[k] if k else 0
+        since[0] = min(since[0], edge)
+        since[1] = min(since[1], edge)
+    return ms, prev
+
+
+@numba.njit(cache=True, nogil=True)
+def greedy_scan(ms: np.ndarray, start: int, end: int, n_min: int, cap: int) -> tuple[int, int]:
+    """(longest match, covered positions) of the released code's greedy left-to-right scan of one text
+    ``[start, end)``: standing at position ``i``, it takes the longest n-gram ``[i, i + L)`` with
+    ``n_min <= L <= cap`` found in the other text (``L = min(ms[i], cap)``) and jumps to ``i + L`` if there is one,
+    else to ``i + 1`` (``ngram_coverage._find_ngram_matches_optimized``)."""
+    longest = covered = 0
+    i = start
+    while i < end:
+        step = min(ms[i], cap)
+        if step >= n_min:
+            longest = max(longest, step)
+            covered += step
+            i += step
+        else:
+            i += 1
+    return longest, covered
+
+
+@numba.njit(cache=True, nogil=True)
+def text_counts(ms: np.ndarray, prev: np.ndarray, start: int, end: int, n_min: int, hi: int,
+                common: bool) -> tuple[int, int, int, int]:
+    """(unique tokens, unique tokens also in the other text, distinct n-grams with ``n`` in ``[n_min, hi]``, those
+    also in the other text) of one text ``[start, end)``. An n-gram is new at the position whose LCP with the
+    nearest earlier suffix of its text in suffix-array order is below ``n`` (``prev``), and occurs in the other
+    text iff ``n <= ms``; so each position adds the lengths in ``[max(prev + 1, n_min), min(hi, suffix length)]``
+    (and up to ``min(hi, ms)``). Unique tokens are the case ``n = 1``."""
+    uniq = uniq_common = ngrams = ngrams_common = 0
+    for i in range(start, end):
+        if prev[i] == 0:
+            uniq += 1
+            if ms[i] >= 1:
+                uniq_common += 1
+        lo = max(prev[i] + 1, n_min)
+        ngrams += max(min(hi, end - i) - lo + 1, 0)
+        if common:
+            ngrams_common += max(min(hi, ms[i]) - lo + 1, 0)
+    return uniq, uniq_common, ngrams, ngrams_common
+
+
+@numba.njit(cache=True, nogil=True)
+def pair_counts(ms: np.ndarray, prev: np.ndarray, seg_start: np.ndarray, n_min: int, n_max: int, dynamic: bool,
+                lcs: np.ndarray) -> np.ndarray:
+    """Per pair (rows, in ``SET_COUNT_ORDER``): the unique-token, n-gram and greedy counts of candidate and
+    reference. N-gram range ``[n_min, hi]``: ``hi = n_max``; ``n_max < 0``: the pair's LCS; ``dynamic``: the longest
+    greedy match of either text in the other (at most ``n_max``; ``n_min`` when none)."""
+    P = (len(seg_start) - 1) // 4
+    out = np.zeros((8, P), dtype=np.int64)
+    cap = n_max if n_max >= 0 else len(ms)
+    for p in range(P):
+        c0, c1, r0, r1 = seg_start[4 * p], seg_start[4 * p + 1], seg_start[4 * p + 2], seg_start[4 * p + 3]
+        long_c, out[6, p] = greedy_scan(ms, c0, c1, n_min, cap)
+        long_r, out[7, p] = greedy_scan(ms, r0, r1, n_min, cap)
+        if dynamic:
+            hi = max(long_c, long_r, n_min)
+        elif n_max < 0:
+            hi = lcs[p]
+        else:
+            hi = n_max
+        out[0, p], out[2, p], out[3, p], out[5, p] = text_counts(ms, prev, c0, c1, n_min, hi, True)
+        out[1, p], _, out[4, p], _ = text_counts(ms, prev, r0, r1, n_min, hi, False)
+    return out
+
+
+SET_COUNT_ORDER = ("uniq_cand", "uniq_ref", "uniq_common", "ngram_cand", "ngram_ref", "ngram_common",
+                   "greedy_cand", "greedy_ref")
+SET_COUNTS = frozenset(SET_COUNT_ORDER)
 
 
 def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: int, n_max: int | None,
@@ -326,98 +418,21 @@ def chunk_counts(candidates: Sequence[str], references: Sequence[str], n_min: in
         out["lcs"] = process.cpdist([seqs[i] for i in cand], [seqs[i] for i in ref], scorer=LCSseq.similarity,
                                     dtype=np.int64).astype(np.int64)
     if SET_COUNTS & set(names):
-        out.update(set_counts(ids, starts, lengths, cand, ref, V, n_min, n_max, dynamic, out.get("lcs"), names))
+        out.update(set_counts(ids, starts, lengths, cand, ref, V, n_min, n_max, dynamic, out.get("lcs")))
     return np.stack([out[name] for name in names]).astype(np.int64, copy=False)
 
 
 def set_counts(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cand: np.ndarray, ref: np.ndarray, V: int,
-               n_min: int, n_max: int | None, dynamic: bool, lcs: np.ndarray | None,
-               names: Sequence[str]) -> dict[str, np.ndarray]:
-    """The unique-token, n-gram and greedy counts among ``names`` of pairs ``(cand[p], ref[p])`` of texts
+               n_min: int, n_max: int | None, dynamic: bool, lcs: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The unique-token, n-gram and greedy counts (``SET_COUNT_ORDER``) of pairs ``(cand[p], ref[p])`` of texts
     ``ids[starts[t]:starts[t] + lengths[t]]``, from one generalised suffix array (module doc)."""
-    P = len(cand)
-    # Generalised text: pair p contributes c_p #_p r_p $_p with symbols offset by p * (V + 2), so
-    # each pair has its own alphabet and every separator is unique: no common prefix crosses a
-    # text or a pair, and two suffixes of different pairs have LCP 0.
-    ext = np.append(ids, [V, V + 1])  # separators live at the end of ext
-    seg_len = np.ones(4 * P, dtype=np.int64)
-    seg_len[0::4], seg_len[2::4] = lengths[cand], lengths[ref]
-    seg_src = np.full(4 * P, len(ext) - 2, dtype=np.int64)
-    seg_src[0::4], seg_src[2::4], seg_src[3::4] = starts[cand], starts[ref], len(ext) - 1
-    seg = np.repeat(np.arange(4 * P, dtype=np.int32), seg_len)
-    seg_end = np.cumsum(seg_len)
-    src = np.arange(len(seg)) + np.repeat(seg_src - (seg_end - seg_len), seg_len)  # position in ext
-    # Only injectivity matters for the suffix array (not the order of symbols), so relabel densely
-    # (by a table of the used symbols when it is small): fewer bytes per symbol make libdivsufsort faster.
-    x = ext[src] + np.repeat(np.arange(4 * P) // 4 * (V + 2), seg_len)
-    if P * (V + 2) <= 1 << 24:
-        rank = np.zeros(P * (V + 2), dtype=np.int32)
-        rank[x] = 1
-        x = np.cumsum(rank, out=rank)[x]
-    else:
-        x = pd.factorize(x)[0]
-
+    x, is_ref, seg_start = pair_symbols(ids, starts, lengths, cand, ref, max(V, 1))
     sa = suffix_array(x)
-    # In suffix-array order: runs of suffixes of the same text type (candidate / reference; the
-    # separators, whose suffixes share nothing with any other, count as candidates), and the LCP
-    # with the previous suffix (0 before the first, as after the last).
-    is_ref = ((seg & 3) == 2)[sa]
-    edges = np.zeros(len(x) + 1, dtype=np.int32)
-    edges[1:-1] = kasai(x, sa)[:-1]
-    if n_max is not None:  # every count below compares LCPs with lengths <= n_max only
-        np.minimum(edges, n_max + 1, out=edges)
-    run_start = np.empty(len(x), dtype=bool)
-    run_start[0] = True
-    np.not_equal(is_ref[1:], is_ref[:-1], out=run_start[1:])
-    # LCP with the closest suffix of the other text above / below: the minimum edge back to the run's start / on
-    # to its end; its maximum is the matching statistic (longest prefix shared with any suffix of the other text).
-    above, below = run_minima(edges, run_start, int(edges.max()) + 1)
-    # LCP with the closest suffix of the same text above: the edge above inside a run; at a run's start, the
-    # minimum over the previous run and its edges.
-    lcp_prev = edges[:-1].copy()
-    first = np.flatnonzero(run_start[1:]) + 1
-    lcp_prev[first] = np.minimum(above[first - 1], edges[first])
-    # Back to text order, where every text is a contiguous segment.
-    ms = np.empty(len(x), dtype=above.dtype)
-    ms[sa] = np.maximum(above, below)
-    prev = np.empty(len(x), dtype=lcp_prev.dtype)
-    prev[sa] = lcp_prev
-    out = {}
-    seg_start = seg_end - seg_len
-
-    def per_text(values: np.ndarray) -> np.ndarray:
-        """Sum of ``values`` over each segment: pair p's candidate is segment 4p, its reference 4p + 2."""
-        sums = np.add.reduceat(values, seg_start, dtype=np.int64)
-        sums[seg_len == 0] = 0  # reduceat gives an empty segment the next value
-        return sums
-
-    new_token = prev == 0
-    for name, side, where in (("uniq_cand", 0, new_token), ("uniq_ref", 2, new_token),
-                              ("uniq_common", 0, new_token & (ms >= 1))):
-        if name in names:
-            out[name] = per_text(where)[side::4]
-    ngram_names = {"ngram_cand", "ngram_ref", "ngram_common"} & set(names)
-    greedy_names = {"greedy_cand", "greedy_ref"} & set(names)
-    if greedy_names or (dynamic and ngram_names):
-        cap = int(lengths.max(initial=0)) if n_max is None else n_max
-        greedy_longest, covered = greedy_matches(ms, seg, seg_start, seg_end, n_min, cap, bool(greedy_names))
-        if greedy_names:
-            out["greedy_cand"], out["greedy_ref"] = covered[0::4], covered[2::4]
-    if not ngram_names:
-        return out
-    if dynamic:
-        hi_n = np.maximum(np.maximum(greedy_longest[0::4], greedy_longest[2::4]), n_min)
-    else:
-        hi_n = lcs if n_max is None else np.full(P, n_max, dtype=np.int64)
-    first_new = np.maximum(prev + 1, n_min)  # shortest n-gram starting here not seen earlier in its text
-    hi = np.repeat(hi_n.astype(prev.dtype, copy=False), seg_len.reshape(P, 4).sum(axis=1))
-    if "ngram_cand" in names or "ngram_ref" in names:
-        rest = np.repeat(seg_end.astype(prev.dtype), seg_len) - np.arange(len(x), dtype=prev.dtype)  # suffix lengths
-        ngrams = per_text(_span(first_new, np.minimum(hi, rest)))
-        out["ngram_cand"], out["ngram_ref"] = ngrams[0::4], ngrams[2::4]
-    if "ngram_common" in names:
-        out["ngram_common"] = per_text(_span(first_new, np.minimum(hi, ms)))[0::4]
-    return out
+    lcp = kasai(x, sa)
+    ms, prev = matching_statistics(sa, np.concatenate([[0], lcp[:-1]]), is_ref)
+    counts = pair_counts(ms, prev, seg_start, n_min, -1 if n_max is None else n_max, dynamic,
+                         np.zeros(len(cand), dtype=np.int64) if lcs is None else lcs)
+    return dict(zip(SET_COUNT_ORDER, counts))
 
 
 @functools.cache
