@@ -312,17 +312,20 @@ def test_the_tiny_world_is_no_rehearsal():
     assert cfg["rehearsal"] is False
 
 
-# The suite rehearses ADRA's AIME config end to end through the test SLURM (tests/test_slurm_workflow.py) and
-# CalibDCD's through its own stages (PARTIAL): stand-ins of its models, its pools and splits, its DPDLLM reference
-# and VeilProbe perturbation; the rules after those (CalibDCD's features and calibration, the tables) are the tiny
-# world's with other settings, checked at plan time. The other nine (PLANNED; LaRA's among them, whose rules the
-# tiny world runs end to end) are planned here (the dry runs above) and rehearsed end to end by
-# benchmarks/rehearse_paper_configs.sh, with all eleven: the suite rehearsed them until it outgrew CI's 90 minutes
-# on a 2-core AVX2 machine (LaRA's alone ~15 minutes under the suite's load).
+# The suite rehearses ADRA's AIME config end to end through the test SLURM (tests/test_slurm_workflow.py), LaRA's
+# on one of its datasets end to end (ONE_DATASET: the stand-ins, the dataset's RL contamination of each checkpoint
+# and its detection, up to the dataset's report: what `snakemake results/lara/report/<dataset>/lara.csv` reruns),
+# and CalibDCD's through its own stages (PARTIAL): stand-ins of its models, its pools and splits, its DPDLLM
+# reference and VeilProbe perturbation; the rules after those (CalibDCD's features and calibration, the tables) are
+# the tiny world's with other settings, checked at plan time. The other eight (PLANNED) are planned here (the dry
+# runs above) and rehearsed end to end by benchmarks/rehearse_paper_configs.sh, with all eleven: the suite
+# rehearsed them until it outgrew CI's 90 minutes on a 2-core AVX2 machine.
 THROUGH_SLURM = ("adra_aime",)
+#: paper config -> the dataset of it rehearsed end to end
+ONE_DATASET = {"lara_rl_models": "eurus_prime"}
 #: the rules a partial rehearsal leaves out with all that follows them (snakemake --omit-from), per config
 PARTIAL = {"calibdcd_instruct_models": ("score_baselines", "calibdcd_features", "leakage_check")}
-PLANNED = tuple(name for name in IDS if name not in (*THROUGH_SLURM, *PARTIAL))
+PLANNED = tuple(name for name in IDS if name not in (*THROUGH_SLURM, *ONE_DATASET, *PARTIAL))
 #: the rules a partial rehearsal runs: what a config of its own data and models needs before any method's features
 OWN_RULES = {"rehearsal_model", "build_pool", "build_split", "calibdcd_partition", "calibdcd_reference",
              "calibdcd_perturbation"}
@@ -369,10 +372,12 @@ def adra_reports_written(cfg: dict, results: Path) -> None:
 
 
 def test_every_paper_config_is_rehearsed_or_planned():
-    assert sorted([*THROUGH_SLURM, *PARTIAL, *PLANNED]) == IDS
-    rehearsed = {n: paper(REPO / "configs" / "paper" / f"{n}.yaml") for n in (*THROUGH_SLURM, *PARTIAL)}
+    assert sorted([*THROUGH_SLURM, *ONE_DATASET, *PARTIAL, *PLANNED]) == IDS
+    rehearsed = {n: paper(REPO / "configs" / "paper" / f"{n}.yaml") for n in (*THROUGH_SLURM, *ONE_DATASET, *PARTIAL)}
     assert {m for m in ("adra", "lara", "calibdcd") if any(m in cfg for cfg in rehearsed.values())} == \
-        {"adra", "calibdcd"}
+        {"adra", "lara", "calibdcd"}
+    for name, dataset in ONE_DATASET.items():
+        assert dataset in rehearsed[name]["datasets"], name
     for name, left_out in PARTIAL.items():
         assert ("calibdcd" in rehearsed[name]) == ("calibdcd_features" in left_out), name
 
@@ -394,3 +399,48 @@ def test_paper_config_rehearses_its_own_stages(name: str, tmp_path):
     later = [r for r in PARTIAL[name] if r in planned]
     assert {r: left.get(r) for r in later} == {r: planned[r] for r in later}
     stand_ins_written(name, workdir / "results")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ONE_DATASET)
+def test_paper_config_rehearses_one_dataset_end_to_end(name: str, tmp_path):
+    """Paper config ``name`` rehearsed locally on one dataset, from an empty results/ to the dataset's LaRA report:
+    each checkpoint's RL contamination (the split's members plus filler problems, the config's reward, every step
+    of every epoch) and LaRA with its baselines on every target model of the dataset; a dry run of that target then
+    has nothing to do."""
+    cfg = yaml.safe_load((REPO / "configs" / "paper" / f"{name}.yaml").read_text())
+    dataset = ONE_DATASET[name]
+    workdir = make_workdir(tmp_path / "w", cfg)
+    target = f"results/lara/report/{dataset}/lara.csv"
+    start = time.monotonic()
+    snakemake(workdir, "--profile", str(REPO / "profiles" / "local"), target, "--config", "rehearsal=true",
+              timeout=1800)
+    print(f"{name} rehearsal of {dataset}: {time.monotonic() - start:.0f} s")
+    assert "Nothing to be done" in snakemake(workdir, "-n", target, "--config", "rehearsal=true").stdout
+    results = workdir / "results"
+    rl_models = {m: spec for m, spec in cfg["models"].items()
+                 if spec["kind"] == "rl" and dataset in spec["datasets"]}
+    assert rl_models, name
+    manifests = [json.loads(p.read_text()) for p in results.glob("rl/*/epoch-*/manifest.json")]
+    assert sorted(m["epoch"] for m in manifests) == sorted(spec["epoch"] for spec in rl_models.values())
+    for manifest in manifests:
+        assert manifest["config"]["reward"] == next(iter(rl_models.values()))["reward"]
+        assert manifest["config"]["members"]["dataset"] == dataset
+        assert manifest["steps"]["completed"] == manifest["steps"]["expected"] > 0
+        corpus = pd.read_parquet(manifest_folder(results, manifest) / "corpus.parquet")
+        members = pd.read_parquet(next(results.glob(f"splits/{dataset}/**/split.parquet")))
+        assert set(members.loc[members["label"] == 1, "text"]) <= set(corpus["question"])
+        assert (corpus["source"] == "filler").sum() == len(corpus) - manifest["corpus"]["members"] > 0
+    table = pd.read_csv(results / "lara" / "report" / dataset / "lara.csv")
+    models = {t["model"] for t in cfg["lara"]["targets"] if t["dataset"] == dataset}
+    assert set(table["model"]) == models, set(table["model"])
+    for model in models:
+        methods = set(table.loc[table["model"] == model, "method"])
+        assert {"lara", "lara/cdd", "lara/self_critique", "lara/recall_lara_code", "lara/dime"} <= methods, methods
+    assert table["auroc_mean"].between(0, 1).all()
+    assert (results / "lara" / "report" / dataset / "layers.png").stat().st_size > 0
+
+
+def manifest_folder(results: Path, manifest: dict) -> Path:
+    """The folder of an RL contamination's manifest."""
+    return results / "rl" / manifest["key"] / f"epoch-{manifest['epoch']}"
