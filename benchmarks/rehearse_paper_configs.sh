@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every paper config (configs/paper/*.yaml, or the names given) rehearsed end to end on the CPU, each in a fresh
 # working directory under ${MIALAB_REHEARSALS:-/tmp/mialab-rehearsals}/<name>, with its wall time and CPU time.
-# The suite rehearses ADRA's AIME config end to end (through SLURM) and CalibDCD's up to its features, and plans
-# the other nine (tests/test_rehearsal.py); this runs all eleven end to end, e.g. before a release:
+# The suite rehearses ADRA's AIME config end to end (through SLURM), LaRA's on one of its datasets and CalibDCD's up
+# to its features, and plans the other eight (tests/test_rehearsal.py); this runs all eleven end to end, e.g. before
+# a release:
 #   bash benchmarks/rehearse_paper_configs.sh                      # all eleven
 #   bash benchmarks/rehearse_paper_configs.sh adra_tulu3 adra_olympiad
 set -euo pipefail
