@@ -421,14 +421,14 @@ def test_paper_config_rehearses_one_dataset_end_to_end(name: str, tmp_path):
     rl_models = {m: spec for m, spec in cfg["models"].items()
                  if spec["kind"] == "rl" and dataset in spec["datasets"]}
     assert rl_models, name
-    manifests = [json.loads(p.read_text()) for p in results.glob("rl/*/epoch-*/manifest.json")]
-    assert sorted(m["epoch"] for m in manifests) == sorted(spec["epoch"] for spec in rl_models.values())
-    for manifest in manifests:
+    manifests = {p.parent: json.loads(p.read_text()) for p in results.glob("rl/*/epoch-*/manifest.json")}
+    assert sorted(m["epoch"] for m in manifests.values()) == sorted(spec["epoch"] for spec in rl_models.values())
+    members = pd.read_parquet(next(results.glob(f"splits/{dataset}/**/split.parquet")))
+    for folder, manifest in manifests.items():
         assert manifest["config"]["reward"] == next(iter(rl_models.values()))["reward"]
         assert manifest["config"]["members"]["dataset"] == dataset
         assert manifest["steps"]["completed"] == manifest["steps"]["expected"] > 0
-        corpus = pd.read_parquet(manifest_folder(results, manifest) / "corpus.parquet")
-        members = pd.read_parquet(next(results.glob(f"splits/{dataset}/**/split.parquet")))
+        corpus = pd.read_parquet(folder / "corpus.parquet")
         assert set(members.loc[members["label"] == 1, "text"]) <= set(corpus["question"])
         assert (corpus["source"] == "filler").sum() == len(corpus) - manifest["corpus"]["members"] > 0
     table = pd.read_csv(results / "lara" / "report" / dataset / "lara.csv")
@@ -439,8 +439,3 @@ def test_paper_config_rehearses_one_dataset_end_to_end(name: str, tmp_path):
         assert {"lara", "lara/cdd", "lara/self_critique", "lara/recall_lara_code", "lara/dime"} <= methods, methods
     assert table["auroc_mean"].between(0, 1).all()
     assert (results / "lara" / "report" / dataset / "layers.png").stat().st_size > 0
-
-
-def manifest_folder(results: Path, manifest: dict) -> Path:
-    """The folder of an RL contamination's manifest."""
-    return results / "rl" / manifest["key"] / f"epoch-{manifest['epoch']}"

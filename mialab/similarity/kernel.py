@@ -177,6 +177,12 @@ def token_ids(b: np.ndarray, first: np.ndarray, end: np.ndarray) -> tuple[np.nda
 
 
 @numba.njit(cache=True, nogil=True)
+def word_mask(left: int) -> np.uint64:
+    """The low ``min(left, 8)`` bytes of an 8-byte word: what of it belongs to a token with ``left`` bytes to go."""
+    return np.uint64(0xFFFFFFFFFFFFFFFF) if left >= 8 else (np.uint64(1) << np.uint64(8 * left)) - np.uint64(1)
+
+
+@numba.njit(cache=True, nogil=True)
 def hashed_ids(words: np.ndarray, first: np.ndarray, end: np.ndarray, size: int) -> tuple[np.ndarray, int]:
     """:func:`token_ids` by one open-addressing hash table of ``size`` slots (a power of two above the number of
     tokens) over the tokens' 8-byte words (``words[i]``: the bytes from position ``i``), each hit confirmed by
@@ -190,10 +196,7 @@ def hashed_ids(words: np.ndarray, first: np.ndarray, end: np.ndarray, size: int)
         f, length = first[k], end[k] - first[k]
         h = np.uint64(length) * np.uint64(0x9E3779B97F4A7C15)
         for at in range(0, length, 8):
-            word = words[f + at]
-            if length - at < 8:
-                word &= (np.uint64(1) << np.uint64(8 * (length - at))) - np.uint64(1)
-            h = (h ^ word) * np.uint64(0xFF51AFD7ED558CCD)
+            h = (h ^ (words[f + at] & word_mask(length - at))) * np.uint64(0xFF51AFD7ED558CCD)
             h ^= h >> np.uint64(29)
         slot = np.int64(h & np.uint64(size - 1))
         while True:
@@ -207,10 +210,7 @@ def hashed_ids(words: np.ndarray, first: np.ndarray, end: np.ndarray, size: int)
             if end[other] - g == length:
                 same = True
                 for at in range(0, length, 8):
-                    diff = words[f + at] ^ words[g + at]
-                    if length - at < 8:
-                        diff &= (np.uint64(1) << np.uint64(8 * (length - at))) - np.uint64(1)
-                    if diff:
+                    if (words[f + at] ^ words[g + at]) & word_mask(length - at):
                         same = False
                         break
                 if same:
@@ -291,8 +291,8 @@ def pair_symbols(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cand:
 
 @numba.njit(cache=True, nogil=True)
 def matching_statistics(sa: np.ndarray, lcp: np.ndarray, is_ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(ms, prev) of every position, in text order, from the suffix array and its LCP array (``lcp[k]`` between
-    ``sa[k - 1]`` and ``sa[k]``): ``ms`` the longest prefix the suffix shares with a suffix of the other text of
+    """(ms, prev) of every position, in text order, from the suffix array and its LCP array (Kasai's: ``lcp[k]``
+    between ``sa[k]`` and ``sa[k + 1]``): ``ms`` the longest prefix the suffix shares with a suffix of the other text of
     its pair (the larger LCP with the nearest such suffix above or below in suffix-array order), ``prev`` its LCP
     with the nearest suffix of its own text above (0 when none). ``is_ref`` marks the positions of references;
     separators count as candidates (their suffixes share nothing with any other, so their edges are 0, as are the
@@ -304,7 +304,7 @@ def matching_statistics(sa: np.ndarray, lcp: np.ndarray, is_ref: np.ndarray) -> 
     since = np.zeros(2, dtype=np.int64)  # LCP with the nearest candidate / reference suffix above
     for k in range(n):
         if k:
-            edge = lcp[k]
+            edge = lcp[k - 1]
             since[0] = min(since[0], edge)
             since[1] = min(since[1], edge)
         i = sa[k]
@@ -318,7 +318,7 @@ def matching_statistics(sa: np.ndarray, lcp: np.ndarray, is_ref: np.ndarray) -> 
         kind = np.int64(is_ref[i])
         ms[i] = max(ms[i], since[1 - kind])
         since[kind] = n
-        edge = lcp[k] if k else 0
+        edge = lcp[k - 1] if k else 0
         since[0] = min(since[0], edge)
         since[1] = min(since[1], edge)
     return ms, prev
@@ -428,8 +428,7 @@ def set_counts(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cand: n
     ``ids[starts[t]:starts[t] + lengths[t]]``, from one generalised suffix array (module doc)."""
     x, is_ref, seg_start = pair_symbols(ids, starts, lengths, cand, ref, max(V, 1))
     sa = suffix_array(x)
-    lcp = kasai(x, sa)
-    ms, prev = matching_statistics(sa, np.concatenate([[0], lcp[:-1]]), is_ref)
+    ms, prev = matching_statistics(sa, kasai(x, sa), is_ref)
     counts = pair_counts(ms, prev, seg_start, n_min, -1 if n_max is None else n_max, dynamic,
                          np.zeros(len(cand), dtype=np.int64) if lcs is None else lcs)
     return dict(zip(SET_COUNT_ORDER, counts))
