@@ -219,4 +219,7 @@ def requeue(job: str, env: dict, timeout: float = 120) -> None:
     while slurm_state(job, env) != "PENDING":
         assert time.monotonic() < deadline, f"SLURM job {job} not pending {timeout:.0f} s after its requeue"
         time.sleep(0.5)
+    # slurmd refuses a credential issued in the second it revoked the run's own ("Job credential revoked": the
+    # new run fails at once), which is why SLURM delays a requeued job; two seconds clear that second.
+    time.sleep(2)
     subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=env, check=True)
