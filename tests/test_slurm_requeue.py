@@ -66,7 +66,8 @@ def test_a_requeued_rollout_job_resumes_from_its_parts_to_the_uninterrupted_byte
         if slurm_state(job, slurm_env):
             subprocess.run(["scancel", job], env=slurm_env)
     log = (work / "job.log").read_text()
-    assert runs == ["REQUEUED", "COMPLETED"], log[-3000:]
+    batch = "".join(p.read_text() for p in work.glob("slurm-*.out"))  # what a run printed before its log
+    assert runs == ["REQUEUED", "COMPLETED"], (log[-3000:], batch[-2000:])
     shown = subprocess.run(["scontrol", "-o", "show", "job", job], env=slurm_env, capture_output=True,
                            text=True).stdout
     assert re.search(r"\bRestarts=1\b", shown), shown
