@@ -15,7 +15,7 @@ from mialab.pipeline.cluster_checks import check_cluster_arithmetic, check_vllm_
 from mialab.pipeline.config import check_config, check_config_files, check_yaml_files
 from mialab.data.sources import local_paths
 from mialab.core.integrity import check_stages
-from mialab.core.jobs import entry_point, export_entry_points, tune_malloc
+from mialab.core.jobs import entry_point, export_entry_points, go_offline, tune_malloc
 from mialab.lm.loading import trusts_remote_code
 from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
 from mialab.pipeline.sizing import Sizing
@@ -52,6 +52,8 @@ if rehearsing(config):  # ... then at CPU sizes with tiny stand-in models, valid
 
 # jobs inherit this: large tensors on huge pages, freed memory reused (mialab.core.jobs.with_malloc_tunables)
 tune_malloc()
+# ... and no run-time downloads, hub kernels included, whatever a job's script does (mialab.core.jobs.offline_environment)
+go_offline()
 
 PLAN = (RehearsalPlan if rehearsing(config) else Plan)(config, results="results",
                                                         hash_cache=".snakemake/mialab/content-hashes.json")

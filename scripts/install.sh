@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tiny world and the tests need, offline-capable after this step:
 # a virtual environment in .venv with the CPU build of torch (installed first, so pip never
-# pulls a CUDA build) and the project in editable mode. Idempotent: a second run only checks.
+# pulls a CUDA build) and the project in editable mode, at the versions the suite is tested on. Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -17,8 +17,9 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet torch==2.13.0
-.venv/bin/python -m pip install --quiet -e ".[test]"
+.venv/bin/python -m pip install --quiet torch==2.13.0 -c envs/constraints.txt
+# the tested versions (envs/constraints.txt): a new release enters only by a change to that file
+.venv/bin/python -m pip install --quiet -e ".[test]" -c envs/constraints.txt
 # DeepSpeed compiles its CPU collective op on first use: do it here, not in the first SFT job
 .venv/bin/python -m mialab.core.launch --build-ops
 echo "mialab installed in $(pwd)/.venv ($(.venv/bin/python -c 'import torch, transformers, snakemake; print("torch", torch.__version__, "transformers", transformers.__version__, "snakemake", snakemake.__version__)'))"

@@ -19,4 +19,13 @@ if [ "$rc" -eq 5 ]; then
     echo "pytest collected no tests: that is a failure" >&2
     exit 1
 fi
-exit "$rc"
+[ "$rc" -eq 0 ] || exit "$rc"
+[ $# -eq 0 ] || exit 0   # a chosen subset: no second pass
+# Second pass: the quick tests that run the code (not the plan-only ones) on pyproject.toml's oldest
+# versions where a version changes behaviour (envs/oldest.txt), laid over the venv in .venv-oldest/.
+.venv/bin/python -m pip install --quiet --no-deps --target .venv-oldest -r envs/oldest.txt
+PYTHONPATH="$PWD/.venv-oldest" .venv/bin/python -m pytest -n "${MIALAB_TEST_WORKERS:-2}" --dist loadgroup \
+    -m "not slow" -p no:cacheprovider --durations=5 tests \
+    --ignore tests/test_documented_commands.py --ignore tests/test_content_keys.py --ignore tests/test_rehearsal.py \
+    --ignore tests/test_workflow.py --ignore tests/test_sizing.py --ignore tests/test_cluster_checks.py \
+    --ignore tests/test_rule_patterns.py --ignore tests/test_paper_configs.py --ignore tests/test_layers.py

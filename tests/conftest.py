@@ -148,6 +148,26 @@ def make_tiny_model(tmp_path_factory):
     return lambda corpus, **sizes: tiny_llama(tmp_path_factory.mktemp("tiny") / "model", corpus, **sizes)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_hub_kernels():
+    """Every test: a model whose hub kernels are turned on (transformers' ``set_use_kernels(True)``, which on a
+    GPU fetches code from the hub at load and at ``model.train()``) fails the test where it happens
+    (tests/test_hub_kernels.py)."""
+    from transformers.modeling_utils import PreTrainedModel
+
+    original = PreTrainedModel.set_use_kernels
+
+    def refuse(self, use_kernels, *args, **kwargs):
+        if use_kernels:
+            raise AssertionError(f"{type(self).__name__}: hub kernels turned on (set_use_kernels(True)); "
+                                 "every model load goes through mialab.lm.loading.pretrained_kwargs")
+        return original(self, use_kernels, *args, **kwargs)
+
+    PreTrainedModel.set_use_kernels = refuse
+    yield
+    PreTrainedModel.set_use_kernels = original
+
+
 @pytest.fixture(scope="module")
 def tiny_model(request, make_tiny_model) -> str:
     """The test module's tiny Llama: :func:`tiny_llama` of its ``TINY_MODEL`` dict (``corpus`` and sizes)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from packaging.version import Version
 from workflow_helpers import REPO
 
 RULE_FILES = [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]
@@ -73,3 +74,64 @@ def test_a_run_that_needs_vllm_fails_before_any_job(tmp_path):
     assert proc.returncode != 0 and "vLLM is configured but not installed" in out, out[-3000:]
     assert "adra.train.vllm" in out and "n_sampling.backend" in out
     assert "Finished jobid" not in out and not list(root.glob("results/pools/aime/*/pool.parquet"))
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """``name -> version`` of a requirements file's ``name==version`` lines (names normalised)."""
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line and not line.startswith("-"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name.split("[")[0])] = version.strip()
+    return pins
+
+
+def _declared() -> dict:
+    """pyproject.toml's dependencies as ``name -> packaging Requirement``."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    return {canonicalize_name(r.name): r for r in map(Requirement, deps)}
+
+
+def test_the_tested_versions_lie_inside_the_declared_ranges():
+    """envs/constraints.txt (the suite's versions, the cluster environment's through environment.yml), the
+    oldest pass's envs/oldest.txt and the torch builds the installs pin are all inside pyproject.toml's ranges."""
+    declared = _declared()
+    constraints = _pins(REPO / "envs" / "constraints.txt")
+    assert "torch" not in constraints   # pinned where it is installed: a CPU build here, a CUDA build there
+    outside = {name: (version, str(declared[name].specifier)) for name, version in constraints.items()
+               if name in declared and version not in declared[name].specifier}
+    assert not outside, f"constraints outside pyproject.toml's ranges: {outside}"
+    assert set(declared) <= set(constraints) | {"torch"}, "a dependency the suite does not pin"
+    torch_pins = re.findall(r"torch==([\d.]+)", (REPO / "scripts" / "install.sh").read_text()
+                            + (REPO / "environment.yml").read_text())
+    assert len(torch_pins) == 2 and all(v in declared["torch"].specifier for v in torch_pins)
+    assert "-c envs/constraints.txt" in (REPO / "environment.yml").read_text()
+    assert (REPO / "scripts" / "install.sh").read_text().count("-c envs/constraints.txt") == 2
+
+
+def test_the_oldest_pass_runs_the_lower_bounds():
+    """Each package of envs/oldest.txt that pyproject.toml declares is pinned at its lower bound, so the
+    second pass of scripts/test.sh tests what a fresh install may resolve at worst."""
+    declared = _declared()
+    oldest = {name: v for name, v in _pins(REPO / "envs" / "oldest.txt").items() if name in declared}
+    assert set(oldest) == {"pandas", "transformers"}
+    for name, version in oldest.items():
+        lower = [s.version for s in declared[name].specifier if s.operator == ">="]
+        assert [Version(v) for v in lower] == [Version(version)], (name, str(declared[name].specifier), version)
+
+
+def test_this_interpreter_runs_declared_versions():
+    """Whatever pass runs the suite (the constraints or the oldest), its packages satisfy pyproject.toml."""
+    from importlib.metadata import version
+
+    wrong = {name: version(name) for name, req in _declared().items()
+             if Version(version(name)).public not in req.specifier}
+    assert not wrong, f"installed versions outside pyproject.toml's ranges: {wrong}"

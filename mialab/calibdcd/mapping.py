@@ -119,8 +119,10 @@ def mapping_features(model_dir: str, texts: Sequence[str], *, batch_size: int = 
     import torch
     from transformers import AutoTokenizer, EncoderDecoderModel
 
+    from mialab.lm.loading import pretrained_kwargs
+
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = EncoderDecoderModel.from_pretrained(model_dir, use_safetensors=True).to(device).eval()
+    model = EncoderDecoderModel.from_pretrained(model_dir, **pretrained_kwargs(model_dir)).to(device).eval()
     max_length = model.encoder.config.max_position_embeddings
     prompt = _padded(tok, [tok.cls_token], max_length)["input_ids"].to(device)
     out = []

@@ -73,7 +73,7 @@ def scope_texts(pool: pd.DataFrame, ids: Sequence[str] | None = None) -> pd.Data
     texts = pool[list(TEXT_COLUMNS)].astype({"id": str})
     if ids is None:
         return texts.reset_index(drop=True)
-    wanted = pd.Index([str(i) for i in ids])
+    wanted = pd.Index([str(i) for i in ids], name="id")   # named: before pandas 3.1 .loc names the index after the key
     missing = wanted.difference(texts["id"])
     if len(missing):
         raise ValueError(f"{len(missing)} id(s) not in the pool, e.g. {list(missing[:3])}")

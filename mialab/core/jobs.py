@@ -1,7 +1,8 @@
-"""Glue shared by the thin entry points in ``workflow_scripts/``: logging, threads, offline mode."""
+"""Glue shared by the thin entry points in ``workflow_scripts/``: logging, threads, no run-time downloads."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 
@@ -53,19 +54,41 @@ def entry_point(script: str) -> str:
     return os.path.join(os.environ["MIALAB_SCRIPTS"], script)
 
 
-def setup_job(log_path: str | None, threads: int = 1) -> None:
-    """Send this process's stdout/stderr to ``log_path``, pin CPU threads, stay offline by default.
+#: transformers' switch for its hub kernels: from 5.25 on, ``from_pretrained`` turns them on unless this says
+#: no, and a loaded model then swaps layers for code fetched from the hub (at load, and again at
+#: ``model.train()``), which fails offline and runs code nobody configured.
+HUB_KERNELS = "USE_HUB_KERNELS"
 
-    Offline: ``HF_HUB_OFFLINE`` is set unless the caller set it (a cluster user who wants hub
-    downloads exports ``HF_HUB_OFFLINE=0``). Threads: torch, OpenMP and BLAS read the thread
-    variables when they start, so a job that never needs torch never pays for importing it.
+
+def offline_environment(env: dict | None = None) -> dict:
+    """``env`` (default: this process's) with every run-time download switched off: the hub
+    (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``, unless the caller set them: a cluster user who wants hub
+    downloads exports ``HF_HUB_OFFLINE=0``) and transformers' hub kernels, always (:data:`HUB_KERNELS`;
+    ``mialab.lm.loading`` turns them on for a model whose config asks, and for that model alone)."""
+    env = dict(os.environ if env is None else env)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("HF_DATASETS_OFFLINE", env["HF_HUB_OFFLINE"])
+    env[HUB_KERNELS] = "0"
+    return env
+
+
+def go_offline() -> None:
+    """Put :func:`offline_environment` into this process's environment (and so every process it starts)."""
+    os.environ.update(offline_environment())
+
+
+def setup_job(log_path: str | None, threads: int = 1) -> None:
+    """Send this process's stdout/stderr to ``log_path``, pin CPU threads, no run-time downloads
+    (:func:`go_offline`).
+
+    Threads: torch, OpenMP and BLAS read the thread variables when they start, so a job that never
+    needs torch never pays for importing it.
     """
     for var in THREAD_VARIABLES:
         os.environ[var] = str(max(1, int(threads)))
     if "torch" in sys.modules:  # already started: its pool no longer reads the environment
         sys.modules["torch"].set_num_threads(max(1, int(threads)))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", os.environ["HF_HUB_OFFLINE"])
+    go_offline()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if log_path:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -77,3 +100,15 @@ def setup_job(log_path: str | None, threads: int = 1) -> None:
     from mialab.core.progress import console
 
     console.file = sys.stderr
+    atexit.register(report_cuda_use)
+
+
+def report_cuda_use() -> None:
+    """At a job's end, one log line on the GPU it used, if any: device and peak memory (a job that never
+    touched CUDA, or never imported torch, prints nothing and pays nothing)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return
+    device = torch.cuda.current_device()
+    print(f"mialab: CUDA device {device} ({torch.cuda.get_device_name(device)}): peak memory "
+          f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB allocated", file=sys.stderr, flush=True)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import warnings
 from pathlib import Path
+
+from mialab.core.jobs import go_offline
 
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "fp16": "float16"}
@@ -112,6 +113,15 @@ def check_bf16_speed(dtype: str, device: str) -> None:
                       stacklevel=2)
 
 
+def pretrained_kwargs(path: str, *, trust_remote_code: bool = False) -> dict:
+    """What every ``from_pretrained`` of a model (causal, masked, encoder-decoder, sentence encoder) is given,
+    after :func:`check_remote_code`: safetensors only, the folder's own code only where the config allows it,
+    and transformers' hub kernels off (``use_kernels``; from 5.25 on ``None`` means on, and a model that has
+    them fetches code from the hub when loaded and again at ``model.train()``)."""
+    check_remote_code(path, trust_remote_code)
+    return {"use_safetensors": True, "trust_remote_code": trust_remote_code, "use_kernels": False}
+
+
 def load_tokenizer(path: str, *, padding_side: str = "right", trust_remote_code: bool = False):
     """Load a tokenizer; a missing pad token falls back to EOS. ``trust_remote_code``: the
     config's ``models.<name>.trust_remote_code`` of the model at ``path``."""
@@ -131,15 +141,12 @@ def load_causal_lm(path: str, *, dtype: str = "float32", device: str = "auto", t
     import torch
     from transformers import AutoModelForCausalLM
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    go_offline()   # library-internal loads too (a trainer's reference model, a sentence encoder's modules)
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
-    torch_dtype = getattr(torch, dtype)
-    check_remote_code(path, trust_remote_code)
     check_bf16_speed(dtype, device)
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch_dtype, use_safetensors=True, trust_remote_code=trust_remote_code
-    )
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
+                                                 **pretrained_kwargs(path, trust_remote_code=trust_remote_code))
     return model.to(device).eval()
 
 

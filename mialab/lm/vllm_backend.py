@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from mialab.core.jobs import offline_environment
 from mialab.core.paths import REPO
 from mialab.lm.engine import Completion, SamplingConfig, register_backend
 from mialab.lm.loading import check_remote_code
@@ -69,10 +70,9 @@ class VLLMBackend:
         self.kv_cache_space_gib = kv_cache_space_gib
 
     def worker_env(self) -> dict[str, str]:
-        """The worker's environment: offline hub and a small CPU KV cache, unless already configured
-        (an exported ``HF_HUB_OFFLINE=0`` is kept)."""
-        env = dict(os.environ)
-        env.setdefault("HF_HUB_OFFLINE", "1")
+        """The worker's environment: no run-time downloads (:func:`mialab.core.jobs.offline_environment`; an
+        exported ``HF_HUB_OFFLINE=0`` is kept) and a small CPU KV cache unless already configured."""
+        env = offline_environment()
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_space_gib))
         return env
 

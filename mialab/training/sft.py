@@ -196,7 +196,7 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, settings: SFTSetting
     import torch
     import torch.distributed as dist
 
-    from mialab.lm.loading import check_bf16_speed, load_tokenizer, resolve_precision
+    from mialab.lm.loading import check_bf16_speed, load_causal_lm, load_tokenizer, resolve_precision
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     precision = resolve_precision(settings.precision, device)
@@ -211,12 +211,9 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, settings: SFTSetting
                          f"micro_batch_size {settings.micro_batch_size} x {world} processes")
     grad_accum = settings.effective_batch_size // (settings.micro_batch_size * world)
 
-    from transformers import AutoModelForCausalLM
-
     # trust_remote_code: the init model's models.<name>.trust_remote_code
     tok = load_tokenizer(init_path, padding_side="right", trust_remote_code=trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(init_path, dtype=torch.float32, use_safetensors=True,
-                                                 trust_remote_code=trust_remote_code)
+    model = load_causal_lm(init_path, dtype="float32", device="cpu", trust_remote_code=trust_remote_code)
     enc = tok(texts, truncation=True, max_length=settings.max_length)["input_ids"]
     enc = [e + [tok.eos_token_id] if len(e) < settings.max_length else e for e in enc]
 
