@@ -37,6 +37,9 @@ PART_BYTES = 54 * 2**20
 PLATFORMS = ["manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64",
              "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "linux_x86_64"]
+#: Debian packages the jobs read that the GPU image lacks: WordNet for the offline paraphrasers (unpacked
+#: beside the site, never into /)
+DEBS = ("wordnet-base",)
 #: what the check does not need on the GPU machine: the SLURM executor (runs are local) and the ILP solver
 #: of Snakemake's default scheduler (the check runs --scheduler greedy)
 NOT_NEEDED = ("snakemake-executor-plugin-slurm", "pulp")
@@ -111,13 +114,17 @@ def prepare(python_version: str, out: Path) -> None:
             pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(wheels), f"{name}=={version}",
                 capture=True)
             built.append(name)
+    subprocess.run(["apt-get", "download", "-q", *DEBS], cwd=wheels, check=True, capture_output=True)
+    for deb in wheels.glob("*.deb"):   # apt's names hold '%3a' (an epoch): a plain name travels anywhere
+        deb.rename(wheels / f"{deb.name.split('_')[0]}.deb")
     impure = [w.name for w in wheels.glob("*.whl") if canonical(w.name.split("-")[0]) in built
               and not w.name.endswith("-py3-none-any.whl")]
     if impure:
         raise SystemExit(f"built here, but not pure Python (would not run on the GPU machine): {impure}")
-    parts = pack(sorted(wheels.glob("*.whl"), key=lambda p: -p.stat().st_size), out)
+    parts = pack(sorted([*wheels.glob("*.whl"), *wheels.glob("*.deb")], key=lambda p: -p.stat().st_size), out)
     (out / "carried.txt").write_text("".join(f"{n}=={v}{' (built here)' if n in built else ''}\n"
-                                             for n, v in sorted(carry.items())))
+                                             for n, v in sorted(carry.items()))
+                                     + "".join(f"{d} (Debian)\n" for d in DEBS))
     shutil.rmtree(wheels)
     for part in parts:
         size = sum(f.stat().st_size for f in part.iterdir())
@@ -159,7 +166,7 @@ def pack(files: list[Path], out: Path) -> list[Path]:
 def assemble(part: Path, chunks: Path) -> list[Path]:
     """``part``'s wheels, and each wheel whose chunks (kept in ``chunks`` from earlier parts) are now complete."""
     chunks.mkdir(parents=True, exist_ok=True)
-    ready = sorted(part.glob("*.whl"))
+    ready = sorted([*part.glob("*.whl"), *part.glob("*.deb")])
     for chunk in part.glob("*.chunk-*-of-*"):
         shutil.copy(chunk, chunks / chunk.name)
     for first in sorted(chunks.glob("*.chunk-1-of-*")):
@@ -175,12 +182,17 @@ def assemble(part: Path, chunks: Path) -> list[Path]:
 
 
 def install(part: Path, site: Path) -> None:
-    """Install :func:`assemble`'s wheels of ``part`` into ``site`` (no index, no dependencies: the parts hold them)."""
+    """Install :func:`assemble`'s wheels of ``part`` into ``site`` (no index, no dependencies: the parts hold
+    them) and unpack its Debian packages into ``<site>-root`` (``dpkg -x``: files only, no scripts)."""
     ready = assemble(part, site.parent / f"{site.name}-chunks")
-    if ready:
+    wheels = [w for w in ready if w.name.endswith(".whl")]
+    if wheels:
         pip("install", "--quiet", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
-            "--target", str(site), *map(str, ready))
-    print(f"installed {len(ready)} wheel(s) of {part} into {site}")
+            "--target", str(site), *map(str, wheels))
+    for deb in part.glob("*.deb"):
+        subprocess.run(["dpkg", "-x", str(deb), str(site.parent / f"{site.name}-root")], check=True)
+    print(f"installed {len(wheels)} wheel(s) and {len(list(part.glob('*.deb')))} Debian package(s) of {part} "
+          f"into {site}")
 
 
 def versions() -> int:

@@ -4,9 +4,12 @@ travel and come together, the per-rule table it prints from a real Snakemake log
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -53,6 +56,26 @@ def test_parts_fit_a_call_and_a_wheel_larger_than_a_part_comes_back_whole(tmp_pa
                                                    *[f"w{i}-1.0-py3-none-any.whl" for i in range(4)]])
     assert (chunks / "big-1.0-py3-none-any.whl").read_bytes() == big
     assert not list(chunks.glob("*.chunk-*"))
+
+
+def test_a_part_installs_its_wheels_and_unpacks_its_debian_packages_beside_the_site(tmp_path):
+    """WordNet (wordnet-base, which the GPU image lacks) travels as a .deb and is unpacked with ``dpkg -x``
+    beside the site, where gpu_check.sh builds mialab's WordNet cache from it; wheels install with pip."""
+    if not list(Path("/var/cache/apt/archives").glob("wordnet-base_*.deb")) and subprocess.run(
+            ["apt-get", "download", "-q", "wordnet-base"], cwd=tmp_path, capture_output=True).returncode:
+        pytest.skip("no wordnet-base package to download here")
+    part = tmp_path / "part-1"
+    part.mkdir()
+    (deb,) = list(tmp_path.glob("wordnet-base_*.deb")) or list(Path("/var/cache/apt/archives").glob("wordnet-base_*.deb"))
+    shutil.copy(deb, part / "wordnet-base.deb")
+    gpu_check.install(part, tmp_path / "site")
+    assert (tmp_path / "site-root" / "usr" / "share" / "wordnet" / "data.noun").is_file()
+    env = {**os.environ, "MIALAB_WORDNET_CACHE": str(tmp_path / "cache")}
+    code = (f"from mialab.text.wordnet import prepare_corpus, load_wordnet; "
+            f"prepare_corpus({str(tmp_path / 'site-root' / 'usr' / 'share' / 'wordnet')!r}); "
+            "print(load_wordnet('/nonexistent').synsets('dog')[0].name())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["dog.n.01"], out.stderr
 
 
 def test_the_table_names_each_rule_its_failures_and_their_log_tails(tmp_path):
