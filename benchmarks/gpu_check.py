@@ -11,7 +11,9 @@
     python benchmarks/gpu_check.py summarize SNAKEMAKE_LOG
         one line per rule from a Snakemake run's log: jobs done / failed / not run, wall time, the jobs that
         used CUDA (their log's ``mialab: CUDA device`` line) and their peak memory; the failed jobs' log tails
-    python benchmarks/gpu_check.py throughput [--config llama2-7b]
+    python benchmarks/gpu_check.py cudnn
+        whether this GPU's default attention backward returns NaN on a masked batch, with cuDNN attention on and off
+    python benchmarks/gpu_check.py throughput [--arch llama2-7b]
         on a random-init 7-8B architecture in bf16: the scoring path (mialab.lm.logprobs.token_stats)
         against a bare forward, and transformers' generate (and vLLM's, when it is installed) in new tokens/s
 """
@@ -254,9 +256,13 @@ def parse_log(text: str) -> tuple[dict, dict]:
             job = jobs.setdefault(m.group(1), {"rule": block["rule"], "start": block.get("start")})
             if in_error:
                 job["killed" if killed else "failed"], job["end"], killed = True, now, False
+            if "log" in block:   # a job's block names its log before its id, an error's after it
+                job["log"] = block["log"]
             block["id"] = m.group(1)
-        elif block is not None and "id" in block and (m := re.match(r"^\s+log: (\S+)", line)):
-            jobs[block["id"]]["log"] = m.group(1)
+        elif block is not None and (m := re.match(r"^\s+log: (\S+)", line)):
+            block["log"] = m.group(1)
+            if "id" in block:
+                jobs[block["id"]]["log"] = m.group(1)
         elif m := FINISHED.match(line):
             jobs.setdefault(m.group(1), {"rule": m.group(2), "start": None})["end"] = now
     return planned, jobs
@@ -302,8 +308,33 @@ def summarize(log_path: Path, workdir: Path, tail: int = 25) -> int:
         log = workdir / job.get("log", "-")
         print(f"--- failed {job['rule']}: {job.get('log')}")
         if log.is_file():
-            print("\n".join(log.read_text(errors="replace").splitlines()[-tail:]))
+            lines = log.read_text(errors="replace").splitlines()
+            causes = [line for line in lines[:-tail] if re.search(r"Error|Assertion|nan", line)][:12]
+            print("\n".join([*causes, *(["..."] if causes else []), *lines[-tail:]]))
     return len(failed)
+
+
+def cudnn_attention(length: int = 704, dim: int = 64) -> None:
+    """NaN gradients of torch's attention on this GPU with a mask and very negative logits (every row's
+    logsumexp below ln of float32's largest, at a length of 64 modulo 128: pytorch/pytorch#196678), with the
+    default backends and with cuDNN's attention off (:func:`mialab.lm.loading.no_cudnn_attention`)."""
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    base = [torch.randn(1, 1, length, dim, device="cuda", dtype=torch.bfloat16) * s for s in (0.1, 0.1, 1.0)]
+    base[0][..., 0], base[1][..., 0] = 1.0, -120 * math.sqrt(dim)
+    mask = torch.ones(length, length, dtype=torch.bool, device="cuda").tril()[None, None]
+    grad = torch.randn(1, 1, length, dim, device="cuda", dtype=torch.bfloat16)
+    for label, cudnn in (("default backends", True), ("cuDNN attention off", False)):
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
+        q, k, v = (t.clone().requires_grad_() for t in base)
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask).backward(grad)
+        bad = sum(int((~torch.isfinite(t.grad)).sum()) for t in (q, k, v))
+        print(f"CUDNN_SDPA {label}: {bad} non-finite gradient values (torch {torch.__version__}, "
+              f"cuDNN {torch.backends.cudnn.version()})")
 
 
 #: 7-8B architectures of the paper configs' targets, random-init (nothing is downloaded)
@@ -384,6 +415,7 @@ def main() -> None:
     p = sub.add_parser("summarize")
     p.add_argument("log", type=Path)
     p.add_argument("--workdir", type=Path, default=Path.cwd())
+    sub.add_parser("cudnn")
     p = sub.add_parser("throughput")
     p.add_argument("--arch", choices=sorted(ARCHITECTURES), default="llama2-7b")
     args = ap.parse_args()
@@ -395,6 +427,8 @@ def main() -> None:
         sys.exit(versions())
     elif args.step == "summarize":
         sys.exit(min(summarize(args.log, args.workdir), 1))
+    elif args.step == "cudnn":
+        cudnn_attention()
     else:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         throughput(args.arch)

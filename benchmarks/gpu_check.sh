@@ -48,6 +48,7 @@ run)
     "$PY" benchmarks/gpu_check.py summarize "$log" --workdir "$WORK" | tee "$WORK/table.txt"
     failed=${PIPESTATUS[0]}
     tail -5 "$WORK/snakemake.out"
+    timeout 60 "$PY" benchmarks/gpu_check.py cudnn 2>&1 | grep -E "^CUDNN_SDPA|Error"
     timeout "${GPU_CHECK_THROUGHPUT_TIMEOUT:-120}" "$PY" benchmarks/gpu_check.py throughput --arch llama2-7b 2>&1 | grep -E "^THROUGHPUT|Error"
     if [ -n "${OUT:-}" ]; then
         cp "$WORK/table.txt" "$WORK/snakemake.out" "$log" "$OUT/" 2>/dev/null

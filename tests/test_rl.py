@@ -231,3 +231,17 @@ def test_lora_run_exports_a_merged_standalone_model(tiny_model, tmp_path):
     assert merged.keys() == init.keys()
     changed = {k for k in init if not np.array_equal(init[k].numpy(), merged[k].numpy())}
     assert changed and all(".q_proj." in k or ".v_proj." in k for k in changed)
+
+
+def test_a_non_finite_gradient_norm_stops_grpo_at_its_step():
+    """On an H200 a GRPO step's gradient norm came out nan (cuDNN attention's backward); the next step then
+    died in sampling with a device-side assert. The run stops at the step itself, naming it."""
+    from transformers import TrainerControl, TrainerState
+
+    from mialab.training.grpo import _trainer_class
+
+    check = _trainer_class()[2]()
+    state = TrainerState(global_step=3)
+    check.on_log(None, state, TrainerControl(), logs={"grad_norm": 0.5, "loss": 0.1})
+    with pytest.raises(FloatingPointError, match="GRPO step 3: the gradient norm is nan"):
+        check.on_log(None, state, TrainerControl(), logs={"grad_norm": float("nan")})

@@ -7,6 +7,7 @@ setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 import shutil
 
 from mialab.core.io import atomic_directory, remove_stale_temporaries, write_manifest
+from mialab.lm.loading import resolve_device
 from mialab.lm.tiny import save_model
 from mialab.training.checkpoints import check_steps, checkpoint_root
 from mialab.training.mlm import MLMSettings, corpus_documents, init_mlm, masked_inputs, mlm_blocks, train_tokenizer
@@ -20,7 +21,7 @@ checkpoints = checkpoint_root(out.model)
 train = MLMSettings.from_config(spec["train"])
 tok = train_tokenizer(corpus_texts(spec["corpora"]), spec["vocab_size"])
 blocks = mlm_blocks(corpus_documents(corpus_texts(spec["corpora"])), tok, train.seq_len)
-model = init_mlm(tok, spec["architecture"], train.seq_len, train.seed)
+model = init_mlm(tok, spec["architecture"], train.seq_len, train.seed).to(resolve_device())  # CUDA when the job has one
 losses = pretrain(model, blocks, train, checkpoint_dir=str(checkpoints), inputs=masked_inputs(tok, train.mask_prob))
 steps = check_steps(len(losses), train.steps, f"masked-LM pretraining {out.model}")
 with atomic_directory(out.model) as tmp:

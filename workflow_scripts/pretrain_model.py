@@ -10,7 +10,7 @@ import pandas as pd
 
 from mialab.core.io import atomic_directory, remove_stale_temporaries, write_manifest
 from mialab.data.sources import read_text
-from mialab.lm.loading import load_tokenizer
+from mialab.lm.loading import load_tokenizer, resolve_device
 from mialab.lm.tiny import init_model, save_model
 from mialab.training.checkpoints import check_steps, checkpoint_root
 from mialab.training.pretrain import (
@@ -32,7 +32,7 @@ docs, member_documents = stage_documents(snakemake.wildcards.model, read_text(sn
                                          [pd.read_parquet(p) for p in snakemake.input.member_pools],  # noqa: F821
                                          spec, seed=train.seed)
 blocks = pack_blocks(docs, tok, train.seq_len)
-model = init_model(stage_config(tok, spec["architecture"], train.seq_len), train.seed)
+model = init_model(stage_config(tok, spec["architecture"], train.seq_len), train.seed).to(resolve_device())  # CUDA when the job has one
 losses = pretrain(model, blocks, train, checkpoint_dir=str(checkpoints))
 steps = check_steps(len(losses), train.steps, f"pretraining {out.model}")
 with atomic_directory(out.model) as tmp:

@@ -78,6 +78,9 @@ def train_mapping_model(tokenizer: str, inputs: Sequence[str], outputs: Sequence
 
     if len(inputs) != len(outputs) or not inputs:
         raise ValueError(f"need aligned, non-empty (input, output) pairs, got {len(inputs)} and {len(outputs)}")
+    from mialab.lm.loading import no_cudnn_attention
+
+    no_cudnn_attention()
     tok = AutoTokenizer.from_pretrained(tokenizer)
     enc, target = _padded(tok, inputs, config.max_length), _padded(tok, outputs, config.max_length)
     n, per_epoch = len(inputs), math.ceil(len(inputs) / config.batch_size)

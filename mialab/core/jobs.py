@@ -110,5 +110,7 @@ def report_cuda_use() -> None:
     if torch is None or not torch.cuda.is_initialized():
         return
     device = torch.cuda.current_device()
+    if not torch.cuda.max_memory_allocated(device):   # CUDA asked about, never computed on
+        return
     print(f"mialab: CUDA device {device} ({torch.cuda.get_device_name(device)}): peak memory "
           f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB allocated", file=sys.stderr, flush=True)

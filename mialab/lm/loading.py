@@ -113,12 +113,24 @@ def check_bf16_speed(dtype: str, device: str) -> None:
                       stacklevel=2)
 
 
+def no_cudnn_attention() -> None:
+    """Keep torch's scaled-dot-product attention off cuDNN's kernels (flash, memory-efficient or math
+    instead), for every model this process builds or loads. On Hopper GPUs torch >= 2.11 picks cuDNN
+    attention by default, whose backward returns NaN gradients for masked (padded) batches
+    (pytorch/pytorch#196678; GRPO's first step on an H200 here: grad_norm nan) and whose generation is
+    corrupted on Blackwell (pytorch/pytorch#193893). A no-op where there is no CUDA."""
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def pretrained_kwargs(path: str, *, trust_remote_code: bool = False) -> dict:
     """What every ``from_pretrained`` of a model (causal, masked, encoder-decoder, sentence encoder) is given,
     after :func:`check_remote_code`: safetensors only, the folder's own code only where the config allows it,
     and transformers' hub kernels off (``use_kernels``; from 5.25 on ``None`` means on, and a model that has
-    them fetches code from the hub when loaded and again at ``model.train()``)."""
+    them fetches code from the hub when loaded and again at ``model.train()``). Also :func:`no_cudnn_attention`."""
     check_remote_code(path, trust_remote_code)
+    no_cudnn_attention()
     return {"use_safetensors": True, "trust_remote_code": trust_remote_code, "use_kernels": False}
 
 

@@ -36,6 +36,7 @@ resumed, never taken for the epoch's end.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,7 +287,18 @@ def _trainer_class():
                 control.should_save = control.should_training_stop = True
             return control
 
-    return ResumableGRPOTrainer, EpochCheckpoints
+    class FiniteGradients(TrainerCallback):
+        """Stop at the first step whose gradient norm is not finite, naming it: the update has already
+        spoilt the weights, and the next step would only fail later, in sampling, with a device-side assert."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            norm = (logs or {}).get("grad_norm")
+            if norm is not None and not math.isfinite(float(norm)):
+                raise FloatingPointError(f"GRPO step {state.global_step}: the gradient norm is {norm}; no checkpoint "
+                                         "after it is written (mialab.lm.loading.no_cudnn_attention lists a known "
+                                         "cause on CUDA)")
+
+    return ResumableGRPOTrainer, EpochCheckpoints, FiniteGradients
 
 
 def last_checkpoint(work_dir: str | os.PathLike) -> str | None:
@@ -378,7 +390,7 @@ def run_grpo(model_path: str, data: pd.DataFrame, reward: Callable | list[Callab
         if step > target:
             raise ValueError(f"{start} is at step {step}, past this run's target step {target}")
     device = resolve_device(device)
-    trainer_cls, epoch_checkpoints = _trainer_class()
+    trainer_cls, epoch_checkpoints, finite_gradients = _trainer_class()
     args = grpo_config(settings, work_dir, device=device)
     trainer = trainer_cls(
         model=load_causal_lm(model_path, dtype=dtype, device="cpu", trust_remote_code=trust_remote_code),
@@ -386,7 +398,7 @@ def run_grpo(model_path: str, data: pd.DataFrame, reward: Callable | list[Callab
         args=args, train_dataset=Dataset.from_pandas(data.reset_index(drop=True), preserve_index=False),
         processing_class=load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code),
         peft_config=lora_config(settings.lora) if settings.lora else None,
-        callbacks=[epoch_checkpoints(epoch_steps, total, target), *(callbacks or [])],
+        callbacks=[finite_gradients(), epoch_checkpoints(epoch_steps, total, target), *(callbacks or [])],
         max_prompt_length=settings.max_prompt_length, entropy_coeff=settings.entropy_coeff,
     )
     trainer.train(resume_from_checkpoint=start)

@@ -19,7 +19,7 @@ from mialab.core.io import atomic_directory, remove_stale_temporaries
 from mialab.core.progress import console, progress
 from mialab.core.settings import settings_from
 from mialab.data.mixing import check_filler
-from mialab.lm.loading import check_bf16_speed, resolve_precision
+from mialab.lm.loading import check_bf16_speed, no_cudnn_attention, resolve_precision
 from mialab.lm.tiny import llama_config
 from mialab.training.checkpoints import (
     checkpoint_path,
@@ -145,7 +145,9 @@ def pretrain(model, blocks: np.ndarray, settings: PretrainSettings, *,
     import torch
 
     steps, batch_size, lr = settings.steps, settings.batch_size, settings.lr
-    device_type = next(model.parameters()).device.type
+    device = next(model.parameters()).device
+    device_type = device.type
+    no_cudnn_attention()
     precision = resolve_precision(settings.precision, device_type)
     check_bf16_speed(precision, device_type)
 
@@ -173,7 +175,7 @@ def pretrain(model, blocks: np.ndarray, settings: PretrainSettings, *,
                 group["lr"] = lr_at(step, lr=lr, min_lr=settings.min_lr, warmup_steps=settings.warmup_steps,
                                      total_steps=steps)
             with torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                loss = model(**inputs(batch, rng)).loss
+                loss = model(**{k: v.to(device) for k, v in inputs(batch, rng).items()}).loss
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"pretraining loss is {loss.item()} at step {step}")
             opt.zero_grad(set_to_none=True)
