@@ -15,6 +15,7 @@ import yaml
 
 from mialab.data.registry import known_families, pool_keys
 from mialab.data.sources import local_paths
+from mialab.lm.loading import CODE_DECLARING_FILES, trusts_remote_code
 
 
 class ConfigError(ValueError):
@@ -86,6 +87,11 @@ def check_config(config: dict) -> None:
     check_pool_keys(datasets)
     check_model_paths(config)
     check_local_paths(config)
+    for name, ds in datasets.items():
+        para = ds.get("paraphrase")
+        if para and para["backend"] != "offline":
+            key = f"datasets.{name}.paraphrase.options"
+            check_generation(key, para["backend"], para["options"], model=(f"{key}.model", para["options"]["model"]))
 
 
 def _check_acyclic(models: dict) -> None:
@@ -163,14 +169,15 @@ def check_pool_keys(datasets: dict) -> None:
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
 
 
-def model_reference(key: str, value: str, models: dict | None = None) -> None:
+def model_reference(key: str, value: str, models: dict | None = None, *, trusted: bool = False) -> None:
     """``value`` (config key ``key``) must be a configured model (when ``models`` is given), an
-    existing model folder, or a hub model id ``org/name`` that is not a local path."""
+    existing model folder (declaring no code of its own unless ``trusted``: :func:`check_model_folder`),
+    or a hub model id ``org/name`` that is not a local path."""
     if models is not None and value in models:
         return
     path = Path(value)
     if path.is_dir():
-        check_model_folder(key, path)
+        check_model_folder(key, path, trusted=trusted)
         return
     if path.exists():
         raise ConfigError(f"{key}: {value!r} is a file; a model is a folder (config.json, *.safetensors) or a hub id")
@@ -179,15 +186,24 @@ def model_reference(key: str, value: str, models: dict | None = None) -> None:
         raise ConfigError(f"{key}: {value!r} is not {known}an existing model folder, nor a hub model id (org/name)")
 
 
-def check_model_folder(key: str, folder: Path) -> None:
-    """A local model folder's ``config.json`` must parse and each ``*.safetensors`` file must be as
-    long as its header says (a truncated copy fails here, naming the file, not deep in transformers)."""
-    cfg = folder / "config.json"
-    if cfg.is_file():
+def check_model_folder(key: str, folder: Path, *, trusted: bool = False) -> None:
+    """A local model folder's ``config.json`` and ``tokenizer_config.json`` must parse and, unless
+    ``trusted`` (the model's ``models.<name>.trust_remote_code``), declare no code of their own
+    (``auto_map``: :mod:`mialab.lm.loading` would refuse the folder in the job); each ``*.safetensors``
+    file must be as long as its header says (a truncated copy fails here, naming the file, not deep in
+    transformers)."""
+    for name in CODE_DECLARING_FILES:
+        file = folder / name
+        if not file.is_file():
+            continue
         try:
-            json.loads(cfg.read_text(encoding="utf-8"))
+            declared = json.loads(file.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{key}: {cfg} is not valid JSON ({e}); a truncated or damaged copy?") from None
+            raise ConfigError(f"{key}: {file} is not valid JSON ({e}); a truncated or damaged copy?") from None
+        if "auto_map" in declared and not trusted:
+            raise ConfigError(f"{key}: {file} declares custom code (auto_map), which runs only for a model of the "
+                              "models section whose entry allows it (models.<name>.trust_remote_code: true; a "
+                              "model named by path elsewhere never runs it); use a folder without auto_map")
     for weights in sorted(folder.glob("*.safetensors")):
         problem = safetensors_problem(weights)
         if problem:
@@ -221,13 +237,30 @@ def check_model_paths(config: dict) -> None:
     models = config["models"]
     for name, spec in models.items():
         if spec["kind"] == "hf":
-            model_reference(f"models.{name}.path", spec["path"])
+            model_reference(f"models.{name}.path", spec["path"], trusted=trusts_remote_code(config, name))
     for det, spec in config.get("calibdcd", {}).get("detectors", {}).items():
         for key in ("reference_model", "key_token_model", "mlm_model"):
             if key in spec:
                 model_reference(f"calibdcd.detectors.{det}.{key}", spec[key], models)
         for i, name in enumerate(spec.get("key_token_models", [])):
             model_reference(f"calibdcd.detectors.{det}.key_token_models[{i}]", name, models)
+
+
+def check_generation(key: str, backend: str, options: dict | None, *, model: tuple[str, str] | None = None) -> None:
+    """A generation setting that loads nothing unasked: its rollout-engine ``backend``'s ``options`` (config
+    key ``key``) hold no option that loads code (:func:`mialab.lm.engine.check_backend_options`: no
+    ``trust_remote_code``, vLLM's engine arguments within its allow-list), and the model it names by path,
+    ``model`` = (config key, value), is not a local folder that declares code of its own (a model named
+    outside the models section never runs it; a hub id is refused by the loaders). Every generation path
+    (a method's plan, a dataset's paraphraser) calls it before any job; the error names the key."""
+    from mialab.lm.engine import check_backend_options
+
+    try:
+        check_backend_options(backend, options or {}, key=key)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if model is not None and Path(model[1]).is_dir():
+        check_model_folder(model[0], Path(model[1]))
 
 
 def data_paths(config: dict) -> list[tuple[str, str]]:
