@@ -6,9 +6,12 @@ any job starts, with a message that names the key.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import shlex
+import sys
 from pathlib import Path
 
 import yaml
@@ -29,12 +32,15 @@ def check_names(key: str, names, configured, what: str) -> None:
             raise ConfigError(f"{key}: unknown {what} {name!r}; configured: {', '.join(configured)}")
 
 
-def check_config_files(paths) -> None:
+def check_config_files(paths, argv: list[str] | None = None, *, suggest: bool = True) -> None:
     """The config files given on the command line: one complete config, then overlays of it.
 
     A file with a top-level ``overlay_of`` (a path relative to the working directory) is an
     overlay and must come after the file it names; any other file is complete and must come
-    first, so two experiments are never deep-merged into one.
+    first, so two experiments are never deep-merged into one. An overlay given without its base
+    fails with the command to run where adding the base makes the files right (``suggest``): ``argv``
+    (the command's arguments, less the program) with the base inserted before the overlay, so
+    targets, profile and options stay.
     """
     paths = [Path(os.path.relpath(p)) for p in paths]  # as the user typed them, for the messages
     for i, path in enumerate(paths):
@@ -44,8 +50,32 @@ def check_config_files(paths) -> None:
                 raise ConfigError(f"{path}: a complete config (no overlay_of) cannot be merged after {paths[0]}; "
                                   "give one complete config, then overlays of it (files with overlay_of)")
         elif not (Path(base).exists() and any(p.samefile(base) for p in paths[:i])):
-            raise ConfigError(f"{path}: an overlay of {base} (overlay_of), which is not given before it; "
-                              f"name both: snakemake --configfile {base} {path}")
+            fix = "give it first, then its overlays"
+            if suggest and Path(base).is_file():
+                try:
+                    check_config_files([*paths[:i], Path(base), *paths[i:]], suggest=False)
+                    fix = f"name both: {with_base(argv or [], path, base)}"
+                except ConfigError:
+                    pass
+            raise ConfigError(f"{path}: an overlay of {base} (overlay_of), which is not given before it; {fix}")
+
+
+def with_base(argv: list[str], overlay: Path, base: str) -> str:
+    """The command line ``snakemake ARGV`` with config file ``base`` inserted before the word naming ``overlay``
+    (``--configfile=OVERLAY`` becomes ``--configfile BASE OVERLAY``), quoted for a shell; where no word names
+    it (a profile's configfile), ``snakemake ARGV --configfile BASE OVERLAY``."""
+    def split(word: str) -> tuple[str, str]:  # (an attached "--configfile=", the path)
+        flag = next((f for f in ("--configfile=", "--configfiles=") if word.startswith(f)), "")
+        return flag, word[len(flag):]
+
+    at = next((i for i, word in enumerate(argv)
+               if Path(split(word)[1]).is_file() and Path(split(word)[1]).samefile(overlay)), None)
+    if at is None:
+        words = [*argv, "--configfile", base, str(overlay)]
+    else:
+        flag, written = split(argv[at])
+        words = [*argv[:at], *([flag.rstrip("=")] if flag else []), base, written, *argv[at + 1:]]
+    return shlex.join(["snakemake", *words])
 
 
 SECTION_NEEDS = {"adra": "n_sampling"}  # section -> the section it builds on
@@ -139,6 +169,45 @@ def load_yaml(path) -> object:
             from None
     finally:
         loader.dispose()
+
+
+def command_line_config_files(argv: list[str]) -> list[str]:
+    """The files a Snakemake command line names with ``--configfile`` / ``--configfiles`` (the last one
+    given, as Snakemake reads it; no abbreviations)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--configfile", "--configfiles", nargs="+", default=[])
+    return parser.parse_known_args(argv)[0].configfile
+
+
+def check_command_line(argv: list[str] | None = None) -> None:
+    """Check the config files of a Snakemake command line (``argv``, default this process's) with
+    :func:`check_yaml_files` before Snakemake reads them: its loader names neither file nor line of a YAML
+    error, and evaluates a file's YTE templates while loading it. Run by the workflow profile
+    (profiles/default/config.yaml) on every invocation; a problem ends the process with its message. A file
+    that is not there is left to Snakemake's own message."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        check_yaml_files([p for p in command_line_config_files(argv) if Path(p).is_file()])
+    except ConfigError as e:
+        sys.exit(f"mialab: {e}")
+
+
+def typed_overrides(entries) -> list[tuple[str, object]]:
+    """``(key, value)`` of each ``--config KEY=VALUE`` (Snakemake's raw ``config_args``), VALUE read as YAML
+    (``yaml.safe_load``: data, never code), so a nested value keeps its types as in a config file (Snakemake
+    reads the scalars inside ``scoring={batch_size: 32}`` as strings). A VALUE that is not YAML fails,
+    naming it."""
+    typed = []
+    for entry in entries or ():
+        key, _, value = str(entry).partition("=")
+        try:
+            typed.append((key, yaml.safe_load(value)))
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"--config {entry}: not valid YAML{where} ({getattr(e, 'problem', None) or e}); "
+                              "a nested value is written as YAML, e.g. 'scoring={batch_size: 32}'") from None
+    return typed
 
 
 def check_yaml_files(paths) -> None:

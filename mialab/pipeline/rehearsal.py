@@ -325,8 +325,8 @@ def rehearsal_log(paper: dict, rehearsed: dict) -> list[str]:
 
 
 def rehearsing(config: dict) -> bool:
-    """Whether ``config`` asks for a rehearsal (``--config rehearsal=true`` passes the string "true")."""
-    return config.get("rehearsal") in (True, "true")
+    """Whether ``config`` asks for a rehearsal (``--config rehearsal=true``)."""
+    return config.get("rehearsal") is True
 
 
 def rehearse(config: dict, *, vllm_available: bool | None = None, results: str = "results") -> dict:
