@@ -431,7 +431,8 @@ def vllm_problems(config: dict, *, trl_vllm: str | None, trl_range: str, worker_
                         f"{GRPO_VLLM_INSTALL}, or remove adra.train.vllm to generate with transformers")
     backends = [("n_sampling.backend", (config.get("n_sampling") or {}).get("backend")),
                 ("calibdcd.generation.backend", (config.get("calibdcd") or {}).get("generation", {}).get("backend")),
-                ("lara.llm.engine", ((config.get("lara") or {}).get("llm") or {}).get("engine"))]
+                ("lara.llm.engine", ((config.get("lara") or {}).get("llm") or {}).get("engine")),
+                ("adra.reward.judge.engine", (adra.get("reward", {}).get("judge") or {}).get("engine"))]
     backends += [(f"datasets.{d}.paraphrase.backend", (ds.get("paraphrase") or {}).get("backend"))
                  for d, ds in config["datasets"].items()]
     problem = worker_problem(worker_vllm, venv)
