@@ -120,9 +120,8 @@ def test_a_yte_template_config_is_refused_before_snakemake_evaluates_it(tmp_path
     assert not marker.exists() and not (wd / "results").exists()
 
 
-@pytest.mark.parametrize("given", ["--configfile", "default"])
-@pytest.mark.parametrize("broken, line", [("seeds: [0, 1\ndatasets: {}\n", 2), ("seeds:\n\t- 0\n", 2)],
-                         ids=["syntax", "tab"])
+@pytest.mark.parametrize("given, broken, line", [("--configfile", "seeds: [0, 1\ndatasets: {}\n", 2),
+                                                 ("default", "seeds:\n\t- 0\n", 2)], ids=["syntax", "tab"])
 def test_a_yaml_error_in_a_config_file_names_the_file_and_line_before_snakemake_reads_it(tmp_path, given, broken, line):
     """A config file given with --configfile (checked by the workflow profile) or the default config.yaml
     (checked by the Snakefile) that is not YAML: the message names the file and the line (Snakemake's

@@ -160,26 +160,34 @@ def section(cfg: dict, dotted: str) -> dict:
     return cfg
 
 
-def plan_refusal(cfg: dict) -> str:
-    """The message with which the plan refuses ``cfg``: the checks rules/common.smk runs before any job
-    (the schema, the config's cross-references, the method plans), in process."""
-    from snakemake.exceptions import WorkflowError
+def plan(cfg: dict) -> None:
+    """The checks rules/common.smk runs on ``cfg`` before any job (the schema, the config's cross-references,
+    the method plans), in process."""
     from snakemake.utils import validate
 
     from mialab.adra.plan import ADRAPlan
     from mialab.calibdcd.plan import CalibDCDPlan
     from mialab.lara.plan import LaRAPlan
     from mialab.n_sampling.plan import NSamplingPlan
-    from mialab.pipeline.config import ConfigError, check_config
+    from mialab.pipeline.config import check_config
     from mialab.pipeline.plan import Plan
 
+    validate(cfg, str(REPO / "schemas/config.schema.yaml"))
+    check_config(cfg)
+    pipeline = Plan(cfg)
+    ADRAPlan(NSamplingPlan(pipeline, cfg), cfg)
+    LaRAPlan(pipeline, cfg)
+    CalibDCDPlan(pipeline, cfg)
+
+
+def plan_refusal(cfg: dict) -> str:
+    """The message with which :func:`plan` refuses ``cfg``."""
+    from snakemake.exceptions import WorkflowError
+
+    from mialab.pipeline.config import ConfigError
+
     try:
-        validate(cfg, str(REPO / "schemas/config.schema.yaml"))
-        check_config(cfg)
-        plan = Plan(cfg)
-        ADRAPlan(NSamplingPlan(plan, cfg), cfg)
-        LaRAPlan(plan, cfg)
-        CalibDCDPlan(plan, cfg)
+        plan(cfg)
     except (WorkflowError, ConfigError) as e:
         return str(e)
     pytest.fail("the plan accepted it")
@@ -209,14 +217,7 @@ def test_the_plan_refuses_options_that_load_code_on_every_engine(where, backend_
             faults = (f"'{named}' was unexpected", f"{where}.{options_key}.{named}: ",
                       f"{where}.{options_key}.engine_args: vLLM engine argument(s) {named} not allowed")
             assert any(fault in message for fault in faults), (backend, planted_options, message[-2000:])
-    # the same sections, unplanted, plan
-    from snakemake.utils import validate
-
-    from mialab.pipeline.config import check_config
-
-    cfg = generating_config()
-    validate(cfg, str(REPO / "schemas/config.schema.yaml"))
-    check_config(cfg)
+    plan(generating_config())  # the same sections, nothing planted
 
 
 @pytest.mark.parametrize("key", ["lara.llm.model", "adra.reward.judge.model",
@@ -237,13 +238,8 @@ def test_the_plan_refuses_a_model_folder_that_declares_its_own_code(key, tmp_pat
     message = plan_refusal(copy.deepcopy(cfg))
     assert f"{key}: {folder}/config.json declares custom code (auto_map)" in message, message[-2000:]
     if key == "models.planted.path":  # the config's own opt-in, for that model by name
-        from snakemake.utils import validate
-
-        from mialab.pipeline.config import check_config
-
         cfg["models"]["planted"]["trust_remote_code"] = True
-        validate(cfg, str(REPO / "schemas/config.schema.yaml"))
-        check_config(cfg)
+        plan(cfg)
     assert not marker.exists()
 
 
