@@ -2,8 +2,15 @@
 # The config is config.yaml (the offline tiny world) when no --configfile is given, else exactly the
 # files given: one complete experiment config, then the overlays of it (README.md, "Configuration").
 # See README.md for the pipeline and targets.
+import sys
+
+sys.path.insert(0, workflow.basedir)  # mialab, for this file and the rule files
+
+from mialab.pipeline.config import check_yaml_files
+
 
 if not workflow.config_settings.configfiles:
+    check_yaml_files(["config.yaml"])  # before Snakemake reads it: a YAML error names the file and line
 
     configfile: "config.yaml"
 

@@ -5,14 +5,12 @@ import re
 import shlex
 import sys
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version, update_config, validate
 
 min_version("9.0")
 
-sys.path.insert(0, workflow.basedir)
-
 from mialab.pipeline.cluster_checks import check_cluster_arithmetic, check_vllm_installed, visible_gpus
-from mialab.pipeline.config import check_config, check_config_files, check_yaml_files
+from mialab.pipeline.config import check_config, check_config_files, check_yaml_files, typed_overrides
 from mialab.data.sources import local_paths
 from mialab.core.integrity import check_stages
 from mialab.core.jobs import entry_point, export_entry_points, go_offline, tune_malloc
@@ -29,7 +27,10 @@ from mialab.training.plan import RLPlan
 
 
 check_yaml_files(workflow.configfiles)  # each file Snakemake read, again: a key given twice fails (YAML keeps the last)
-check_config_files(workflow.config_settings.configfiles)  # before validation: a lone overlay gets the right command
+# before validation: a lone overlay gets the right command (this one, its base added)
+check_config_files(workflow.config_settings.configfiles, sys.argv[1:])
+for _key, _value in typed_overrides(workflow.config_settings.config_args):  # --config values keep their YAML types
+    update_config(config, {_key: _value})
 validate(config, "../schemas/config.schema.yaml")
 if rehearsing(config):  # CPU rehearsal (mialab.pipeline.rehearsal): the paper config with local data samples, checked as written
     _paper = with_samples(config)

@@ -289,12 +289,13 @@ def test_every_generation_backend_that_asks_for_vllm_is_named(tmp_path: Path):
     cfg = default_config()
     cfg["calibdcd"] = {"generation": {"backend": "vllm"}}
     cfg["lara"] = {"llm": {"model": "m", "engine": "vllm"}}
+    cfg["adra"] = {"reward": {"judge": {"model": "m", "engine": "vllm"}}}
     name = next(iter(cfg["datasets"]))
     cfg["datasets"][name]["paraphrase"] = {"backend": "vllm"}
     problems = vllm_problems(cfg, trl_vllm=None, trl_range=">=0.22.0,<=0.31.0", worker_vllm="0.32.0",
                              venv=tmp_path)   # a version that works, but no interpreter
     assert [p.split(":")[0] for p in problems] == ["calibdcd.generation.backend", "lara.llm.engine",
-                                                   f"datasets.{name}.paraphrase.backend"]
+                                                   "adra.reward.judge.engine", f"datasets.{name}.paraphrase.backend"]
     assert all(f"no interpreter {tmp_path / 'bin' / 'python'}" in p for p in problems)
 
 

@@ -149,5 +149,22 @@ def test_a_copied_results_tree_in_a_fresh_clone_reruns_nothing(finished, tmp_pat
     for name in ("results", ".snakemake", "config.yaml"):
         (shutil.copytree if (finished / name).is_dir() else shutil.copy2)(finished / name, wd / name)
     (wd / "resources").symlink_to(clone / "resources")
-    proc = snakemake(wd, "-n", "-s", str(clone / "Snakefile"), "--profile", str(clone / "profiles" / "local"))
-    assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    for profile in (("--profile", str(clone / "profiles" / "local")), ()):  # the triggers apply without one too
+        proc = snakemake(wd, "-n", "-s", str(clone / "Snakefile"), *profile)
+        assert "Nothing to be done" in proc.stdout + proc.stderr, (profile, proc.stdout[-3000:])
+
+
+@pytest.mark.parametrize("profile", [None, "profiles/local", "profiles/slurm"])
+def test_content_rerun_triggers_apply_with_or_without_a_profile(profile, monkeypatch):
+    """Snakemake reads the workflow profile (profiles/default) on every invocation, beside a --profile or
+    without one: the rerun triggers leave out mtime and code (content-addressed keys) and inputs are
+    compared by checksum up to 512 MB; a profile's own settings still apply."""
+    from snakemake.cli import parse_args
+    from snakemake.settings.enums import RerunTrigger
+
+    monkeypatch.chdir(REPO)
+    _, args = parse_args(["-n", *(["--profile", profile] if profile else [])])
+    assert args.rerun_triggers == {RerunTrigger.INPUT, RerunTrigger.PARAMS, RerunTrigger.SOFTWARE_ENV}
+    assert args.max_checksum_file_size == 512 * 2**20
+    assert (args.cores, args.executor) == {None: (None, None), "profiles/local": (2, None),
+                                           "profiles/slurm": (None, "slurm")}[profile]

@@ -113,15 +113,20 @@ def test_every_config_with_a_command_states_its_jobs():
 # --- the configuration rules README.md states ("Configuration") ------------------------------------
 
 @pytest.mark.parametrize("command, message", [
-    ("snakemake adra --configfile configs/tiny_adra.yaml",
+    ("snakemake adra --profile profiles/local --configfile configs/tiny_adra.yaml",
      "an overlay of config.yaml (overlay_of), which is not given before it; name both: "
-     "snakemake --configfile config.yaml configs/tiny_adra.yaml"),
+     "snakemake -n adra --profile profiles/local --configfile config.yaml configs/tiny_adra.yaml"),
     ("snakemake --configfile config.yaml configs/paper/lara_rl_models.yaml",
      "configs/paper/lara_rl_models.yaml: a complete config (no overlay_of) cannot be merged after config.yaml"),
 ])
 def test_configs_are_never_merged_by_surprise(command: str, message: str):
+    """The plan refuses them; a command the error suggests runs as written (the user's own, its base added:
+    the dry run the test ran, its target and profile kept) and plans what the overlay's header says."""
     proc = dry_run_as_documented(command)
-    assert proc.returncode != 0 and message in proc.stdout + proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and message in out, out[-6000:]
+    for suggested in re.findall(r"name both: (snakemake .*)$", out, re.M):
+        check_command(suggested, jobs_line(REPO / "configs" / "tiny_adra.yaml"))
 
 
 def test_config_files_order(tmp_path: Path, monkeypatch):
@@ -131,10 +136,22 @@ def test_config_files_order(tmp_path: Path, monkeypatch):
         (tmp_path / name).write_text(text)
     check_config_files([tmp_path / "base.yaml", tmp_path / "over.yaml"])  # absolute, as Snakemake passes them
     check_config_files(["base.yaml"])
-    with pytest.raises(ConfigError, match="over.yaml: an overlay of base.yaml .* --configfile base.yaml over.yaml"):
-        check_config_files(["other.yaml", "over.yaml"])
+    with pytest.raises(ConfigError, match="over.yaml: an overlay of base.yaml .* snakemake --configfile base.yaml over.yaml"):
+        check_config_files(["over.yaml"])
     with pytest.raises(ConfigError, match="other.yaml: a complete config"):
         check_config_files(["base.yaml", "other.yaml"])
+    # the suggested command is the user's (targets, profile, options kept), the base before the overlay
+    for argv, suggested in [
+        (["all", "--profile", "profiles/local", "--configfile", "over.yaml"],
+         "snakemake all --profile profiles/local --configfile base.yaml over.yaml"),
+        (["--configfile=over.yaml", "-n"], "snakemake --configfile base.yaml over.yaml -n"),
+        (["--configfile", "./over.yaml", "--config", "seeds=[0]"],
+         "snakemake --configfile base.yaml ./over.yaml --config 'seeds=[0]'"),
+        (["--configfile", "other.yaml", "over.yaml"], None),  # adding base.yaml would merge two experiments
+    ]:
+        with pytest.raises(ConfigError) as err:
+            check_config_files([w.rpartition("=")[2] for w in argv if w.endswith(".yaml")], argv)
+        assert str(err.value).endswith(f"name both: {suggested}" if suggested else "give it first, then its overlays")
 
 
 def test_a_section_without_the_section_it_builds_on_fails():

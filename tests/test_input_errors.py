@@ -4,6 +4,8 @@ hub sources, and data errors that name the dataset, file, row or column."""
 import copy
 import json
 import logging
+import os
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -12,13 +14,13 @@ import pandas as pd
 import pytest
 import yaml
 from snakemake.utils import validate
-from workflow_helpers import REPO, default_config, make_workdir, snakemake
+from workflow_helpers import REPO, default_config, foundation_config, job_stats, make_workdir, snakemake
 
 from mialab.data.mixing import check_filler
 from mialab.data.registry import config_schema, get_family, known_families
 from mialab.data.sampling import sample_split
 from mialab.data.sources import read_table
-from mialab.pipeline.config import ConfigError, check_config, load_yaml
+from mialab.pipeline.config import ConfigError, check_config, load_yaml, typed_overrides
 
 SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 
@@ -103,16 +105,52 @@ def test_duplicate_key_fails_the_dry_run_before_any_job(tmp_path):
     assert not (wd / "results").exists()
 
 
-def test_a_yte_template_config_is_refused(tmp_path):
-    """Snakemake evaluates a config file's YTE expressions as Python when it loads it (before any of
-    mialab's code runs); the run then stops, naming the file, before the plan or any job."""
+def test_a_yte_template_config_is_refused_before_snakemake_evaluates_it(tmp_path):
+    """Snakemake evaluates a config file's YTE expressions as Python when it loads it; the workflow profile
+    (profiles/default) checks the --configfile files first, so the run stops, naming the file, and its
+    expression never runs."""
     wd = make_workdir(tmp_path)
+    marker = tmp_path / "marker"
     text = (wd / "config.yaml").read_text()
-    (wd / "config.yaml").write_text("__use_yte__: true\n" + text)
+    (wd / "config.yaml").write_text(f"__use_yte__: true\nmarker: ?__import__('pathlib').Path({str(marker)!r}).touch()\n"
+                                    + text)
     proc = snakemake(wd, "-n", check=False)
     assert proc.returncode != 0
     assert "config.yaml: __use_yte__ makes Snakemake evaluate the file's expressions as Python" in proc.stdout + proc.stderr
-    assert not (wd / "results").exists()
+    assert not marker.exists() and not (wd / "results").exists()
+
+
+@pytest.mark.parametrize("given, broken, line", [("--configfile", "seeds: [0, 1\ndatasets: {}\n", 2),
+                                                 ("default", "seeds:\n\t- 0\n", 2)], ids=["syntax", "tab"])
+def test_a_yaml_error_in_a_config_file_names_the_file_and_line_before_snakemake_reads_it(tmp_path, given, broken, line):
+    """A config file given with --configfile (checked by the workflow profile) or the default config.yaml
+    (checked by the Snakefile) that is not YAML: the message names the file and the line (Snakemake's
+    loader says "not valid JSON or YAML")."""
+    wd = make_workdir(tmp_path)
+    (wd / "config.yaml").write_text(broken)
+    if given == "--configfile":
+        proc = snakemake(wd, "-n", check=False)
+        where = f"{wd / 'config.yaml'}:{line}:"
+    else:
+        proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "-d", str(wd)],
+                              capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        where = f"config.yaml:{line}:"
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"{where}" in out and "YAML syntax error" in out, out[-3000:]
+
+
+def test_nested_config_overrides_keep_their_yaml_types(tmp_path):
+    """--config values are read as YAML, nested ones too (Snakemake passes the scalars of a nested value, and
+    the items of a list, as strings): the dry run plans with one seed and scoring.batch_size 32."""
+    wd = make_workdir(tmp_path, foundation_config())
+    proc = snakemake(wd, "-n", "splits", "--config", "scoring={batch_size: 32, max_length: 128}", "seeds=[0]",
+                     check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert job_stats(proc.stdout)["build_split"] == len(foundation_config()["datasets"])
+    with pytest.raises(ConfigError, match=r"--config scoring=\{batch_size: 32: not valid YAML"):
+        typed_overrides(["scoring={batch_size: 32"])
+    assert typed_overrides(["rehearsal=true", "scoring={k: [0.2], device: cpu}", "x="]) == [
+        ("rehearsal", True), ("scoring", {"k": [0.2], "device": "cpu"}), ("x", None)]
 
 
 # -- local paths and hub ids ----------------------------------------------------------------------

@@ -153,14 +153,21 @@ def test_hf_backend_with_a_tiny_llama(tmp_path, wikimia_texts):
     assert para.options["model"] == str(tmp_path) and para.backend == "hf"
 
 
-def test_unknown_and_unavailable_backends():
+def test_unknown_backends_and_the_llm_backends_are_the_engines(tmp_path):
+    """hf / vllm paraphrase on the rollout engine, with its checks before anything loads: an engine argument
+    outside vLLM's allow-list, or a model folder that declares its own code (never run for a paraphraser)."""
+    import json
+
+    from mialab.lm.loading import RemoteCodeRefused
+
     with pytest.raises(KeyError, match="hf, offline, vllm"):
         get_paraphraser("gemini")
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match="vllm package"):
-            get_paraphraser("vllm", model="any")
+    with pytest.raises(ValueError, match=r"engine_args: vLLM engine argument\(s\) worker_extension_cls not allowed"):
+        get_paraphraser("vllm", model="any", engine_args={"worker_extension_cls": "evil.Ext"})
+    (tmp_path / "config.json").write_text(json.dumps({"auto_map": {"AutoModelForCausalLM": "evil.EvilModel"}}))
+    for backend in ("hf", "vllm"):
+        with pytest.raises(RemoteCodeRefused, match="config.json declare"):
+            get_paraphraser(backend, model=str(tmp_path))
 
 
 def test_paraphrase_members_rewrites_only_the_members_of_a_pool(offline):

@@ -4,6 +4,7 @@ a shell quoted, no config string evaluated."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shlex
@@ -118,6 +119,128 @@ def test_vllm_worker_refuses_code_loading_engine_arguments():
     check_engine_args({"tensor_parallel_size": 8, "dtype": "bfloat16", "max_model_len": 4096})
     with pytest.raises(ValueError, match="trust_remote_code not allowed"):
         check_engine_args({"trust_remote_code": True})
+
+
+
+# -- every generation path refuses, before any job, what would load code ---------------------------
+# (section, the key naming its backend, the key of its options) of every engine the config can start:
+# N-Sampling's rollouts (ADRA's evaluation rollouts too), CalibDCD's generation, LaRA's instruction model,
+# ADRA's judge, a dataset's paraphraser
+GENERATION = [("n_sampling", "backend", "backend_options"), ("calibdcd.generation", "backend", "backend_options"),
+              ("lara.llm", "engine", "backend_options"), ("adra.reward.judge", "engine", "backend_options"),
+              ("datasets.wikimia.paraphrase", "backend", "options")]
+INSTRUCT = "Qwen/Qwen2.5-0.5B-Instruct"  # a hub id: only a local folder is opened at plan time
+# what a config could try per backend (the key the refusal names, the options)
+PLANTED = {"hf": [("trust_remote_code", {"trust_remote_code": True}),
+                  ("worker_extension_cls", {"worker_extension_cls": "evil.Ext"}),
+                  ("engine_args", {"engine_args": {"trust_remote_code": True}})],
+           "vllm": [("trust_remote_code", {"trust_remote_code": True}),
+                    ("worker_extension_cls", {"worker_extension_cls": "evil.Ext"}),
+                    ("trust_remote_code", {"engine_args": {"trust_remote_code": True}}),
+                    ("worker_extension_cls", {"engine_args": {"worker_extension_cls": "evil.Ext"}}),
+                    ("venv", {"venv": "evil-venv"})]}
+
+
+def generating_config() -> dict:
+    """The tiny world with the ADRA overlay, LaRA's instruction model, ADRA's judge and a paraphrased
+    dataset: every generation path of the workflow configured."""
+    from snakemake.utils import update_config
+
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    update_config(cfg, yaml.safe_load((REPO / "configs/tiny_adra.yaml").read_text()))
+    cfg["lara"]["llm"] = {"model": INSTRUCT}
+    cfg["adra"]["reward"]["judge"] = {"model": INSTRUCT}
+    cfg["datasets"]["wikimia"]["paraphrase"] = {"backend": "hf", "options": {"model": INSTRUCT}}
+    return cfg
+
+
+def section(cfg: dict, dotted: str) -> dict:
+    for part in dotted.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
+def plan(cfg: dict) -> None:
+    """The checks rules/common.smk runs on ``cfg`` before any job (the schema, the config's cross-references,
+    the method plans), in process."""
+    from snakemake.utils import validate
+
+    from mialab.adra.plan import ADRAPlan
+    from mialab.calibdcd.plan import CalibDCDPlan
+    from mialab.lara.plan import LaRAPlan
+    from mialab.n_sampling.plan import NSamplingPlan
+    from mialab.pipeline.config import check_config
+    from mialab.pipeline.plan import Plan
+
+    validate(cfg, str(REPO / "schemas/config.schema.yaml"))
+    check_config(cfg)
+    pipeline = Plan(cfg)
+    ADRAPlan(NSamplingPlan(pipeline, cfg), cfg)
+    LaRAPlan(pipeline, cfg)
+    CalibDCDPlan(pipeline, cfg)
+
+
+def plan_refusal(cfg: dict) -> str:
+    """The message with which :func:`plan` refuses ``cfg``."""
+    from snakemake.exceptions import WorkflowError
+
+    from mialab.pipeline.config import ConfigError
+
+    try:
+        plan(cfg)
+    except (WorkflowError, ConfigError) as e:
+        return str(e)
+    pytest.fail("the plan accepted it")
+
+
+def code_declaring_folder(dest: Path, marker: Path) -> str:
+    """A model folder whose config.json maps its model class to its own module (which writes ``marker``)."""
+    dest.mkdir(parents=True)
+    (dest / "evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    (dest / "config.json").write_text(json.dumps({"model_type": "llama",
+                                                  "auto_map": {"AutoModelForCausalLM": "evil.EvilModel"}}))
+    return str(dest)
+
+
+@pytest.mark.parametrize("where, backend_key, options_key", GENERATION, ids=[g[0] for g in GENERATION])
+def test_the_plan_refuses_options_that_load_code_on_every_engine(where, backend_key, options_key, monkeypatch):
+    """Each backend of each generation path, with an option that would load code planted in its options (a
+    top-level one, or a vLLM engine argument, or the worker's interpreter): the plan fails, naming it."""
+    monkeypatch.chdir(REPO)
+    for backend, cases in PLANTED.items():
+        for named, planted_options in cases:
+            cfg = generating_config()
+            entry = section(cfg, where)
+            entry[backend_key] = backend
+            entry[options_key] = {k: v for k, v in entry.get(options_key, {}).items() if k == "model"} | planted_options
+            message = plan_refusal(cfg)
+            faults = (f"'{named}' was unexpected", f"{where}.{options_key}.{named}: ",
+                      f"{where}.{options_key}.engine_args: vLLM engine argument(s) {named} not allowed")
+            assert any(fault in message for fault in faults), (backend, planted_options, message[-2000:])
+    plan(generating_config())  # the same sections, nothing planted
+
+
+@pytest.mark.parametrize("key", ["lara.llm.model", "adra.reward.judge.model",
+                                 "datasets.wikimia.paraphrase.options.model", "models.planted.path"])
+def test_the_plan_refuses_a_model_folder_that_declares_its_own_code(key, tmp_path, monkeypatch):
+    """auto_map in a model folder's config.json: a model named by path (an instruction model, a judge, a
+    paraphraser) never runs its code, a configured model only with models.<name>.trust_remote_code;
+    the plan fails naming the key and the file, and nothing of the folder runs."""
+    monkeypatch.chdir(REPO)
+    marker = tmp_path / "marker"
+    folder = code_declaring_folder(tmp_path / "model", marker)
+    cfg = generating_config()
+    if key == "models.planted.path":
+        cfg["models"]["planted"] = {"kind": "hf", "path": folder}
+    else:
+        parent, last = key.rsplit(".", 1)
+        section(cfg, parent)[last] = folder
+    message = plan_refusal(copy.deepcopy(cfg))
+    assert f"{key}: {folder}/config.json declares custom code (auto_map)" in message, message[-2000:]
+    if key == "models.planted.path":  # the config's own opt-in, for that model by name
+        cfg["models"]["planted"]["trust_remote_code"] = True
+        plan(cfg)
+    assert not marker.exists()
 
 
 # -- shell commands --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import re
 from mialab.adra import FINAL, VARIANTS
 from mialab.n_sampling.plan import NSamplingPlan, targets_of
 from mialab.n_sampling.tasks import rollout_seed
-from mialab.pipeline.config import ConfigError
+from mialab.pipeline.config import ConfigError, check_generation
 from mialab.pipeline.plan import Stage
 
 INIT = "init"
@@ -41,9 +41,14 @@ class ADRAPlan:
         self.check()
 
     def check(self) -> None:
-        """Cross-references: targets are N-Sampling targets; checkpoint steps are saved; the weight baseline is scored."""
+        """Cross-references: targets are N-Sampling targets; checkpoint steps are saved; the weight baseline is scored;
+        the judge model and its backend options load no code (the evaluation rollouts': NSamplingPlan)."""
         if not self.spec:
             return
+        judge = self.spec["reward"].get("judge")
+        if judge:
+            check_generation("adra.reward.judge.backend_options", judge["engine"], judge["backend_options"],
+                             model=("adra.reward.judge.model", judge["model"]))
         ns_pairs = set(self.ns.pairs())
         for m, d in self.pairs():
             if (m, d) not in ns_pairs:

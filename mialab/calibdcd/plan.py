@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping
 
 from mialab.calibdcd.views import ORIGINAL, controlled_views
-from mialab.pipeline.config import ConfigError, check_names
+from mialab.pipeline.config import ConfigError, check_generation, check_names
 from mialab.pipeline.plan import SEED_PART, Plan, Stage, seed_part
 from mialab.scoring.baselines import column_name
 
@@ -60,9 +60,12 @@ class CalibDCDPlan:
         self.check()
 
     def check(self) -> None:
-        """Cross-references of the ``calibdcd`` section, with errors naming the key."""
+        """Cross-references of the ``calibdcd`` section and its generation options (nothing that loads code),
+        with errors naming the key."""
         if not self.spec:
             return
+        gen = self.spec["generation"]
+        check_generation("calibdcd.generation.backend_options", gen["backend"], gen["backend_options"])
         check_names("calibdcd.models", self.spec["models"], self.config["models"], "model")
         check_names("calibdcd.datasets", self.spec.get("datasets", []), self.config["datasets"], "dataset")
         vp = self.spec["detectors"].get("veilprobe")

@@ -14,8 +14,9 @@ by name (:func:`get_paraphraser`):
   supporters" -> "supporters and members"). LaTeX/math spans, numbers and capitalised words
   (names) are never touched. Each eligible edit is applied with probability ``rate``, at least
   one per text that has any, seeded by ``(seed, text)`` so equal inputs give equal outputs.
-- ``hf``: an instruction model loaded with transformers (:mod:`mialab.lm.generation`), batched.
-- ``vllm``: the same through vLLM (needs the ``vllm`` package and a GPU).
+- ``hf`` / ``vllm``: an instruction model on that backend of the rollout engine (:mod:`mialab.lm.engine`:
+  transformers, or vLLM in its own venv), with the engine's checks: its options only the backend's
+  (vLLM engine arguments an allow-list), and the model, named by path, never runs its folder's code.
 
 The LLM backends fill a prompt template, ``resources/prompts/paraphrase/<name>.txt`` with an
 ``{input}`` field (ADRA Figure 3 uses the same placeholder): an explicit ``template`` name or
@@ -206,15 +207,17 @@ def load_paraphrase_template(*, family: str | None = None, template: str | None 
 
 
 def llm_paraphraser(generate: Generate, *, family: str | None = None, template: str | None = None,
-                    batch_size: int = 16, backend: str = "llm", options: dict | None = None) -> Paraphraser:
-    """Paraphrase with any ``generate(prompts) -> completions`` callable, ``batch_size`` prompts a call."""
+                    batch_size: int | None = 16, backend: str = "llm", options: dict | None = None) -> Paraphraser:
+    """Paraphrase with any ``generate(prompts) -> completions`` callable, ``batch_size`` prompts a call
+    (None: all in one call, the backend batches them)."""
     tpl = load_paraphrase_template(family=family, template=template)
 
     def rewrite(texts: list[str]) -> list[str]:
         prompts = [tpl.replace("{input}", t) for t in texts]
         out: list[str] = []
-        for start in range(0, len(prompts), batch_size):
-            batch = prompts[start:start + batch_size]
+        size = batch_size or max(1, len(prompts))
+        for start in range(0, len(prompts), size):
+            batch = prompts[start:start + size]
             got = list(generate(batch))
             if len(got) != len(batch):
                 raise ValueError(f"generate returned {len(got)} completions for {len(batch)} prompts")
@@ -225,48 +228,24 @@ def llm_paraphraser(generate: Generate, *, family: str | None = None, template: 
                        rewrite)
 
 
-@Paraphrasers.register("hf")
-def hf_paraphraser(*, model: str, family: str | None = None, template: str | None = None,
-                   temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 1024,
-                   batch_size: int = 8, seed: int = 0, device: str = "auto", dtype: str = "bfloat16") -> Paraphraser:
-    """An instruction model through transformers (chat template when the tokenizer has one)."""
-    from mialab.lm.generation import generate
-    from mialab.lm.loading import load_lm
-    from mialab.lm.prompts import format_prompt
+def engine_paraphraser(backend: str, *, model: str, family: str | None = None, template: str | None = None,
+                       temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 1024, seed: int = 0,
+                       **backend_options) -> Paraphraser:
+    """An instruction model on backend ``backend`` (hf, vllm) of the rollout engine, each prompt one chat
+    user turn (:func:`mialab.lm.engine.text_generator`), all prompts in one call; ``backend_options`` go to
+    the backend, checked by the engine (:func:`mialab.lm.engine.check_backend_options`)."""
+    from mialab.lm.engine import text_generator
 
-    lm, tok = load_lm(model, device=device, dtype=dtype, padding_side="left")
-
-    def run(prompts: list[str]) -> list[str]:
-        gens = generate(lm, tok, [format_prompt(tok, p) for p in prompts], max_new_tokens=max_new_tokens,
-                        do_sample=temperature > 0, temperature=temperature, top_p=top_p,
-                        batch_size=batch_size, seed=seed)
-        return [g[0].text for g in gens]
-
+    generate = text_generator(model, engine=backend, backend_options=backend_options, max_new_tokens=max_new_tokens,
+                              temperature=temperature, top_p=top_p, seed=seed)
     opts = {"model": model, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
-            "seed": seed, "dtype": dtype}
-    return llm_paraphraser(run, family=family, template=template, batch_size=batch_size, backend="hf", options=opts)
+            "seed": seed, **backend_options}
+    return llm_paraphraser(generate, family=family, template=template, batch_size=None, backend=backend,
+                           options=opts)
 
 
-@Paraphrasers.register("vllm")
-def vllm_paraphraser(*, model: str, family: str | None = None, template: str | None = None,
-                     temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 1024,
-                     batch_size: int = 256, seed: int = 0, **engine_args) -> Paraphraser:
-    """An instruction model through vLLM's chat interface (``engine_args`` go to ``vllm.LLM``)."""
-    try:
-        from vllm import LLM, SamplingParams
-    except ImportError as err:
-        raise ImportError("the vllm paraphrase backend needs the vllm package (and a GPU); "
-                          "use backend 'hf' or 'offline' otherwise") from err
-    llm = LLM(model=model, seed=seed, **engine_args)
-    params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed)
-
-    def run(prompts: list[str]) -> list[str]:
-        outs = llm.chat([[{"role": "user", "content": p}] for p in prompts], params, use_tqdm=False)
-        return [o.outputs[0].text for o in outs]
-
-    opts = {"model": model, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
-            "seed": seed, **engine_args}
-    return llm_paraphraser(run, family=family, template=template, batch_size=batch_size, backend="vllm", options=opts)
+Paraphrasers.register("hf")(functools.partial(engine_paraphraser, "hf"))
+Paraphrasers.register("vllm")(functools.partial(engine_paraphraser, "vllm"))
 
 
 def get_paraphraser(backend: str, **options) -> Paraphraser:

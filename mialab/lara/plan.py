@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 
-from mialab.pipeline.config import ConfigError, check_names
+from mialab.pipeline.config import ConfigError, check_generation, check_names
 from mialab.pipeline.plan import Plan, Stage, seed_part
 
 PERTURBATION_KEYS = ("question", "controls", "neighbours", "blank", "paraphrase", "llm")
@@ -33,9 +33,14 @@ class LaRAPlan:
         self.check()
 
     def check(self) -> None:
-        """Cross-references of the ``lara`` section; every (model, dataset) must be in the results table."""
+        """Cross-references of the ``lara`` section; every (model, dataset) must be in the results table; the
+        instruction model (``llm``) and its backend options load no code."""
         if not self.spec:
             return
+        if "llm" in self.spec:
+            llm = self.spec["llm"]
+            check_generation("lara.llm.backend_options", llm["engine"], llm["backend_options"],
+                             model=("lara.llm.model", llm["model"]))
         keys = ("lara.targets",) * 2 if "targets" in self.spec else ("lara.models", "lara.datasets")
         check_names(keys[0], self.models(), self.config["models"], "model")
         check_names(keys[1], self.datasets(), self.config["datasets"], "dataset")

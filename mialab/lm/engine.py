@@ -95,17 +95,32 @@ known_backends = BACKENDS.known
 get_backend = BACKENDS.get
 
 
+def check_backend_options(name: str, options: dict, key: str = "backend_options") -> None:
+    """Refuse options of backend ``name`` that could load code: ``trust_remote_code`` (only the model's
+    ``models.<name>.trust_remote_code`` allows that) and what the backend's own ``check_options`` refuses
+    (vLLM: its venv, engine arguments outside the allow-list). Run before any job (the plans) and when a
+    backend starts (:func:`start_backend`); the ``ValueError`` names the option under config key ``key``."""
+    if "trust_remote_code" in options:
+        raise ValueError(f"{key}.trust_remote_code: a backend option cannot let a model run its folder's code; "
+                         "set models.<name>.trust_remote_code: true for that model")
+    check = getattr(get_backend(name), "check_options", None)
+    if check is not None:
+        try:
+            check(options)
+        except ValueError as e:
+            raise ValueError(f"{key}.{e}") from None
+
+
 def start_backend(name: str, model: str, options: dict | None = None, *,
                   trust_remote_code: bool = False) -> RolloutBackend:
-    """Backend ``name`` started on ``model`` with the config's ``backend_options``.
+    """Backend ``name`` started on ``model`` with the config's ``backend_options``
+    (:func:`check_backend_options` first).
 
     Whether the model folder's code may run comes from ``trust_remote_code`` alone (the model's
     ``models.<name>.trust_remote_code``): an option cannot turn it on.
     """
     options = dict(options or {})
-    if "trust_remote_code" in options:
-        raise ValueError("backend_options.trust_remote_code: a backend option cannot let a model run its "
-                         "folder's code; set models.<name>.trust_remote_code: true for that model")
+    check_backend_options(name, options)
     return get_backend(name)(model, trust_remote_code=trust_remote_code, **options)
 
 
@@ -293,8 +308,8 @@ def run_rollouts_many(splits: Sequence[pd.DataFrame], samplings: Sequence[Sampli
     if len(splits) != len(samplings) or (parts is not None and len(parts) != len(splits)):
         raise ValueError(f"{len(splits)} split(s) but {len(samplings)} sampling setting(s)"
                          + (f" and {len(parts)} parts folder(s)" if parts is not None else ""))
+    engine = start_backend(backend, model, backend_options, trust_remote_code=trust_remote_code)  # options first
     tokenizer = load_tokenizer(model, padding_side="left", trust_remote_code=trust_remote_code)
-    engine = start_backend(backend, model, backend_options, trust_remote_code=trust_remote_code)
     stops = stop_token_ids(model, tokenizer)
     settings = {"model": model_identity(model) if model_key is None else model_key, "backend": backend,
                 "backend_options": backend_options}
@@ -315,8 +330,8 @@ def text_completions(model_path: str, *, backend: str = "hf", backend_options: d
     With a ``parts`` folder every call is resumable there (:class:`Parts`)."""
     from mialab.lm.loading import load_tokenizer
 
+    engine = start_backend(backend, model_path, backend_options, trust_remote_code=trust_remote_code)  # options first
     tok = load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code)
-    engine = start_backend(backend, model_path, backend_options, trust_remote_code=trust_remote_code)
     stops = stop_token_ids(model_path, tok)
     folder = None if parts is None else Parts(parts)
     settings = {"model": model_identity(model_path), "backend": backend, "backend_options": backend_options}
@@ -355,15 +370,15 @@ def rollout_generator(model_path: str, *, backend: str = "hf", backend_options: 
 
 
 def text_generator(model_path: str, *, engine: str = "hf", backend_options: dict | None = None,
-                   max_new_tokens: int = 4000, temperature: float = 0.7, top_p: float = 1.0, seed: int = 0,
-                   trust_remote_code: bool = False) -> Callable[..., list[str]]:
+                   max_new_tokens: int = 4000, temperature: float = 0.7, top_p: float = 1.0,
+                   seed: int = 0) -> Callable[..., list[str]]:
     """A ``generate(prompts) -> completions`` callable over an instruction model (a local folder or a
-    hub id in the cache), for the LLM-backed perturbation backends: each prompt is sent as one chat
-    user turn (:func:`text_completions` on backend ``engine``), no top-k cut. ``temperature=0`` decodes
-    greedily (then re-prompting repeats the same answer); ``run(prompts, temperature=t)`` overrides it
-    for one call."""
-    complete = text_completions(model_path, backend=engine, backend_options=backend_options, chat=True,
-                                trust_remote_code=trust_remote_code)
+    hub id in the cache), for the LLM-backed helpers (paraphrasers, LaRA's perturbations, ADRA's judge):
+    each prompt is sent as one chat user turn (:func:`text_completions` on backend ``engine``), no top-k
+    cut. ``temperature=0`` decodes greedily (then re-prompting repeats the same answer);
+    ``run(prompts, temperature=t)`` overrides it for one call. Such a model is named by path, not as a
+    configured model, so its folder's code never runs (a folder that declares some is refused)."""
+    complete = text_completions(model_path, backend=engine, backend_options=backend_options, chat=True)
     sampling = SamplingConfig(n=1, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=0,
                               seed=seed)
 

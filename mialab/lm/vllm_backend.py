@@ -48,8 +48,22 @@ class VLLMBackend:
     """Sample ``n`` completions per prompt with vLLM (``tensor_parallel_size`` GPUs, or CPU).
 
     ``engine_args``: further ``vllm.LLM`` arguments, only those of
-    :data:`mialab.lm.vllm_worker.ENGINE_ARGS`; ``trust_remote_code``: the model's config setting.
+    :data:`mialab.lm.vllm_worker.ENGINE_ARGS`; ``trust_remote_code``: the model's config setting;
+    ``venv``: the worker's environment, :func:`default_venv` unless a caller names one (never the config:
+    :meth:`check_options`).
     """
+
+    @staticmethod
+    def check_options(options: dict) -> None:
+        """Refuse config options that could run code: ``venv`` (its python would run the worker) and
+        engine arguments outside :data:`mialab.lm.vllm_worker.ENGINE_ARGS`."""
+        if "venv" in options:
+            raise ValueError("venv: the vLLM worker's environment comes from $MIALAB_VLLM_VENV (or .venv-vllm), "
+                             "not from the config")
+        try:
+            check_engine_args(options.get("engine_args") or {})
+        except ValueError as e:
+            raise ValueError(f"engine_args: {e}") from None
 
     def __init__(self, model: str, *, tensor_parallel_size: int = 1, dtype: str = "auto",
                  max_model_len: int | None = None, enforce_eager: bool = False, kv_cache_space_gib: int = 1,

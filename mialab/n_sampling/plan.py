@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 
 from mialab.n_sampling.tasks import Task, known_templates, rollout_seed
-from mialab.pipeline.config import ConfigError
+from mialab.pipeline.config import ConfigError, check_generation
 from mialab.pipeline.plan import Plan, Stage, seed_part
 
 
@@ -34,9 +34,11 @@ class NSamplingPlan:
         self.check()
 
     def check(self) -> None:
-        """Cross-references: every target is evaluated, has a task with a known template; chat models exist."""
+        """Cross-references: every target is evaluated, has a task with a known template; chat models exist;
+        the backend options (ADRA's evaluation rollouts' too) load no code."""
         if not self.spec:
             return
+        check_generation("n_sampling.backend_options", self.spec["backend"], self.spec["backend_options"])
         models, evaluated = self.config["models"], set(self.plan.evaluated_pairs())
         for m, d in self.pairs():
             if m not in models:

@@ -431,27 +431,41 @@ def vllm_problems(config: dict, *, trl_vllm: str | None, trl_range: str, worker_
                         f"{GRPO_VLLM_INSTALL}, or remove adra.train.vllm to generate with transformers")
     backends = [("n_sampling.backend", (config.get("n_sampling") or {}).get("backend")),
                 ("calibdcd.generation.backend", (config.get("calibdcd") or {}).get("generation", {}).get("backend")),
-                ("lara.llm.engine", ((config.get("lara") or {}).get("llm") or {}).get("engine"))]
+                ("lara.llm.engine", ((config.get("lara") or {}).get("llm") or {}).get("engine")),
+                ("adra.reward.judge.engine", (adra.get("reward", {}).get("judge") or {}).get("engine"))]
     backends += [(f"datasets.{d}.paraphrase.backend", (ds.get("paraphrase") or {}).get("backend"))
                  for d, ds in config["datasets"].items()]
-    python = Path(venv) / "bin" / "python"
-    for key, backend in backends:
-        if backend != "vllm" or (python.exists() and worker_vllm and in_range(worker_vllm, WORKER_VLLM)):
-            continue
-        found = f"vllm {worker_vllm}" if worker_vllm else "no vllm"
-        problems.append(f"{key}: vllm needs vllm {WORKER_VLLM} in the vLLM environment {venv}, which has "
-                        f"{found if python.exists() else f'no interpreter {python}'}; {WORKER_VLLM_INSTALL}")
+    problem = worker_problem(worker_vllm, venv)
+    problems += [f"{key}: vllm {problem}" for key, backend in backends if backend == "vllm" and problem]
     return problems
+
+
+def worker_problem(worker_vllm: str | None, venv: Path) -> str | None:
+    """Why the generation worker's environment ``venv`` (with vllm ``worker_vllm``, None: none) cannot run a
+    ``vllm`` backend, or None: every ``vllm`` backend imports vLLM there (mialab.lm.vllm_backend), never here."""
+    python = Path(venv) / "bin" / "python"
+    if python.exists() and worker_vllm and in_range(worker_vllm, WORKER_VLLM):
+        return None
+    found = f"vllm {worker_vllm}" if worker_vllm else "no vllm"
+    return (f"needs vllm {WORKER_VLLM} in the vLLM environment {venv}, which has "
+            f"{found if python.exists() else f'no interpreter {python}'}; {WORKER_VLLM_INSTALL}")
+
+
+def worker_vllm(venv: Path | None = None) -> tuple[Path, str | None]:
+    """The generation worker's environment (``venv``, else :func:`mialab.lm.vllm_backend.default_venv`) and
+    the vllm version installed there (None: none)."""
+    from mialab.lm.vllm_backend import default_venv
+
+    venv = Path(venv or default_venv())
+    return venv, vllm_version(venv_site_packages(venv))
 
 
 def check_vllm_installed(config: dict) -> None:
     """:func:`vllm_problems` of this environment and the configured vLLM one, raised as one
     :class:`ConfigError` (rules/common.smk calls it when a run starts on a cluster or a GPU machine:
     a dry run plans without vLLM)."""
-    from mialab.lm.vllm_backend import default_venv
-
-    venv = default_venv()
+    venv, version = worker_vllm()
     problems = vllm_problems(config, trl_vllm=vllm_version(sys.path), trl_range=trl_vllm_range(),
-                             worker_vllm=vllm_version(venv_site_packages(venv)), venv=venv)
+                             worker_vllm=version, venv=venv)
     if problems:
         raise ConfigError("vLLM is configured but not installed:\n  " + "\n  ".join(problems))

@@ -6,15 +6,19 @@ any job starts, with a message that names the key.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import shlex
+import sys
 from pathlib import Path
 
 import yaml
 
 from mialab.data.registry import known_families, pool_keys
 from mialab.data.sources import local_paths
+from mialab.lm.loading import CODE_DECLARING_FILES, trusts_remote_code
 
 
 class ConfigError(ValueError):
@@ -28,12 +32,15 @@ def check_names(key: str, names, configured, what: str) -> None:
             raise ConfigError(f"{key}: unknown {what} {name!r}; configured: {', '.join(configured)}")
 
 
-def check_config_files(paths) -> None:
+def check_config_files(paths, argv: list[str] | None = None, *, suggest: bool = True) -> None:
     """The config files given on the command line: one complete config, then overlays of it.
 
     A file with a top-level ``overlay_of`` (a path relative to the working directory) is an
     overlay and must come after the file it names; any other file is complete and must come
-    first, so two experiments are never deep-merged into one.
+    first, so two experiments are never deep-merged into one. An overlay given without its base
+    fails with the command to run where adding the base makes the files right (``suggest``): ``argv``
+    (the command's arguments, less the program) with the base inserted before the overlay, so
+    targets, profile and options stay.
     """
     paths = [Path(os.path.relpath(p)) for p in paths]  # as the user typed them, for the messages
     for i, path in enumerate(paths):
@@ -43,8 +50,32 @@ def check_config_files(paths) -> None:
                 raise ConfigError(f"{path}: a complete config (no overlay_of) cannot be merged after {paths[0]}; "
                                   "give one complete config, then overlays of it (files with overlay_of)")
         elif not (Path(base).exists() and any(p.samefile(base) for p in paths[:i])):
-            raise ConfigError(f"{path}: an overlay of {base} (overlay_of), which is not given before it; "
-                              f"name both: snakemake --configfile {base} {path}")
+            fix = "give it first, then its overlays"
+            if suggest and Path(base).is_file():
+                try:
+                    check_config_files([*paths[:i], Path(base), *paths[i:]], suggest=False)
+                    fix = f"name both: {with_base(argv or [], path, base)}"
+                except ConfigError:
+                    pass
+            raise ConfigError(f"{path}: an overlay of {base} (overlay_of), which is not given before it; {fix}")
+
+
+def with_base(argv: list[str], overlay: Path, base: str) -> str:
+    """The command line ``snakemake ARGV`` with config file ``base`` inserted before the word naming ``overlay``
+    (``--configfile=OVERLAY`` becomes ``--configfile BASE OVERLAY``), quoted for a shell; where no word names
+    it (a profile's configfile), ``snakemake ARGV --configfile BASE OVERLAY``."""
+    def split(word: str) -> tuple[str, str]:  # (an attached "--configfile=", the path)
+        flag = next((f for f in ("--configfile=", "--configfiles=") if word.startswith(f)), "")
+        return flag, word[len(flag):]
+
+    at = next((i for i, word in enumerate(argv)
+               if Path(split(word)[1]).is_file() and Path(split(word)[1]).samefile(overlay)), None)
+    if at is None:
+        words = [*argv, "--configfile", base, str(overlay)]
+    else:
+        flag, written = split(argv[at])
+        words = [*argv[:at], *([flag.rstrip("=")] if flag else []), base, written, *argv[at + 1:]]
+    return shlex.join(["snakemake", *words])
 
 
 SECTION_NEEDS = {"adra": "n_sampling"}  # section -> the section it builds on
@@ -86,6 +117,11 @@ def check_config(config: dict) -> None:
     check_pool_keys(datasets)
     check_model_paths(config)
     check_local_paths(config)
+    for name, ds in datasets.items():
+        para = ds.get("paraphrase")
+        if para and para["backend"] != "offline":
+            key = f"datasets.{name}.paraphrase.options"
+            check_generation(key, para["backend"], para["options"], model=(f"{key}.model", para["options"]["model"]))
 
 
 def _check_acyclic(models: dict) -> None:
@@ -135,6 +171,45 @@ def load_yaml(path) -> object:
         loader.dispose()
 
 
+def command_line_config_files(argv: list[str]) -> list[str]:
+    """The files a Snakemake command line names with ``--configfile`` / ``--configfiles`` (the last one
+    given, as Snakemake reads it; no abbreviations)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--configfile", "--configfiles", nargs="+", default=[])
+    return parser.parse_known_args(argv)[0].configfile
+
+
+def check_command_line(argv: list[str] | None = None) -> None:
+    """Check the config files of a Snakemake command line (``argv``, default this process's) with
+    :func:`check_yaml_files` before Snakemake reads them: its loader names neither file nor line of a YAML
+    error, and evaluates a file's YTE templates while loading it. Run by the workflow profile
+    (profiles/default/config.yaml) on every invocation; a problem ends the process with its message. A file
+    that is not there is left to Snakemake's own message."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        check_yaml_files([p for p in command_line_config_files(argv) if Path(p).is_file()])
+    except ConfigError as e:
+        sys.exit(f"mialab: {e}")
+
+
+def typed_overrides(entries) -> list[tuple[str, object]]:
+    """``(key, value)`` of each ``--config KEY=VALUE`` (Snakemake's raw ``config_args``), VALUE read as YAML
+    (``yaml.safe_load``: data, never code), so a nested value keeps its types as in a config file (Snakemake
+    reads the scalars inside ``scoring={batch_size: 32}`` as strings). A VALUE that is not YAML fails,
+    naming it."""
+    typed = []
+    for entry in entries or ():
+        key, _, value = str(entry).partition("=")
+        try:
+            typed.append((key, yaml.safe_load(value)))
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"--config {entry}: not valid YAML{where} ({getattr(e, 'problem', None) or e}); "
+                              "a nested value is written as YAML, e.g. 'scoring={batch_size: 32}'") from None
+    return typed
+
+
 def check_yaml_files(paths) -> None:
     """Re-read every config file Snakemake loaded (it keeps the last of duplicate keys) strictly.
 
@@ -163,14 +238,15 @@ def check_pool_keys(datasets: dict) -> None:
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
 
 
-def model_reference(key: str, value: str, models: dict | None = None) -> None:
+def model_reference(key: str, value: str, models: dict | None = None, *, trusted: bool = False) -> None:
     """``value`` (config key ``key``) must be a configured model (when ``models`` is given), an
-    existing model folder, or a hub model id ``org/name`` that is not a local path."""
+    existing model folder (declaring no code of its own unless ``trusted``: :func:`check_model_folder`),
+    or a hub model id ``org/name`` that is not a local path."""
     if models is not None and value in models:
         return
     path = Path(value)
     if path.is_dir():
-        check_model_folder(key, path)
+        check_model_folder(key, path, trusted=trusted)
         return
     if path.exists():
         raise ConfigError(f"{key}: {value!r} is a file; a model is a folder (config.json, *.safetensors) or a hub id")
@@ -179,15 +255,24 @@ def model_reference(key: str, value: str, models: dict | None = None) -> None:
         raise ConfigError(f"{key}: {value!r} is not {known}an existing model folder, nor a hub model id (org/name)")
 
 
-def check_model_folder(key: str, folder: Path) -> None:
-    """A local model folder's ``config.json`` must parse and each ``*.safetensors`` file must be as
-    long as its header says (a truncated copy fails here, naming the file, not deep in transformers)."""
-    cfg = folder / "config.json"
-    if cfg.is_file():
+def check_model_folder(key: str, folder: Path, *, trusted: bool = False) -> None:
+    """A local model folder's ``config.json`` and ``tokenizer_config.json`` must parse and, unless
+    ``trusted`` (the model's ``models.<name>.trust_remote_code``), declare no code of their own
+    (``auto_map``: :mod:`mialab.lm.loading` would refuse the folder in the job); each ``*.safetensors``
+    file must be as long as its header says (a truncated copy fails here, naming the file, not deep in
+    transformers)."""
+    for name in CODE_DECLARING_FILES:
+        file = folder / name
+        if not file.is_file():
+            continue
         try:
-            json.loads(cfg.read_text(encoding="utf-8"))
+            declared = json.loads(file.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{key}: {cfg} is not valid JSON ({e}); a truncated or damaged copy?") from None
+            raise ConfigError(f"{key}: {file} is not valid JSON ({e}); a truncated or damaged copy?") from None
+        if "auto_map" in declared and not trusted:
+            raise ConfigError(f"{key}: {file} declares custom code (auto_map), which runs only for a model of the "
+                              "models section whose entry allows it (models.<name>.trust_remote_code: true; a "
+                              "model named by path elsewhere never runs it); use a folder without auto_map")
     for weights in sorted(folder.glob("*.safetensors")):
         problem = safetensors_problem(weights)
         if problem:
@@ -221,13 +306,30 @@ def check_model_paths(config: dict) -> None:
     models = config["models"]
     for name, spec in models.items():
         if spec["kind"] == "hf":
-            model_reference(f"models.{name}.path", spec["path"])
+            model_reference(f"models.{name}.path", spec["path"], trusted=trusts_remote_code(config, name))
     for det, spec in config.get("calibdcd", {}).get("detectors", {}).items():
         for key in ("reference_model", "key_token_model", "mlm_model"):
             if key in spec:
                 model_reference(f"calibdcd.detectors.{det}.{key}", spec[key], models)
         for i, name in enumerate(spec.get("key_token_models", [])):
             model_reference(f"calibdcd.detectors.{det}.key_token_models[{i}]", name, models)
+
+
+def check_generation(key: str, backend: str, options: dict | None, *, model: tuple[str, str] | None = None) -> None:
+    """A generation setting that loads nothing unasked: its rollout-engine ``backend``'s ``options`` (config
+    key ``key``) hold no option that loads code (:func:`mialab.lm.engine.check_backend_options`: no
+    ``trust_remote_code``, vLLM's engine arguments within its allow-list), and the model it names by path,
+    ``model`` = (config key, value), is not a local folder that declares code of its own (a model named
+    outside the models section never runs it; a hub id is refused by the loaders). Every generation path
+    (a method's plan, a dataset's paraphraser) calls it before any job; the error names the key."""
+    from mialab.lm.engine import check_backend_options
+
+    try:
+        check_backend_options(backend, options or {}, key=key)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if model is not None and Path(model[1]).is_dir():
+        check_model_folder(model[0], Path(model[1]))
 
 
 def data_paths(config: dict) -> list[tuple[str, str]]:

@@ -66,7 +66,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
 STAGE_VERSIONS: dict[str, int] = {
     "pools": 1,
     "splits": 1,
-    "paraphrases": 1,
+    "paraphrases": 2,  # 2: hf / vllm paraphrasers on the rollout engine (one generation path, its checks)
     "leakage": 2,
     "tokenizers": 2,  # 2: table corpora read whatever the column dtype (pandas' str dtype read as none)
     "models/pretrain": 1,

@@ -9,7 +9,8 @@
 - every hub dataset and every missing local data file becomes a local sample with the same columns
   (``resources/rehearsal/datasets.yaml``);
 - counts shrink to what 2 CPU cores run in minutes (:data:`SHRINK`; one seed, the first), devices
-  become the CPU, and vLLM backends become the hf backend where vLLM is not importable;
+  become the CPU, and vLLM backends become the hf backend where the vLLM worker's environment has no
+  working vLLM;
 - LaRA's LLM perturbations fall back to offline backends where a stand-in's answer stays invalid
   (:data:`REHEARSAL_SETTINGS`: random weights follow no instruction).
 
@@ -21,8 +22,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib.util
-import inspect
 import os
 import re
 from itertools import takewhile
@@ -32,6 +31,8 @@ from typing import Any, Iterator
 import yaml
 
 from mialab.core.paths import RESOURCES
+from mialab.data.registry import config_schema
+from mialab.pipeline.cluster_checks import worker_problem, worker_vllm
 from mialab.pipeline.plan import LAYOUTS, Plan, Stage, source_fingerprint, stable_hash
 
 TABLES = RESOURCES / "rehearsal"
@@ -105,11 +106,10 @@ DEVICES = ["scoring.device", "lara.features.device", "lara.baselines.device", "c
 # keys naming a compute precision: on the CPU a paper config's bf16 becomes auto (bf16 where the CPU computes it
 # natively, AMX / AVX512-BF16; fp32 where it would be emulated, tens of times slower)
 PRECISION_KEYS = ("dtype", "precision", "embedding_dtype")
-# generation sections: (the key naming their backend, the key of its options); vllm -> hf where vLLM is not
-# importable, keeping the options the hf backend takes (hf_options)
+# generation sections: (the key naming their backend, the key of its options); vllm -> hf where the vLLM
+# worker's environment has no working vLLM, keeping the options the hf backend takes (hf_options)
 BACKENDS = {"n_sampling": ("backend", "backend_options"), "calibdcd.generation": ("backend", "backend_options"),
             "lara.llm": ("engine", "backend_options"), "datasets.*.paraphrase": ("backend", "options")}
-HF_BACKEND_OPTIONS = ("batch_size", "dtype", "cache_implementation")
 # keys naming a model by hub id outside the models section (an encoder, a scorer, a pool's token counter):
 # their stand-ins are inputs of every models-section stand-in, so each stage reading one that also reads a
 # model runs after it; rules build_pool, paraphrase and paraphrase_pool list theirs (rules/common.smk: stand_ins_of)
@@ -300,30 +300,33 @@ def cpu_only(config: dict, vllm_available: bool) -> None:
 
 
 def hf_options(section: str) -> set[str]:
-    """The options the hf backend of ``section`` takes: the paraphraser's keyword arguments, the rollout engine's
-    :data:`HF_BACKEND_OPTIONS`."""
+    """The options the hf backend of ``section`` takes, as the schema closes them: the engine's hf options
+    (``$defs/engines/hf``) and a paraphraser's own (``$defs/paraphrase_options/llm``)."""
+    defs = config_schema()["$defs"]
+    keys = set(defs["engines"]["hf"]["properties"])
     if section == "datasets.*.paraphrase":
-        from mialab.data.paraphrase import Paraphrasers
-
-        return set(inspect.signature(Paraphrasers.get("hf")).parameters)
-    return set(HF_BACKEND_OPTIONS)
+        keys |= set(defs["paraphrase_options"]["llm"]["properties"])
+    return keys
 
 
-def vllm_importable() -> bool:
-    return importlib.util.find_spec("vllm") is not None
+def vllm_works() -> bool:
+    """Whether a ``vllm`` backend's job finds a working vLLM where it imports it (the worker's environment)."""
+    venv, version = worker_vllm()
+    return worker_problem(version, venv) is None
 
 
 def rehearsal_log(paper: dict, rehearsed: dict) -> list[str]:
     """What a rehearsal changed, one line a key, and why a vLLM backend became hf."""
     lines = changes(paper, rehearsed)
     if any(re.search(r"\.(backend|engine): 'vllm' -> 'hf'", line) for line in lines):
-        lines.insert(0, "vLLM is not importable in this environment: vllm generation backends run on hf")
+        lines.insert(0, f"no working vLLM in the generation worker's environment ({worker_vllm()[0]}): vllm "
+                        "generation backends run on hf")
     return lines
 
 
 def rehearsing(config: dict) -> bool:
-    """Whether ``config`` asks for a rehearsal (``--config rehearsal=true`` passes the string "true")."""
-    return config.get("rehearsal") in (True, "true")
+    """Whether ``config`` asks for a rehearsal (``--config rehearsal=true``)."""
+    return config.get("rehearsal") is True
 
 
 def rehearse(config: dict, *, vllm_available: bool | None = None, results: str = "results") -> dict:
@@ -333,7 +336,7 @@ def rehearse(config: dict, *, vllm_available: bool | None = None, results: str =
     out["rehearsal"] = True
     swap_models(out, Plan(out, results=results))
     shrink(out)
-    cpu_only(out, vllm_importable() if vllm_available is None else vllm_available)
+    cpu_only(out, vllm_works() if vllm_available is None else vllm_available)
     for pattern, value in REHEARSAL_SETTINGS.items():
         for _, parent, last in matches(out, pattern):
             parent[last] = value
