@@ -5,23 +5,28 @@ import re
 import shlex
 import sys
 
-from snakemake.utils import min_version, update_config, validate
+from snakemake.utils import min_version, update_config
 
 min_version("9.0")
 
-from mialab.pipeline.cluster_checks import check_cluster_arithmetic, check_vllm_installed, visible_gpus
-from mialab.pipeline.config import check_config, check_config_files, check_yaml_files, typed_overrides
+sys.path.insert(0, workflow.basedir)
+
+from mialab.pipeline.cluster_checks import check_cluster_arithmetic, check_devices, check_vllm_installed, visible_gpus
+from mialab.pipeline.columns import check_columns
+from mialab.pipeline.config import check_config, check_config_files, check_yaml_files, typed_overrides, validate_config
 from mialab.data.sources import local_paths
 from mialab.core.integrity import check_stages
 from mialab.core.jobs import entry_point, export_entry_points, go_offline, tune_malloc
 from mialab.lm.loading import trusts_remote_code
+from mialab.pipeline.prefetch import check_hub_cache
 from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
 from mialab.pipeline.sizing import Sizing
+from mialab.scoring.baselines import passive_columns
 from mialab.adra import VARIANTS
 from mialab.adra.plan import POLICY_GRAMMAR, ADRAPlan
 from mialab.calibdcd.plan import ORIGINAL_SCOPE, SCOPES, VIEWS_SCOPE, CalibDCDPlan
 from mialab.lara.plan import LaRAPlan
-from mialab.n_sampling.plan import NSamplingPlan
+from mialab.n_sampling.plan import METHOD as NS_METHOD, NSamplingPlan
 from mialab.pipeline.plan import EPOCH_PART, SEED_PART, WILDCARDS, Plan, seed_part
 from mialab.training.plan import RLPlan
 
@@ -31,7 +36,7 @@ check_yaml_files(workflow.configfiles)  # each file Snakemake read, again: a key
 check_config_files(workflow.config_settings.configfiles, sys.argv[1:])
 for _key, _value in typed_overrides(workflow.config_settings.config_args):  # --config values keep their YAML types
     update_config(config, {_key: _value})
-validate(config, "../schemas/config.schema.yaml")
+validate_config(config)  # schemas/config.schema.yaml, defaults filled in; finite numbers
 if rehearsing(config):  # CPU rehearsal (mialab.pipeline.rehearsal): the paper config with local data samples, checked as written
     _paper = with_samples(config)
     config.clear()
@@ -49,7 +54,7 @@ if rehearsing(config):  # ... then at CPU sizes with tiny stand-in models, valid
             print(f"mialab: rehearsal: {_change}", file=sys.stderr)
     config.clear()
     config.update(_rehearsed)
-    validate(config, "../schemas/config.schema.yaml")
+    validate_config(config)
 
 # jobs inherit this: large tensors on huge pages, freed memory reused (mialab.core.jobs.with_malloc_tunables)
 tune_malloc()
@@ -70,6 +75,9 @@ ADRA_PLAN = ADRAPlan(NS_PLAN, config)
 RL_PLAN = RLPlan(PLAN)
 LARA_PLAN = LaRAPlan(PLAN, config)
 CALIBDCD_PLAN = CalibDCDPlan(PLAN, config)
+# the headline's and the baseline's columns are among those the methods' score tables will hold
+check_columns(config["evaluation"], [*passive_columns(config), *NS_PLAN.columns(), *ADRA_PLAN.columns(),
+                                     *LARA_PLAN.columns(), *CALIBDCD_PLAN.columns()])
 
 # shell rules run "$MIALAB_PYTHON" and "$MIALAB_SCRIPTS/<script>": this process's, not params
 export_entry_points(workflow.basedir)
@@ -85,6 +93,11 @@ onstart:
     _executor = workflow.executor_plugin.cli_prefix if workflow.executor_plugin else "local"
     if workflow.is_main_process and not rehearsing(config) and (_executor != "local" or visible_gpus()):
         check_vllm_installed(config)
+    # devices a local run's jobs do not see, and hub models its offline jobs would not find, fail before any job
+    if workflow.is_main_process and _executor == "local":
+        check_devices(config, visible_gpus())
+    if workflow.is_main_process and "prefetch" not in {job.rule.name for job in workflow.dag.needrun_jobs()}:
+        check_hub_cache(config)
 
 
 def sized(rule, **getters):

@@ -44,7 +44,7 @@ rule n_sampling_scores:
         rollout_metrics=PLAN.seed_patterns("n_sampling/scores", "rollout_metrics.parquet"),
         manifest=PLAN.pattern("n_sampling/scores", "manifest.json"),
     params:
-        method="n_sampling",
+        method=NS_METHOD,
         manifest=lambda wc: _checked(NS_PLAN.score_run(wc.model, wc.dataset), wc).manifest,
     threads: 1
     resources:

@@ -110,6 +110,7 @@ def small_config():
     base["train"].update(steps=2, batch_size=2, seq_len=64, warmup_steps=1)
     cfg["models"] = {"base": base}
     cfg["scoring"].update(methods=["loss", "zlib"], max_length=64)
+    cfg["evaluation"]["baseline"] = "loss"  # the headline's baseline is a column the config scores
     return cfg
 
 

@@ -581,3 +581,10 @@ def test_baselines_of_several_seeds_answer_shared_questions_once_and_keep_each_s
     clash = b.assign(text=b["text"].where(b["id"] != "q1", "another text"))
     with pytest.raises(ValueError, match="1 question id"):
         baseline_scores(tiny_model, [a, clash], **spec)
+
+
+def test_wordnet_cache_folder_is_configurable(monkeypatch, tmp_path):
+    from mialab.text.wordnet import cache_dir
+
+    monkeypatch.setenv("MIALAB_WORDNET_CACHE", str(tmp_path / "wn"))
+    assert cache_dir() == tmp_path / "wn"

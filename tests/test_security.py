@@ -194,11 +194,14 @@ def plan_refusal(cfg: dict) -> str:
 
 
 def code_declaring_folder(dest: Path, marker: Path) -> str:
-    """A model folder whose config.json maps its model class to its own module (which writes ``marker``)."""
-    dest.mkdir(parents=True)
+    """A complete tiny model folder whose config.json maps its model class to its own module (which writes
+    ``marker``)."""
+    from conftest import PROBLEMS, tiny_llama
+
+    tiny_llama(dest, PROBLEMS * 20, hidden_size=16, num_layers=1)
     (dest / "evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
-    (dest / "config.json").write_text(json.dumps({"model_type": "llama",
-                                                  "auto_map": {"AutoModelForCausalLM": "evil.EvilModel"}}))
+    config = json.loads((dest / "config.json").read_text())
+    (dest / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForCausalLM": "evil.EvilModel"}}))
     return str(dest)
 
 

@@ -101,6 +101,7 @@ def requeue_config() -> dict:
     cfg["models"]["base"]["members"] = [m for m in cfg["models"]["base"]["members"] if m["dataset"] == "wikimia"]
     cfg["models"]["base"]["train"].update(steps=60, checkpoint_every=10)
     cfg["scoring"]["methods"] = ["loss"]
+    cfg["evaluation"]["baseline"] = "loss"  # the headline's baseline is a column the config scores
     return cfg
 
 

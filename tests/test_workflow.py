@@ -4,10 +4,8 @@ import copy
 import re
 import time
 
-import pytest
 from workflow_helpers import default_config, foundation_config, make_workdir, planned_jobs, snakemake
 
-from mialab.pipeline.config import ConfigError, check_config
 from mialab.pipeline.plan import Plan
 
 
@@ -55,39 +53,6 @@ def test_per_dataset_target_plans_only_that_dataset(tmp_path):
     out = snakemake(make_workdir(tmp_path, foundation_config()), "-n", "dataset_aime").stdout
     assert "results/splits/aime/" in out and "results/splits/wikimia/" not in out
     assert "results/scores/sft/wikimia/" not in out
-
-
-def test_wrong_type_fails_before_any_job_naming_the_key(tmp_path):
-    cfg = default_config()
-    cfg["datasets"]["wikimia"]["split"]["n_per_class"] = "sixty-four"
-    wd = make_workdir(tmp_path, cfg)
-    proc = snakemake(wd, "-n", check=False)
-    assert proc.returncode != 0
-    err = proc.stdout + proc.stderr
-    assert "n_per_class" in err and "not of type 'integer'" in err
-    assert not (wd / "results").exists()
-
-
-def test_unknown_key_is_rejected(tmp_path):
-    cfg = default_config()
-    cfg["scoring"]["batchsize"] = 8
-    proc = snakemake(make_workdir(tmp_path, cfg), "-n", check=False)
-    assert proc.returncode != 0 and "batchsize" in proc.stdout + proc.stderr
-
-
-def test_semantic_errors_name_the_key():
-    cfg = default_config()
-    cfg["models"]["sft"]["reference"] = "bse"
-    with pytest.raises(ConfigError, match=r"models.sft.reference: unknown model 'bse'"):
-        check_config(cfg)
-    cfg = default_config()
-    cfg["datasets"]["wikimia"]["pool"]["family"] = "wikimai"
-    with pytest.raises(ConfigError, match="known: .*wikimia"):
-        check_config(cfg)
-    cfg = default_config()
-    cfg["models"]["base"]["reference"] = "sft"  # sft -> init base -> reference sft
-    with pytest.raises(ConfigError, match="cycle"):
-        check_config(cfg)
 
 
 def test_keys_change_only_downstream_of_a_changed_dataset():

@@ -21,8 +21,10 @@ import re
 from mialab.adra import FINAL, VARIANTS
 from mialab.n_sampling.plan import NSamplingPlan, targets_of
 from mialab.n_sampling.tasks import rollout_seed
+from mialab.pipeline.columns import Columns
 from mialab.pipeline.config import ConfigError, check_generation
 from mialab.pipeline.plan import Stage
+from mialab.scoring.baselines import score_columns
 
 INIT = "init"
 # a policy's name, unanchored (rules/adra.smk's wildcard constraint): groups 1 and 2 its variant and step
@@ -81,16 +83,27 @@ class ADRAPlan:
                 raise ConfigError(f"adra.datasets: {d!r} is not the dataset of an adra target "
                                   f"({', '.join(sorted(targets))})")
         if "adra_plus" in self.spec["variants"]:
-            methods = self.config["scoring"]["methods"]
-            for d in sorted(targets):
+            scoring = self.config["scoring"]
+            for m, d in self.pairs():
                 column = self.dataset_settings(d)["contrastive"]["baseline"]
-                if column.split("@")[0] not in methods:
+                written = score_columns(scoring, reference=self.plan.reference_of(m) is not None)
+                if column not in written:
                     key = f"adra.datasets.{d}" if "contrastive" in self.spec["datasets"].get(d, {}) else "adra"
                     raise ConfigError(f"{key}.contrastive.baseline: {column!r} is not a score of scoring.methods "
-                                      f"({', '.join(methods)})")
+                                      f"{scoring['methods']} with scoring.k {scoring['k']} on {m} "
+                                      f"({', '.join(written)}), which give ADRA+'s membership weights on {d}; name "
+                                      "one of them, or add its method or k")
 
     def pairs(self) -> list[tuple[str, str]]:
         return targets_of(self.spec)
+
+    def columns(self) -> list[Columns]:
+        """The score columns of ADRA's policies in the results table (:mod:`mialab.pipeline.columns`): each
+        variant's final policy, and the untrained one (``adra_init``) where step 0 is evaluated."""
+        methods = [*VARIANTS, self.method(INIT)]
+        running = [self.method(p) for p in self.policies() if p == INIT or p.endswith(FINAL)] if self.spec else []
+        return [Columns(m, f"{re.escape(m)}/.+", tuple(self.ns.metric_columns(m)) if m in running else (),
+                        "adra.variants, adra.eval.steps, n_sampling.metrics") for m in methods]
 
     def variants(self) -> list[str]:
         return list(self.spec["variants"]) if self.spec else []

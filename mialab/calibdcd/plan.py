@@ -24,6 +24,8 @@ import os
 from collections.abc import Mapping
 
 from mialab.calibdcd.views import ORIGINAL, controlled_views
+from mialab.data.registry import config_schema
+from mialab.pipeline.columns import Columns
 from mialab.pipeline.config import ConfigError, check_generation, check_names
 from mialab.pipeline.plan import SEED_PART, Plan, Stage, seed_part
 from mialab.scoring.baselines import column_name
@@ -35,6 +37,14 @@ ORIGINAL_SCOPE, VIEWS_SCOPE = "original", "views"
 SCOPES = (ORIGINAL_SCOPE, VIEWS_SCOPE)
 #: the veilprobe section's keys of :func:`mialab.calibdcd.extract.add_perturbed_prefix` besides its models
 PERTURBATION_KEYS = ("ratio", "perturbation", "mlm_model", "beams", "new_tokens", "ot_topk", "ot_iterations", "seed")
+
+
+UNCALIBRATED = "original"  # the variant name of a detector's uncalibrated score
+
+
+def score_column(detector: str, variant: str) -> str:
+    """Results-table name of a CalibDCD score: ``calibdcd/<detector>/<variant>`` (``original``: uncalibrated)."""
+    return f"calibdcd/{detector}/{variant}"
 
 
 def perturbation_options(veilprobe: Mapping) -> dict:
@@ -96,6 +106,15 @@ class CalibDCDPlan:
 
     def detectors(self) -> list[str]:
         return list(self.spec["detectors"]) if self.spec else []
+
+    def columns(self) -> list[Columns]:
+        """Each detector's score columns (:mod:`mialab.pipeline.columns`; every detector the schema knows):
+        uncalibrated, and every variant, where the config runs the detector."""
+        known = config_schema()["properties"]["calibdcd"]["properties"]["detectors"]["properties"]
+        variants = [UNCALIBRATED, *self.spec["variants"]] if self.spec else []
+        return [Columns(f"calibdcd ({d})", score_column(d, ".+"),
+                        tuple(score_column(d, v) for v in variants) if d in self.detectors() else (),
+                        "calibdcd.detectors, calibdcd.variants") for d in known]
 
     def report_outputs(self) -> dict[str, str]:
         """The report's files (rule calibdcd_report), by name."""

@@ -42,6 +42,7 @@ from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_prompts
 from mialab.calibdcd.features import veilprobe_vector
 from mialab.calibdcd.frames import feature_frame
 from mialab.calibdcd.mapping import MappingConfig, mapping_features, train_mapping_model
+from mialab.calibdcd.plan import UNCALIBRATED, score_column
 from mialab.calibdcd.reference import reference_probabilities
 from mialab.calibdcd.views import ORIGINAL, apply_view
 from mialab.data.families.calibdcd import calibdcd_partition
@@ -222,11 +223,6 @@ def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Cal
     return FeatureRun(features, generations)
 
 
-def score_column(detector: str, variant: str) -> str:
-    """Results-table name of a CalibDCD score: ``calibdcd/<detector>/<variant>`` (``original``: uncalibrated)."""
-    return f"calibdcd/{detector}/{variant}"
-
-
 @dataclass
 class CalibrationRun:
     """What one calibration job writes (no evaluation label anywhere)."""
@@ -264,7 +260,7 @@ def calibrate_variants(original: pd.DataFrame, controlled: pd.DataFrame, supervi
     runs = {v: run_calibdcd(sup, supervised[["id", "label"]], cal, pool, detector=detector, variant=v, tau=tau,
                             tolerance=tolerance, seed=seed, fits=fits) for v in variants}
     first = runs[variants[0]].scores
-    scores = pd.DataFrame({"id": first["id"], score_column(detector, "original"): first["score_original"]})
+    scores = pd.DataFrame({"id": first["id"], score_column(detector, UNCALIBRATED): first["score_original"]})
     for v, run in runs.items():                   # every run scored the same pool rows in the same order
         scores[score_column(detector, v)] = run.scores["score_calibrated"].to_numpy()
     return CalibrationRun(

@@ -36,7 +36,11 @@ def row_filter(df: pd.DataFrame, where: list[dict], *, source: str) -> pd.Series
         if (op in ("in", "not_in")) != isinstance(value, list):
             raise ValueError(f"{source}: where[{i}]: op {op!r} takes "
                              f"{'a list' if op in ('in', 'not_in') else 'a single value'}, got {value!r}")
-        mask &= OPS[op](df[column], value)
+        try:
+            mask &= OPS[op](df[column], value)
+        except TypeError:  # a string compared with numbers (value: "2014" for a year), ...
+            raise ValueError(f"{source}: where[{i}]: column {column!r} holds {df[column].dtype} values, which "
+                             f"op {op!r} cannot compare with {value!r}; give a value of the column's type") from None
     return mask
 
 

@@ -27,7 +27,8 @@ def random_partition(ids: pd.Series, fraction: float, seed: int) -> np.ndarray:
 
 
 def apply_membership(pool: pd.DataFrame, rule: dict, *, source_label: pd.Series | None = None) -> pd.DataFrame:
-    """Set ``pool['label']`` by ``rule``: ``{"rule": "label"}`` keeps the corpus's own label,
+    """Set ``pool['label']`` by ``rule``: ``{"rule": "label"}`` keeps the corpus's own label
+    (``source_label``, checked 0 / 1 where the family read it: :func:`mialab.data.sources.require_labels`),
     ``{"rule": "random", "fraction": f, "seed": s}`` draws a random partition."""
     kind = rule["rule"]
     out = pool.copy()

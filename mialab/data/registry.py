@@ -55,9 +55,9 @@ def pool_keys(family: str) -> dict[str, dict]:
     return pools[family]["properties"]
 
 
-def with_defaults(family: str, spec: dict) -> dict:
-    """A copy of pool ``spec`` validated against the family's declaration, defaults filled in
-    (the same rule as Snakemake's ``validate``: a key's ``default`` when it is absent)."""
+def defaults_validator(schema: dict):
+    """A JSON-schema (2020-12) validator of ``schema`` that fills in, as it validates, a copy of a key's
+    ``default`` where the key is absent (the same rule as Snakemake's ``validate``)."""
     from jsonschema import Draft202012Validator, validators
 
     def set_defaults(validator, properties, instance, schema):
@@ -67,10 +67,14 @@ def with_defaults(family: str, spec: dict) -> dict:
                     instance.setdefault(key, copy.deepcopy(sub["default"]))
         yield from Draft202012Validator.VALIDATORS["properties"](validator, properties, instance, schema)
 
+    return validators.extend(Draft202012Validator, {"properties": set_defaults})(schema)
+
+
+def with_defaults(family: str, spec: dict) -> dict:
+    """A copy of pool ``spec`` validated against the family's declaration, defaults filled in."""
     root = config_schema()
-    filling = validators.extend(Draft202012Validator, {"properties": set_defaults})
     out = copy.deepcopy(spec)
-    filling({"$defs": root["$defs"], "$ref": f"#/$defs/pools/{family}"}).validate(out)
+    defaults_validator({"$defs": root["$defs"], "$ref": f"#/$defs/pools/{family}"}).validate(out)
     return out
 
 

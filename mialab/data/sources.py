@@ -15,7 +15,9 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow
 
 FORMATS = ("parquet, csv, tsv, json (an array of row objects) or jsonl (one row object, or one string, "
            "per line)")
@@ -68,19 +70,33 @@ def _read_json(path: Path) -> pd.DataFrame:
             return pd.DataFrame(json.loads(text))
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
-    rows = []
+    rows, kind = [], None  # row objects, or bare strings (MIMIR): the first line's kind
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as e:
-            whole = "a JSON object spread over several lines" if stripped.startswith("{") else "not JSON lines"
-            raise ValueError(f"{path}: line {n} is not a JSON value ({e.msg}): the file is {whole}; "
+            raise ValueError(f"{path}: line {n} is not a JSON value ({e.msg}): {_json_lines_fault(text, rows)}; "
                              f"accepted formats: {FORMATS}") from None
-    if rows and not isinstance(rows[0], dict):  # a jsonl of bare strings (MIMIR)
-        return pd.DataFrame({"text": rows})
-    return pd.DataFrame(rows)
+        kind = kind or (dict if isinstance(row, dict) else str)
+        if not isinstance(row, kind):
+            raise ValueError(f"{path}: line {n} holds {type(row).__name__} {line.strip()[:60]!r}, but the first line "
+                             f"holds a {'row object' if kind is dict else 'string'}: a JSON-lines file holds one row "
+                             "object, or one string, per line")
+        rows.append(row)
+    return pd.DataFrame({"text": rows}) if kind is str else pd.DataFrame(rows)
+
+
+def _json_lines_fault(text: str, rows: list) -> str:
+    """What is wrong with a JSON-lines file whose next line does not parse, after ``rows`` did."""
+    if rows:
+        return "a truncated or damaged line of a JSON-lines file (one value per line); repair or remove it"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return "the file is not JSON lines"
+    return "the file is a JSON object spread over several lines"
 
 
 def read_local(path: str | Path) -> pd.DataFrame:
@@ -97,7 +113,11 @@ def read_local(path: str | Path) -> pd.DataFrame:
         reader = _READERS[path.suffix]
     except KeyError:
         raise ValueError(f"{path}: unsupported file type {path.suffix!r}; accepted formats: {FORMATS}") from None
-    return reader(path)
+    try:
+        return reader(path)
+    except (pyarrow.ArrowException, pd.errors.ParserError, pd.errors.EmptyDataError) as e:  # the parsers' own
+        raise ValueError(f"{path}: not a readable {path.suffix[1:]} file ({type(e).__name__}: {e}); a truncated "
+                         "or damaged copy? Copy it again") from None
 
 
 def hub_offline() -> bool:
@@ -149,11 +169,30 @@ def require_text(df: pd.DataFrame, columns: list[str], *, source) -> None:
     """Every cell of ``columns`` must be a string: a missing or non-text cell is an error naming
     its row (0-based, in file order) and column."""
     for col in columns:
-        bad = ~df[col].map(lambda v: isinstance(v, str)).to_numpy()
-        if bad.any():
-            row = int(bad.argmax())
-            value = df[col].iloc[row]
-            what = "missing" if value is None or (isinstance(value, float) and value != value) else \
-                f"{type(value).__name__} {value!r}"
-            raise ValueError(f"{describe(source)}: column {col!r}, row {row}: {what} instead of text "
-                             f"({int(bad.sum())} such row(s))")
+        require_cells(df, col, lambda v: isinstance(v, str), "instead of text", source=source)
+
+
+def require_labels(df: pd.DataFrame, column: str, *, source) -> pd.Series:
+    """``df[column]`` as int8 membership labels. Every cell must be 1 (member) or 0 (non-member): an
+    integer, a boolean or a float equal to one; any other value, a missing one included, is an error
+    (:func:`require_cells`), never cast to a label: it would corrupt the ground truth."""
+    def is_label(v) -> bool:
+        return isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, float, np.integer, np.floating)) and v in (0, 1))
+
+    require_cells(df, column, is_label, "is not a membership label; labels are 1 (member) or 0 (non-member)",
+                  source=source)
+    return df[column].astype("int8")
+
+
+def require_cells(df: pd.DataFrame, column: str, ok, problem: str, *, source) -> None:
+    """Fail when ``ok`` is false for a cell of ``column``, naming the source, the column, the first such
+    row (0-based, in file order), its value (or that it is missing), ``problem`` and how many rows fail."""
+    bad = ~df[column].map(ok).to_numpy(dtype=bool)
+    if bad.any():
+        row = int(bad.argmax())
+        value = df[column].iloc[row]
+        value = value.item() if isinstance(value, np.generic) else value  # numpy's scalars as Python's
+        what = "missing" if value is None or (isinstance(value, float) and value != value) else \
+            f"{type(value).__name__} {value!r}"
+        raise ValueError(f"{describe(source)}: column {column!r}, row {row}: {what} {problem} "
+                         f"({int(bad.sum())} such row(s))")

@@ -186,17 +186,22 @@ def greedy_answers(model, tokenizer, questions: list[str], *, max_new_tokens: in
     return [g[0] for g in gens]
 
 
+def response_columns(min_k: float) -> list[str]:
+    """The names of :func:`response_scores`' baselines, in its order."""
+    return ["recall_lara_code", "ppl_response", f"min_k_response@{min_k:g}", f"min_k_plus_plus_response@{min_k:g}",
+            "dime"]
+
+
 def response_scores(original: list[Generation], perturbed: list[Generation], *, min_k: float) -> dict[str, np.ndarray]:
     """The code's response-level baselines (module doc) from the original and perturbed greedy answers."""
     pairs = list(zip(original, perturbed, strict=True))
-    return {
-        "recall_lara_code": np.array([recall_lara_code(o.logprobs, p.logprobs) for o, p in pairs]),
-        "ppl_response": np.array([ppl_response(o.logprobs) for o in original]),
-        f"min_k_response@{min_k:g}": np.array([min_k_response(o.logprobs, min_k) for o in original]),
-        f"min_k_plus_plus_response@{min_k:g}": np.array([min_k_plus_plus_response(o.logprobs, o.mus, o.sigmas, min_k)
-                                                       for o in original]),
-        "dime": np.array([dime_score(o.entropies, p.entropies) for o, p in pairs]),
-    }
+    return dict(zip(response_columns(min_k), [
+        np.array([recall_lara_code(o.logprobs, p.logprobs) for o, p in pairs]),
+        np.array([ppl_response(o.logprobs) for o in original]),
+        np.array([min_k_response(o.logprobs, min_k) for o in original]),
+        np.array([min_k_plus_plus_response(o.logprobs, o.mus, o.sigmas, min_k) for o in original]),
+        np.array([dime_score(o.entropies, p.entropies) for o, p in pairs]),
+    ], strict=True))
 
 
 def cdd_batch_size(batch_size: int, n_samples: int) -> int:

@@ -98,6 +98,9 @@ def lara_scores(values: np.ndarray, reference_values: np.ndarray, *, eps: float 
     return aggregate(align(robust_z(values, fit_reference(reference_values), eps), metrics), how)
 
 
+WINDOWS = ("early", "mid", "late")  # the 9:9:10 runs of the layers, in order
+
+
 def window_lengths(n_layers: int) -> tuple[int, int, int]:
     """Early / mid / late run lengths in the released code's 9:9:10 ratio (``segment_lengths_9_9_10``):
     ``9 L // 28`` early and mid layers, the rest late (28 layers: 9, 9, 10)."""
@@ -111,7 +114,7 @@ def layer_windows(n_layers: int) -> dict[str, np.ndarray]:
     Under 4 layers the early and mid runs are empty (the code's NaN columns) and left out."""
     early, mid, _ = window_lengths(n_layers)
     pos = np.arange(n_layers)
-    windows = {"early": pos[:early], "mid": pos[early:early + mid], "late": pos[early + mid:]}
+    windows = dict(zip(WINDOWS, (pos[:early], pos[early:early + mid], pos[early + mid:])))
     return {name: p for name, p in windows.items() if len(p)}
 
 

@@ -16,10 +16,17 @@ from __future__ import annotations
 
 import functools
 
+from mialab.lara.baselines import response_columns
+from mialab.lara.detection import WINDOWS
+from mialab.lara.metrics import METRIC_NAMES
+from mialab.pipeline.columns import Columns
 from mialab.pipeline.config import ConfigError, check_generation, check_names
 from mialab.pipeline.plan import Plan, Stage, seed_part
 
 PERTURBATION_KEYS = ("question", "controls", "neighbours", "blank", "paraphrase", "llm")
+# the score columns' prefixes (mialab.lara.stages): the detection score fitted on held-out or in-set non-members
+PREFIXES = {"held_out": "lara", "in_set": "lara_in_set"}
+GENERATED = ("recall", "cdd", "self_critique")  # the baselines of mialab.lara.stages.lara_baselines besides responses
 MODEL_STAGES = ("features", "baselines")
 
 
@@ -59,6 +66,21 @@ class LaRAPlan:
 
     def datasets(self) -> list[str]:
         return list(dict.fromkeys(d for _, d in self.pairs()))
+
+    def columns(self) -> list[Columns]:
+        """LaRA's score columns (:mod:`mialab.pipeline.columns`; the grammar of :mod:`mialab.lara.stages`): the
+        detection score, its ablations and LaRA + Self-Critique per beta under the prefix of
+        ``lara.detection.reference``, the output-level baselines under ``lara/`` (a model of under 4 layers
+        writes no early / mid column)."""
+        key = "lara.detection.reference, lara.betas, lara.baselines.responses.min_k"
+        if not self.spec:
+            return [Columns(p, f"{p}(/.+)?", (), key) for p in PREFIXES.values()]
+        prefix = PREFIXES[self.spec["detection"]["reference"]]
+        detection = [prefix, *(f"{prefix}/{v}" for m in METRIC_NAMES for v in (m, f"no_{m}")),
+                     *(f"{prefix}/{w}" for w in WINDOWS), *(f"{prefix}/lara+sc@{b:g}" for b in self.spec["betas"])]
+        baselines = [f"lara/{c}" for c in (*GENERATED, *response_columns(self.spec["baselines"]["responses"]["min_k"]))]
+        return [Columns(p, f"{p}(/.+)?", tuple(c for c in [*detection, *baselines] if c.split("/")[0] == p), key)
+                for p in PREFIXES.values()]
 
     def models(self) -> list[str]:
         return list(dict.fromkeys(m for m, _ in self.pairs()))

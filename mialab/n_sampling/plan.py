@@ -15,8 +15,11 @@ from __future__ import annotations
 import functools
 
 from mialab.n_sampling.tasks import Task, known_templates, rollout_seed
+from mialab.pipeline.columns import Columns, listed
 from mialab.pipeline.config import ConfigError, check_generation
 from mialab.pipeline.plan import Plan, Stage, seed_part
+
+METHOD = "n_sampling"  # its score columns' prefix
 
 
 def targets_of(section: dict | None) -> list[tuple[str, str]]:
@@ -55,9 +58,32 @@ class NSamplingPlan:
         for m in self.spec["chat_models"]:
             if m not in models:
                 raise ConfigError(f"n_sampling.chat_models: unknown model {m!r}; configured: {', '.join(models)}")
+        n_min, n_max = self.spec["metrics"]["n_min"], self.spec["metrics"]["n_max"]
+        if n_max is not None and n_min > n_max:
+            raise ConfigError(f"n_sampling.metrics.n_min: {n_min} is more than n_max {n_max}: no n-gram length is "
+                              "left to compare")
+        primary, metrics = self.spec["primary_metric"], self.metric_columns(None)
+        if primary not in metrics:
+            raise ConfigError(f"n_sampling.primary_metric: {primary!r} is not a metric the attacks score under "
+                              f"n_sampling.metrics (<metric>@<aon|bon>): {listed(metrics)}")
 
     def pairs(self) -> list[tuple[str, str]]:
         return targets_of(self.spec)
+
+    def metric_columns(self, method: str | None) -> list[str]:
+        """The score columns an attack ``method`` writes under ``n_sampling.metrics`` (every metric,
+        aggregated over the N rollouts each way: ``<method>/<metric>@<agg>``; no method: ``<metric>@<agg>``)."""
+        from mialab.n_sampling.attack import metric_names
+        from mialab.n_sampling.evaluation import AGGREGATIONS
+
+        prefix = f"{method}/" if method else ""
+        metrics = metric_names(self.spec["metrics"]["embedding_model"])
+        return [f"{prefix}{m}@{how}" for how in AGGREGATIONS for m in metrics]
+
+    def columns(self) -> list[Columns]:
+        """N-Sampling's score columns (:mod:`mialab.pipeline.columns`)."""
+        return [Columns(METHOD, f"{METHOD}/.+", tuple(self.metric_columns(METHOD)) if self.spec else (),
+                        "n_sampling.metrics")]
 
     def datasets(self) -> list[str]:
         return list(dict.fromkeys(d for _, d in self.pairs()))

@@ -48,7 +48,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from mialab.core.paths import RESOURCES
-from mialab.pipeline.config import ConfigError
+from mialab.pipeline.config import ConfigError, walk_config
 
 MODEL_TABLE = RESOURCES / "model_heads.tsv"
 # families whose member and non-member share their prefix in pairs (mialab/data/families/s1.py):
@@ -289,7 +289,9 @@ class Checks:
         targets = [(t["model"], t["dataset"]) for t in ns["targets"]]
         opts = ns["backend_options"]
         for m, d in targets:
-            task = ns["tasks"][d]
+            task = ns["tasks"].get(d)
+            if task is None:
+                continue  # mialab.n_sampling.plan names the missing task
             prompt, new = task["max_prompt_tokens"], task["max_new_tokens"]
             total = (prompt or 0) + new
             self.length(f"n_sampling.tasks.{d}.max_new_tokens", total, m,
@@ -469,3 +471,21 @@ def check_vllm_installed(config: dict) -> None:
                              worker_vllm=version, venv=venv)
     if problems:
         raise ConfigError("vLLM is configured but not installed:\n  " + "\n  ".join(problems))
+
+
+CUDA_DEVICE = re.compile(r"cuda(?::(\d+))?")
+
+
+def check_devices(config: dict, gpus: int) -> None:
+    """Every config key named ``device`` (backend options' included) names a device that exists for a job that
+    sees ``gpus`` GPUs: ``cuda`` / ``cuda:<i>`` needs more than ``i`` of them. rules/common.smk calls it when a
+    local run starts (its jobs see this machine's GPUs, :func:`visible_gpus`), so a CPU machine fails before any
+    job instead of in torch ("Torch not compiled with CUDA enabled")."""
+    problems = []
+    for key, value in walk_config(config):
+        m = CUDA_DEVICE.fullmatch(value) if key.rsplit(".", 1)[-1] == "device" and isinstance(value, str) else None
+        if m and int(m[1] or 0) >= gpus:
+            problems.append(f"{key}: {value!r}, but a job here sees {gpus} GPU(s); use auto (a GPU where the job "
+                            f"sees one, else the CPU), cpu{', or cuda:0 to cuda:' + str(gpus - 1) if gpus else ''}")
+    if problems:
+        raise ConfigError("devices that do not exist here:\n  " + "\n  ".join(problems))

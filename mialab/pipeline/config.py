@@ -8,21 +8,76 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
 
-from mialab.data.registry import known_families, pool_keys
+from mialab.data.registry import config_schema, defaults_validator, known_families, pool_keys
 from mialab.data.sources import local_paths
 from mialab.lm.loading import CODE_DECLARING_FILES, trusts_remote_code
 
 
 class ConfigError(ValueError):
     """The configuration is inconsistent; the message names the offending key."""
+
+
+def walk_config(node, key: str = "") -> Iterator[tuple[str, object]]:
+    """(key path, value) of every entry below ``node``, named as messages name them (``a.b[0].c``)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            path = f"{key}.{k}" if key else str(k)
+            yield path, v
+            yield from walk_config(v, path)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield f"{key}[{i}]", v
+            yield from walk_config(v, f"{key}[{i}]")
+
+
+def key_path(parts) -> str:
+    """A JSON-schema error's path (keys and list indices) as :func:`walk_config` names it."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
+def schema_message(error) -> str:
+    """One line for a schema violation (a ``jsonschema`` error): the key path, the value and what the
+    key accepts, instead of a dump of the schema."""
+    where = key_path(error.absolute_path)
+    if error.validator == "additionalProperties":
+        known = list(error.schema.get("properties", {}))
+        unknown = [k for k in error.instance if k not in known]
+        head = f"{where}.{unknown[0]}" if where else str(unknown[0])
+        return f"{head}: unknown key; {where or 'the config'} accepts: {', '.join(known) or 'no key'}"
+    if error.validator in ("oneOf", "anyOf"):
+        value = repr(error.instance)
+        value = value if len(value) <= 80 else value[:77] + "..."
+        what = error.schema.get("description")
+        return f"{where or 'the config'}: {value} is none of the forms it accepts" + (f" ({what})" if what else "")
+    message = error.message if len(error.message) <= 300 else error.message[:297] + "..."
+    return f"{where or 'the config'}: {message}"
+
+
+def validate_config(config: dict) -> None:
+    """Validate ``config`` in place against ``schemas/config.schema.yaml``, filling in the defaults
+    (rules/common.smk); a violation, and a number that is NaN or infinite (JSON schema's bounds let
+    NaN through, and an unbounded key inf), is a :class:`ConfigError` naming the key path."""
+    from jsonschema.exceptions import best_match
+
+    error = best_match(defaults_validator(config_schema()).iter_errors(config))
+    if error is not None:
+        raise ConfigError(schema_message(error))
+    for key, value in walk_config(config):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}: {value} is not a finite number; give a finite value")
 
 
 def check_names(key: str, names, configured, what: str) -> None:
@@ -113,6 +168,10 @@ def check_config(config: dict) -> None:
                               f"(train.epochs = {spec['train']['epochs']})")
         if spec["kind"] != "hf" and "tokenizer" not in config and spec["kind"] == "pretrain":
             raise ConfigError(f"{where}: kind 'pretrain' needs a top-level 'tokenizer' section")
+        arch = spec.get("architecture")
+        if arch and arch["hidden_size"] % arch["num_heads"]:
+            raise ConfigError(f"{where}.architecture: hidden_size {arch['hidden_size']} is not a multiple of num_heads "
+                              f"{arch['num_heads']} (each head gets hidden_size / num_heads dimensions)")
     _check_acyclic(models)
     check_pool_keys(datasets)
     check_model_paths(config)
@@ -255,28 +314,68 @@ def model_reference(key: str, value: str, models: dict | None = None, *, trusted
         raise ConfigError(f"{key}: {value!r} is not {known}an existing model folder, nor a hub model id (org/name)")
 
 
+#: files of a model folder that name its tokenizer (AutoTokenizer reads one of them)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+#: pickled weights, which mialab never loads (a pickle can run code)
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
+
+
 def check_model_folder(key: str, folder: Path, *, trusted: bool = False) -> None:
-    """A local model folder's ``config.json`` and ``tokenizer_config.json`` must parse and, unless
-    ``trusted`` (the model's ``models.<name>.trust_remote_code``), declare no code of their own
-    (``auto_map``: :mod:`mialab.lm.loading` would refuse the folder in the job); each ``*.safetensors``
-    file must be as long as its header says (a truncated copy fails here, naming the file, not deep in
-    transformers)."""
-    for name in CODE_DECLARING_FILES:
-        file = folder / name
-        if not file.is_file():
-            continue
+    """A local model folder (config key ``key``) must be what a job loads: a ``config.json``, a tokenizer,
+    safetensors weights (every shard its index names, each as long as its header says), every JSON file
+    parseable, a tokenizer whose token ids fit the model's ``vocab_size``, and, unless ``trusted`` (the
+    model's ``models.<name>.trust_remote_code``), no code of its own (``auto_map``: :mod:`mialab.lm.loading`
+    would refuse the folder in the job). A problem fails here, naming the file, instead of deep in
+    transformers inside a job."""
+    docs = {}
+    for file in sorted(folder.glob("*.json")):
         try:
-            declared = json.loads(file.read_text(encoding="utf-8"))
+            docs[file.name] = json.loads(file.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{key}: {file} is not valid JSON ({e}); a truncated or damaged copy?") from None
-        if "auto_map" in declared and not trusted:
-            raise ConfigError(f"{key}: {file} declares custom code (auto_map), which runs only for a model of the "
-                              "models section whose entry allows it (models.<name>.trust_remote_code: true; a "
-                              "model named by path elsewhere never runs it); use a folder without auto_map")
-    for weights in sorted(folder.glob("*.safetensors")):
-        problem = safetensors_problem(weights)
+    for name in CODE_DECLARING_FILES:
+        if isinstance(docs.get(name), dict) and "auto_map" in docs[name] and not trusted:
+            raise ConfigError(f"{key}: {folder / name} declares custom code (auto_map), which runs only for a model "
+                              "of the models section whose entry allows it (models.<name>.trust_remote_code: true; "
+                              "a model named by path elsewhere never runs it); use a folder without auto_map")
+    if "config.json" not in docs:
+        raise ConfigError(f"{key}: {folder} has no config.json, so it is not a transformers model folder "
+                          "(save_pretrained writes one; a checkpoint's parent or child folder?)")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(f"{key}: {folder} has no tokenizer ({', '.join(TOKENIZER_FILES)}); save the model's "
+                          "tokenizer into the folder (tokenizer.save_pretrained)")
+    index = docs.get("model.safetensors.index.json")
+    shards = sorted(set(index.get("weight_map", {}).values())) if isinstance(index, dict) else []
+    missing = [name for name in shards if not (folder / name).is_file()]
+    if missing:
+        raise ConfigError(f"{key}: {folder / 'model.safetensors.index.json'} names shard(s) that are not in the "
+                          f"folder: {', '.join(missing)}")
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights:
+        pickled = sorted(p.name for pattern in PICKLED_WEIGHTS for p in folder.glob(pattern))
+        found = (f"only pickled weights ({', '.join(pickled)}), which mialab never loads (a pickle can run code)"
+                 if pickled else "no weights")
+        raise ConfigError(f"{key}: {folder} holds {found}; mialab loads *.safetensors weights only: save them with "
+                          "save_pretrained(..., safe_serialization=True) where you trust the model")
+    for file in weights:
+        problem = safetensors_problem(file)
         if problem:
-            raise ConfigError(f"{key}: {weights}: {problem}; a truncated or damaged copy?")
+            raise ConfigError(f"{key}: {file}: {problem}; a truncated or damaged copy?")
+    vocab, top = docs["config.json"].get("vocab_size"), tokenizer_top_id(docs.get("tokenizer.json"))
+    if isinstance(vocab, int) and top is not None and top >= vocab:
+        raise ConfigError(f"{key}: {folder / 'tokenizer.json'} has token id {top}, but config.json's vocab_size is "
+                          f"{vocab}: the tokenizer is not this model's (ids past the embedding fail in every job)")
+
+
+def tokenizer_top_id(doc) -> int | None:
+    """The largest token id of a ``tokenizer.json`` document (its vocabulary and added tokens), or None."""
+    if not isinstance(doc, dict):
+        return None
+    vocab = (doc.get("model") or {}).get("vocab")  # BPE / WordPiece: token -> id; Unigram: [piece, score] by id
+    ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab or [])))
+    ids += [t["id"] for t in doc.get("added_tokens") or [] if isinstance(t, dict) and isinstance(t.get("id"), int)]
+    ids = [i for i in ids if isinstance(i, int)]
+    return max(ids) if ids else None
 
 
 def safetensors_problem(path: Path) -> str | None:

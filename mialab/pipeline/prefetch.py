@@ -19,10 +19,14 @@ not ``org/name`` are not hub models.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from mialab.data.sources import hub_offline
+from mialab.pipeline.config import ConfigError, walk_config
 
 #: Keys outside ``models:`` whose string value may name a hub model.
 MODEL_KEYS = ("embedding_model", "reference_model", "key_token_model", "key_token_models", "mlm_model", "model")
@@ -45,19 +49,6 @@ class HubItem:
     trust_remote_code: bool = False
 
 
-def _walk(node, key: str) -> Iterator[tuple[str, object]]:
-    """(config key, value) of every entry below ``node``."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            path = f"{key}.{k}" if key else str(k)
-            yield path, v
-            yield from _walk(v, path)
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield f"{key}[{i}]", v
-            yield from _walk(v, f"{key}[{i}]")
-
-
 def is_hub_model(value: str, config: dict) -> bool:
     """Whether ``value`` names a hub model (module doc)."""
     from mialab.lm.embeddings import resolve_model_path
@@ -73,7 +64,7 @@ def hub_items(config: dict) -> list[HubItem]:
         if spec.get("kind") == "hf" and is_hub_model(spec["path"], config):
             items.append(HubItem(f"models.{name}.path", "model", spec["path"], spec.get("revision"),
                                  trust_remote_code=bool(spec.get("trust_remote_code"))))
-    for key, value in _walk({k: v for k, v in config.items() if k != "models"}, ""):
+    for key, value in walk_config({k: v for k, v in config.items() if k != "models"}, ""):
         if isinstance(value, dict) and isinstance(value.get("hub"), str):
             items.append(HubItem(key, "dataset", value["hub"], value.get("revision"), value.get("split"),
                                  value.get("subset")))
@@ -120,3 +111,29 @@ def prefetch(items: list[HubItem], *, model: Callable[[HubItem], str] = fetch_mo
                                f"{f' (revision {item.revision})' if item.revision else ''}: {err}") from err
         rows.append({**asdict(item), "fetched": str(where)})
     return rows
+
+
+def uncached_models(items: list[HubItem]) -> list[HubItem]:
+    """The hub models among ``items`` whose revision (none: the default branch's) is not in the local hub cache
+    (``HF_HOME``), judged by their ``config.json`` as transformers resolves it offline."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return [i for i in items if i.repo_type == "model"
+            and not isinstance(try_to_load_from_cache(i.repo_id, "config.json", revision=i.revision), str)]
+
+
+def check_hub_cache(config: dict) -> None:
+    """When the jobs read the hub offline (``HF_HUB_OFFLINE`` unset, which they default to, or set), every hub model
+    the config names must be in the local hub cache: rules/common.smk calls it when a run starts (not for a run of
+    the ``prefetch`` target), so a model that was never fetched fails before any job, naming its key."""
+    if "HF_HUB_OFFLINE" in os.environ and not hub_offline():
+        return  # the jobs may download
+    missing = uncached_models(hub_items(config))
+    if missing:
+        raise ConfigError(
+            "hub models not in the local hub cache, which the jobs read offline (HF_HUB_OFFLINE):\n  "
+            + "\n  ".join(f"{i.key}: {i.repo_id} (revision {i.revision or 'unpinned: the default branch'})"
+                           for i in missing)
+            + "\nfetch them where the hub is reachable, with the same HF_HOME: snakemake <your --profile and "
+              "--configfile arguments> prefetch (rules/prefetch.smk), or export HF_HUB_OFFLINE=0 to let the jobs "
+              "download")

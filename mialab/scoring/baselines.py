@@ -19,6 +19,7 @@ The lowest-``k`` slice always holds at least one token, so a short text never yi
 from __future__ import annotations
 
 import math
+import re
 import zlib
 from typing import Callable
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from mialab.core.finite import require_finite
 from mialab.lm.logprobs import TokenStats
+from mialab.pipeline.columns import Columns
 
 SIGMA_EPS = 1e-12
 
@@ -84,6 +86,27 @@ def check_methods(names: list[str]) -> None:
 def column_name(method: str, k: float | None = None) -> str:
     """Results-table name of a method, e.g. ``min_k@0.2``."""
     return method if k is None else f"{method}@{k:g}"
+
+
+def takes_k(method: str) -> bool:
+    return method in METHODS and METHODS[method][1]
+
+
+def score_columns(scoring: dict, *, reference: bool) -> list[str]:
+    """The columns of a score table under config section ``scoring`` (``methods``, ``k``): one per method,
+    one per k of Min-K% / Min-K%++; ``r_loss`` only for a model with a reference (``reference``)."""
+    return [column_name(m, k) for m in scoring["methods"] if reference or m not in DERIVED
+            for k in (scoring["k"] if takes_k(m) else [None])]
+
+
+def passive_columns(config: dict) -> list[Columns]:
+    """The passive baselines' columns (:class:`mialab.pipeline.columns.Columns`), one method each: what the
+    config's score tables hold (``r_loss`` where an evaluated model has a reference)."""
+    reference = any(spec.get("reference") for spec in config["models"].values())
+    written = score_columns(config["scoring"], reference=reference)
+    return [Columns(m, re.escape(m) + ("@.+" if takes_k(m) else ""),
+                    tuple(c for c in written if c.split("@")[0] == m), "scoring.methods, scoring.k")
+            for m in KNOWN]
 
 
 def score_texts(stats: list[TokenStats], texts: list[str], methods: list[str], ks: list[float]) -> dict[str, np.ndarray]:

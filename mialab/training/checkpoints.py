@@ -11,8 +11,10 @@ checkpoint files (:mod:`mialab.training.sft`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pickle
 import random
 import re
 import shutil
@@ -46,6 +48,36 @@ def prune_checkpoints(root: str | os.PathLike, keep: Path) -> None:
     for p in Path(root).iterdir():
         if STEP_DIR.fullmatch(p.name) and p.is_dir() and p != keep:
             shutil.rmtree(p)
+
+
+class CheckpointRefused(RuntimeError):
+    """A checkpoint to resume from holds pickled objects that are not plain data; it was not loaded."""
+
+
+REFUSED = ".refused"  # the suffix of a refused checkpoint moved aside (no checkpoint pattern matches it)
+
+
+@contextlib.contextmanager
+def refusing_pickled_code(checkpoint: str | os.PathLike, *, move_aside: bool = True):
+    """Resume from ``checkpoint`` inside this block. A file the block loads that torch's ``weights_only``
+    unpickler refuses (an object other than tensors and plain data: loading it could run code) raises
+    :class:`CheckpointRefused` naming the checkpoint, and never the advice to load it with
+    ``weights_only=False``. With ``move_aside`` (a checkpoint of the job's own work folder) rank 0 first
+    renames it ``<name>.refused``, so that the job's retry starts without it instead of failing the same way."""
+    try:
+        yield
+    except pickle.UnpicklingError:
+        checkpoint = Path(checkpoint)
+        aside = checkpoint.with_name(checkpoint.name + REFUSED)
+        if move_aside and int(os.environ.get("RANK", "0")) == 0:
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(checkpoint, aside)
+        then = (f"it was moved to {aside} (deleted with the work folder once the model is published), so a retry "
+                "of the job starts without it" if move_aside else
+                "it is the output of an earlier job: delete that job's output folder to rebuild it")
+        raise CheckpointRefused(f"{checkpoint}: refused to resume from this checkpoint: a file in it holds pickled "
+                                "objects other than tensors and plain data, which mialab never loads (they could "
+                                f"run code; the checkpoint was changed after training wrote it); {then}") from None
 
 
 def check_steps(completed: int, expected: int, what: str) -> dict:

@@ -36,6 +36,7 @@ resumed, never taken for the epoch's end.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from mialab.core.settings import settings_from
+from mialab.training.checkpoints import refusing_pickled_code
 
 PRECISIONS = ("fp32", "bf16", "auto")
 
@@ -401,7 +403,10 @@ def run_grpo(model_path: str, data: pd.DataFrame, reward: Callable | list[Callab
         callbacks=[finite_gradients(), epoch_checkpoints(epoch_steps, total, target), *(callbacks or [])],
         max_prompt_length=settings.max_prompt_length, entropy_coeff=settings.entropy_coeff,
     )
-    trainer.train(resume_from_checkpoint=start)
+    # a resumed checkpoint of this job's own work folder is moved aside if refused; another job's is its output
+    with (refusing_pickled_code(start, move_aside=Path(start).parent == Path(work_dir)) if start is not None
+          else contextlib.nullcontext()):
+        trainer.train(resume_from_checkpoint=start)
     final = last_checkpoint(work_dir)
     if final is None:
         raise RuntimeError(f"GRPO wrote no checkpoint to {work_dir}")

@@ -26,6 +26,7 @@ from mialab.training.checkpoints import (
     latest_checkpoint,
     load_state,
     prune_checkpoints,
+    refusing_pickled_code,
     restore_rng_state,
     rng_state,
     save_state,
@@ -234,8 +235,9 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, settings: SFTSetting
     first_epoch, first_micro, order = 0, 0, None
     resume = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
     if resume is not None:
-        engine.load_checkpoint(str(resume.parent), tag=resume.name, load_module_strict=True,
-                               load_optimizer_states=True, load_lr_scheduler_states=True)
+        with refusing_pickled_code(resume):
+            engine.load_checkpoint(str(resume.parent), tag=resume.name, load_module_strict=True,
+                                   load_optimizer_states=True, load_lr_scheduler_states=True)
         doc, tensors = load_state(resume, f"client-{rank}")
         restore_rng_state(rng, doc, tensors)
         first_epoch, first_micro, losses, order = doc["epoch"], doc["micro"], doc["losses"], tensors["order"].numpy()

@@ -73,17 +73,21 @@ def _year_range(years) -> list[int]:
 @register_family("aime")
 def load_pool(spec: dict) -> pd.DataFrame:
     """AIME candidates labelled by the configured membership rule."""
-    raw = _read_sources(spec["source"])
+    read = _read_sources(spec["source"])
     rule = spec["membership"]
     kind = rule["rule"]
     if kind == "years":
         members, non = set(_year_range(rule["member_years"])), set(_year_range(rule["nonmember_years"]))
-        raw = raw[raw["year"].isin(members | non)].copy()
+        raw = read[read["year"].isin(members | non)].copy()
         raw["label"] = raw["year"].isin(members).astype("int8")
     elif kind == "random":
-        raw = raw[raw["year"].isin(_year_range(rule["years"]))].copy() if "years" in rule else raw.copy()
+        raw = read[read["year"].isin(_year_range(rule["years"]))].copy() if "years" in rule else read.copy()
     else:
         raise ValueError(f"aime: unknown membership rule {kind!r}; known: years, random")
+    if raw.empty:
+        raise ValueError(f"aime: pool.membership {rule} selects none of the {len(read)} problems of "
+                         f"{describe(spec['source'])} (years {read['year'].min()} to {read['year'].max()}): name years "
+                         "the sources hold")
 
     no_solution = raw["solution"].isna() | (raw["solution"].astype(str).str.strip() == "")
     if no_solution.any():

@@ -14,7 +14,7 @@ import pandas as pd
 from mialab.data.families._common import drop_blank, drop_duplicate_texts, pretraining_pool
 from mialab.data.membership import apply_membership
 from mialab.data.registry import register_family
-from mialab.data.sources import read_table, require_columns
+from mialab.data.sources import read_table, require_columns, require_labels
 
 
 @register_family("bookmia")
@@ -23,6 +23,7 @@ def load_pool(spec: dict) -> pd.DataFrame:
     src = spec["source"]
     raw = read_table(src)
     require_columns(raw, ["snippet", "label", "book"], source=src)
+    raw["label"] = require_labels(raw, "label", source=src)
     raw = drop_blank(raw, ["snippet"], family="bookmia")
     pool = pretraining_pool(raw["snippet"], family="bookmia", source=src,
                             ratio=float(spec["prefix_ratio"]), rounding=spec["prefix_rounding"],

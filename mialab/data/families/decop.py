@@ -15,7 +15,7 @@ import pandas as pd
 from mialab.data.families._common import drop_blank, drop_duplicate_texts, pretraining_pool
 from mialab.data.membership import apply_membership
 from mialab.data.registry import register_family
-from mialab.data.sources import read_table, require_columns
+from mialab.data.sources import read_table, require_columns, require_labels
 
 
 def decop_pool(spec: dict, *, family: str) -> pd.DataFrame:
@@ -23,6 +23,7 @@ def decop_pool(spec: dict, *, family: str) -> pd.DataFrame:
     src = spec["source"]
     raw = read_table(src)
     require_columns(raw, ["Example_A", "Label", "ID"], source=src)
+    raw["Label"] = require_labels(raw, "Label", source=src)
     raw = drop_blank(raw, ["Example_A"], family=family)
     pool = pretraining_pool(raw["Example_A"].astype(str), family=family, source=src,
                             ratio=float(spec["prefix_ratio"]), rounding=spec["prefix_rounding"],

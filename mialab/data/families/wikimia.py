@@ -3,7 +3,8 @@
 Source columns: ``input`` (text) and ``label`` (1 = before the Llama-1 cutoff, 0 = 2023 events).
 Prefix rule: the first ``prefix_ratio`` of the words. Membership: the corpus label
 (``rule: label``) or, in the tiny world, a seeded random partition (``rule: random``).
-A missing or non-text ``input`` is an error naming its row. A paragraph repeated in the source
+A missing or non-text ``input``, and a label other than 0 / 1 (a missing one too), is an error
+naming its row. A paragraph repeated in the source
 is kept once (logged); one repeated with both labels is dropped with every copy (logged with
 example ids): its membership is undefined.
 """
@@ -17,7 +18,7 @@ import pandas as pd
 
 from mialab.data.membership import apply_membership
 from mialab.data.registry import register_family
-from mialab.data.sources import describe, read_table, require_columns, require_text
+from mialab.data.sources import describe, read_table, require_columns, require_labels, require_text
 from mialab.text.prefix import split_words
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ def load_pool(spec: dict) -> pd.DataFrame:
     raw = read_table(spec["source"])
     require_columns(raw, ["input", "label"], source=spec["source"])
     require_text(raw, ["input"], source=spec["source"])
+    raw["label"] = require_labels(raw, "label", source=spec["source"])
     raw = drop_repeats(raw)
     cut = raw["input"].map(lambda t: split_words(t, float(spec["prefix_ratio"]), rounding=spec["prefix_rounding"]))
     pool = pd.DataFrame({
