@@ -67,7 +67,7 @@ STAGE_VERSIONS: dict[str, int] = {
     "pools": 1,
     "splits": 1,
     "paraphrases": 1,
-    "leakage": 3,  # 3: each text embedded alone (no batch neighbours)
+    "leakage": 3,  # 3: each text embedded alone (no batch neighbours); n_shared, the seeds' overlap
     "tokenizers": 2,  # 2: table corpora read whatever the column dtype (pandas' str dtype read as none)
     "models/pretrain": 1,
     "models/sft": 2,
@@ -478,3 +478,21 @@ def _as_list(x: Any) -> list:
     if x is None:
         return []
     return x if isinstance(x, list) else [x]
+
+
+def no_member_models(models: dict) -> list[str]:
+    """The configured models no member of any dataset reached, in config order: a ``pretrain`` model without
+    members (the tiny world's ``control``), and an ``sft`` model without members or an ``rl`` model whose
+    ``members.repeats`` is 0, started from such a model. Their AUROC should be 50% on every split; a given
+    (``hf``) model is never one, since what it was trained on is not known here."""
+    def clean(name: str) -> bool:
+        spec = models[name]
+        if spec["kind"] == "pretrain":
+            return not _as_list(spec.get("members"))
+        if spec["kind"] == "sft":
+            return not spec.get("members") and clean(spec["init"])
+        if spec["kind"] == "rl":
+            return spec["members"].get("repeats", 1) == 0 and clean(spec["init"])
+        return False
+
+    return [name for name in models if clean(name)]
