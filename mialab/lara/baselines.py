@@ -1,7 +1,8 @@
 """Output-level baselines compared in the LaRA paper, as its released code defines them, and ReCaLL.
 
-Each has a pure scoring function (hand-checkable) and a model-driven one (transformers, batched,
-on a model and tokenizer from :func:`mialab.lm.loading.load_lm` with left padding). All scores are
+Each has a pure scoring function (hand-checkable) and a model-driven one (transformers, on a model and
+tokenizer from :func:`mialab.lm.loading.load_lm` with left padding: generation in batches, ReCaLL's
+log-likelihoods one text per forward pass, :mod:`mialab.lm.logprobs`). All scores are
 oriented higher = more likely member (the code's ``get_direction() = -1`` scores are negated).
 
 The LaRA code (``generate_full_data.py``, ``detectors/*.py``) reads every baseline but ReCaLL off

@@ -12,7 +12,8 @@ the number of rows it multiplies (the batch's rows times their padded length), s
 its neighbours' length, or putting it beside more rows, rounds its logits differently. Padding each
 row to a length of its own (buckets) removes the first but not the second. A forward pass of exactly
 the row's tokens (no padding, no attention mask, no other row: what MIMIR's and Min-K%++'s code run)
-has shapes given by the text alone, so its logits are those of the text and the model.
+has shapes given by the text alone, so its logits are those of the text and the model (on one device,
+with one number of threads, which the rules pin).
 
 For each text and each predicted token t (the first token has no prediction and is skipped):
 ``logp[t]`` = log p(x_t | x_<t); ``mu[t]`` = E_{z~p}[log p(z)] and ``sigma[t]`` =
