@@ -37,7 +37,7 @@ def measured(fn):
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     return (f'{time.perf_counter() - t:.2f}s wall, {r1.ru_utime - r0.ru_utime:.2f}s user, '
             f'{r1.ru_stime - r0.ru_stime:.2f}s sys, {r1.ru_minflt - r0.ru_minflt} page faults')
-print('token_stats 96 texts:', measured(lambda: token_stats(model, tok, texts, batch_size=16, max_length=256)))
+print('token_stats 96 texts:', measured(lambda: token_stats(model, tok, texts, max_length=256)))
 model = load_causal_lm(path, device='cpu').train()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 x = torch.randint(10, 8000, (8, 256))

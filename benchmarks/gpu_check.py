@@ -382,7 +382,7 @@ def throughput(arch: str, n_texts: int = 256, length: int = 512, new_tokens: int
                 model(input_ids=enc["input_ids"][s:s + 16], attention_mask=enc["attention_mask"][s:s + 16])
 
     forward = timed(bare)
-    scoring = timed(lambda: token_stats(model, tok, texts, batch_size=16, max_length=length))
+    scoring = timed(lambda: token_stats(model, tok, texts, max_length=length))
     print(f"THROUGHPUT {arch} ({params:.2f}B, bf16): bare forward {n_tokens / forward:,.0f} tokens/s, "
           f"scoring path {n_tokens / scoring:,.0f} tokens/s ({scoring / forward:.2f}x the forward's time)")
     tok.padding_side = "left"

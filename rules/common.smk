@@ -27,7 +27,7 @@ from mialab.adra.plan import POLICY_GRAMMAR, ADRAPlan
 from mialab.calibdcd.plan import ORIGINAL_SCOPE, SCOPES, VIEWS_SCOPE, CalibDCDPlan
 from mialab.lara.plan import LaRAPlan
 from mialab.n_sampling.plan import METHOD as NS_METHOD, NSamplingPlan
-from mialab.pipeline.plan import EPOCH_PART, SEED_PART, WILDCARDS, Plan, seed_part
+from mialab.pipeline.plan import EPOCH_PART, SEED_PART, WILDCARDS, Plan, no_member_models, seed_part
 from mialab.training.plan import RLPlan
 
 

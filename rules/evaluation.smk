@@ -33,6 +33,7 @@ rule summarize:
         per_seed=[evaluation_outputs(d)["per_seed"] for d in DATASETS],
         headlines=[evaluation_outputs(d)["headline"] for d in DATASETS],
         leakage=LEAKAGE_TABLES,  # rules/leakage.smk's checks of the splits, beside the results
+        pools=[PLAN.pool(d).path("manifest.json") for d in DATASETS],  # the exact repeats each pool dropped
     output:
         summary=SUMMARY["summary"],
         per_seed=SUMMARY["per_seed"],
@@ -61,6 +62,7 @@ rule summarize:
         headline=config["evaluation"]["headline"],
         bootstrap=config["evaluation"]["bootstrap"],
         truncation_warn=config["scoring"]["truncation_warn"],
+        controls=no_member_models(config["models"]),
     log:
         PLAN.log("summarize"),
     script:

@@ -52,7 +52,7 @@ def test_the_untrained_policy_is_shared_and_only_adra_plus_depends_on_the_baseli
     baseline = a.train(model, dataset, "adra_plus", 0).manifest["upstream"]["baseline_scores"]
     assert baseline == a.plan.scores(model, dataset, 0).key
     changed = copy.deepcopy(cfg)
-    changed["scoring"]["batch_size"] += 1  # new baseline scores: ADRA+ retrains, ADRA does not
+    changed["scoring"]["max_length"] -= 1  # new baseline scores: ADRA+ retrains, ADRA does not
     b = adra_plan(changed)
     assert b.train(model, dataset, "adra_plus", 0).key != a.train(model, dataset, "adra_plus", 0).key
     assert b.train(model, dataset, "adra", 0).key == a.train(model, dataset, "adra", 0).key

@@ -451,8 +451,8 @@ CASES = {
         "plan", r"datasets\.wikimia\.split\.n_per_class: 'sixty-four' is not of type 'integer'",
         at("datasets", "wikimia", "split", "n_per_class", value="sixty-four")),
     "was-unknown-scoring-key": Bad(
-        "plan", r"^scoring\.batchsize: unknown key; scoring accepts: methods, k, batch_size",
-        at("scoring", "batchsize", value=8)),
+        "plan", r"^scoring\.maxlength: unknown key; scoring accepts: methods, k, max_length",
+        at("scoring", "maxlength", value=8)),
     "was-unknown-family": Bad(
         "plan", r"datasets\.wikimia\.pool\.family: unknown family 'wikimai'; known: .*wikimia",
         at("datasets", "wikimia", "pool", "family", value="wikimai")),
@@ -480,15 +480,18 @@ CASES = {
     "new-methods-empty": Bad(
         "plan", r"scoring\.methods: \[\] should be non-empty",
         at("scoring", "methods", value=[])),
-    "new-batch-size-fractional": Bad(
-        "plan", r"scoring\.batch_size: 16\.5 is not of type 'integer'",
-        at("scoring", "batch_size", value=16.5)),
-    "new-batch-size-boolean": Bad(
-        "plan", r"scoring\.batch_size: True is not of type 'integer'",
-        at("scoring", "batch_size", value=True)),
-    "new-batch-size-zero": Bad(
-        "plan", r"scoring\.batch_size: 0 is less than the minimum of 1",
-        at("scoring", "batch_size", value=0)),
+    "new-max-length-fractional": Bad(
+        "plan", r"scoring\.max_length: 16\.5 is not of type 'integer'",
+        at("scoring", "max_length", value=16.5)),
+    "new-max-length-boolean": Bad(
+        "plan", r"scoring\.max_length: True is not of type 'integer'",
+        at("scoring", "max_length", value=True)),
+    "new-generation-batch-size-zero": Bad(
+        "plan", r"lara\.baselines\.batch_size: 0 is less than the minimum of 1",
+        at("lara", "baselines", "batch_size", value=0)),
+    "new-removed-batch-size": Bad(
+        "plan", r"^scoring\.batch_size: unknown key; scoring accepts: methods, k, max_length",
+        at("scoring", "batch_size", value=16)),
     "new-device-not-a-device": Bad(
         "plan", r"scoring\.device: 'gpu' does not match",
         at("scoring", "device", value="gpu")),

@@ -461,18 +461,17 @@ def test_reference_probabilities_match_a_direct_forward_pass(tiny_model):
     from mialab.lm.loading import load_causal_lm, load_tokenizer
 
     parts = [["the cat walks", " over the hill and sings of rain today"], ["a queen", ""]]
-    batched = reference_probabilities(tiny_model, parts, length=6, batch_size=2, device="cpu")
-    single = reference_probabilities(tiny_model, parts, length=6, batch_size=1, device="cpu")
-    np.testing.assert_allclose(batched, single, atol=1e-6)              # right padding does not leak
+    both = reference_probabilities(tiny_model, parts, length=6, device="cpu")
+    np.testing.assert_array_equal(reference_probabilities(tiny_model, parts[1:], length=6, device="cpu"), both[1:])
     tok, model = load_tokenizer(tiny_model), load_causal_lm(tiny_model, device="cpu")
-    for row, z in zip(packed_rows(tok, parts, 6), batched):
+    for row, z in zip(packed_rows(tok, parts, 6), both):
         assert row[0] == tok.bos_token_id and row[-1] == tok.eos_token_id and len(row) <= 7
         with torch.no_grad():
             p = torch.softmax(model(torch.tensor([row[:-1]])).logits[0], -1)
         manual = [p[j, t].item() for j, t in enumerate(row[1:])]
         np.testing.assert_allclose(z[:len(manual)], manual, atol=1e-5)
         assert (z[len(manual):] == 0).all()
-    assert (batched[1, 3:] == 0).all() and (batched[0] > 0).all()       # 'a queen' is short, the other is cut
+    assert (both[1, 3:] == 0).all() and (both[0] > 0).all()             # 'a queen' is short, the other is cut
 
 
 def test_reference_finetuning_is_seeded_deterministic_and_memorises(tiny_model, tmp_path):
@@ -576,9 +575,9 @@ def test_mapping_features_average_every_layer_over_the_positions(tmp_path):
     path = str(tmp_path / "m")
     train_mapping_model(resolve_model_path(), ["the cat walks", "a queen"], ["over the hill", "sings"], path, config=cfg)
     texts = ["the cat walks over the hill", "a queen sings of love and war today"]
-    z = mapping_features(path, texts, batch_size=1)
+    z = mapping_features(path, texts)
     assert z.shape == (2, 2 * (1 + 1) * 16)
-    np.testing.assert_allclose(mapping_features(path, texts, batch_size=2), z, atol=1e-5)
+    np.testing.assert_array_equal(mapping_features(path, texts[1:]), z[1:])
     tok, model = AutoTokenizer.from_pretrained(path), EncoderDecoderModel.from_pretrained(path).eval()
     x = tok(texts[1], padding="max_length", max_length=16, truncation=True, return_tensors="pt")
     prompt = tok("[CLS]", padding="max_length", max_length=16, return_tensors="pt")["input_ids"]

@@ -85,6 +85,7 @@ def test_scope_texts_carry_no_label_and_keep_the_order_asked():
 # --- features on a tiny random Llama -----------------------------------------------------------------
 
 TINY_MODEL = VERSE_MODEL  # conftest.tiny_model
+LM = {"batch_size": 2, "device": "cpu", "dtype": "float32"}  # calibdcd.lm
 
 
 def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its_outputs(tiny_model):
@@ -105,11 +106,11 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
                        "temperature": 0.7},
             "veilprobe": {"max_new_tokens": 4, "temperature": 0.0}}
     with pytest.raises(ValueError, match="perturbed_prefix"):   # VeilProbe's prompts: rule calibdcd_perturbation's
-        extract_features(texts, views, generate=generate, detectors=dets, lm_options={"batch_size": 2})
+        extract_features(texts, views, generate=generate, detectors=dets, lm_options=LM)
     perturbed = add_perturbed_prefix(texts, key_token_models=[tiny_model], ratio=0.3, perturbation="surprisal",
                                      beams=10, new_tokens=10, seed=0, batch_size=2)
     texts = perturbed
-    run = extract_features(texts, views, generate=generate, detectors=dets, lm_options={"batch_size": 2})
+    run = extract_features(texts, views, generate=generate, detectors=dets, lm_options=LM)
     assert [c[1] for c in calls] == [{"max_new_tokens": 4, "temperature": 0.7}, {"max_new_tokens": 4, "temperature": 0.0}]
     for prompts, _ in calls:                                                  # distinct prompts, shortest first
         assert len(prompts) == len(set(prompts)) and [len(p) for p in prompts] == sorted(map(len, prompts))
@@ -132,11 +133,11 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
     own = dict(zip(gens.loc[gens["detector"] == "dpdllm", "prompt"], gens.loc[gens["detector"] == "dpdllm", "output"]))
     for view in views:
         expected = dpdllm_view_features(texts, view, generate=lambda ps: [own[p] for p in ps],
-                                        reference_model=tiny_model, length=6, prompt="first_words", batch_size=2)
+                                        reference_model=tiny_model, length=6, prompt="first_words", device="cpu")
         np.testing.assert_allclose(dp[dp["view"] == view].filter(like="z"), expected.filter(like="z"), atol=1e-6)
     calls.clear()
     same = {det: {**spec, "temperature": 0.0} for det, spec in dets.items()}
-    extract_features(texts, views, generate=generate, detectors=same, lm_options={"batch_size": 2})
+    extract_features(texts, views, generate=generate, detectors=same, lm_options=LM)
     assert len(calls) == 1                                                    # equal settings share one call
     with pytest.raises(KeyError, match="unknown detector"):
         extract_features(texts, views, generate=generate, detectors={"zlib": {}}, lm_options={})

@@ -280,3 +280,65 @@ def test_readme_section_is_regenerated_from_a_run_and_checked(tmp_path):
     assert "![exposure sweep](docs/figures/sweep_exposure.png)" in text and (tmp_path / "docs/figures/sweep_exposure.png").is_file()
     mink = h.set_index("family").loc["Min-K%++"]
     assert f"| d / m | Min-K%++ | 50.0 [40, 60] | {100 * mink['auroc']:.1f} [" in text and "| onset |" in text
+
+
+def _check_rows(dataset: str, shared: int) -> pd.DataFrame:
+    """Two seeds' rows of the leakage table (rule leakage_check) of 20 + 20 candidates each."""
+    return pd.DataFrame([{"dataset": dataset, "seed": s, "setting": "original", "n_members": 20, "n_nonmembers": 20,
+                          "n_shared": shared, "overlap_warn": 0.25, "overlap_warning": shared > 10,
+                          "dup_exact": 0, "dup_ngram": 0, "dup_embedding": 0, "blind_auroc": 0.5, "blind_auroc_std": 0.05,
+                          "blind_warning": False, "length_auroc": 0.5, "members_words_mean": 30.0,
+                          "nonmembers_words_mean": 30.0} for s in (0, 1)])
+
+
+def test_a_no_members_control_off_fifty_and_overlapping_seeds_are_warned_about_beside_their_dataset():
+    """summary.md warns, and says beside the dataset, when a model no member reached (a no-members control)
+    separates the classes beyond its bootstrap interval (a control within it, or a model that saw members, is
+    no warning) and when two seeds' splits share more than the threshold; it gives each pool's dropped repeats."""
+    from mialab.evaluation.headline import headline_table
+    from mialab.evaluation.report import results_markdown
+    from mialab.evaluation.stage import evaluate_tables, merge_tables, summarise
+
+    rng = np.random.default_rng(3)
+    tables = []
+    for model in ("control", "m"):
+        for dataset in ("d", "e"):
+            for seed in (0, 1):
+                y = np.r_[np.ones(20, int), np.zeros(20, int)]
+                shift = 1.5 * y if dataset == "d" else 0 * y   # d's classes differ without membership
+                tables.append((model, dataset, seed, pd.DataFrame({
+                    "id": [f"{dataset}{seed}-{i}" for i in range(40)], "label": y,
+                    "loss": rng.normal(size=40) + shift, "min_k_plus_plus@0.2": rng.normal(size=40)})))
+    tables = merge_tables(tables)
+    h = headline_table(tables, HEADLINE, "min_k_plus_plus@0.2", [0.05], BOOT)
+    summary = summarise(evaluate_tables(tables, [0.05]), [0.05])
+    checks = pd.concat([_check_rows("d", 4), _check_rows("e", 15)], ignore_index=True)
+    md = lambda controls: results_markdown(summary, h, fpr_targets=[0.05], bootstrap=BOOT, truncation_warn=1.0,
+                                           checks=checks, repeats={"d": 172, "e": None}, controls=controls)
+    text = md(["control"])
+    warnings = [line for line in text.splitlines() if line.startswith("> **Warning")]
+    loss = h[(h["model"] == "control") & (h["dataset"] == "d") & (h["method"] == "loss")].iloc[0]
+    assert loss["auroc_lo"] > 0.5 and len(warnings) == 2, warnings
+    assert warnings[0].startswith("> **Warning (split overlap):** e: two seeds' splits share 15 of 40 candidates (> 25%)")
+    assert warnings[1].startswith("> **Warning (no-members control):** d: the no-members control 'control' never saw "
+                                  f"a member, yet separates the classes: AUROC Loss (`loss`) {100 * loss['auroc']:.1f} [")
+    assert "Min-K%++" not in warnings[1]                           # its interval holds 50%
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith(("| d |", "| e |"))}
+    assert rows["| d"].startswith("| d | original | 2 | 172 | 4 / 40 | 50.0 ± 0.0 |")
+    assert rows["| d"].endswith(f"| control: Loss (`loss`) {100 * loss['auroc']:.1f} "
+                                f"[{100 * loss['auroc_lo']:.1f}, {100 * loss['auroc_hi']:.1f}] ⚠ |")
+    assert rows["| e"].startswith("| e | original | 2 | n/a | 15 / 40 ⚠ |") and rows["| e"].endswith("| – |")
+    assert "Warning (no-members control)" not in md([]) and "control: Loss" not in md([])   # no model is one
+
+
+def test_the_no_member_models_are_those_no_member_reached_through_their_whole_lineage():
+    from workflow_helpers import default_config, validated
+
+    from mialab.pipeline.plan import no_member_models
+
+    models = {"control": {"kind": "pretrain", "members": []}, "base": {"kind": "pretrain", "members": [{"dataset": "w"}]},
+              "chat": {"kind": "sft", "init": "control"}, "sft": {"kind": "sft", "init": "control", "members": {"dataset": "a"}},
+              "tuned": {"kind": "sft", "init": "base"}, "rl0": {"kind": "rl", "init": "chat", "members": {"dataset": "a", "repeats": 0}},
+              "rl1": {"kind": "rl", "init": "chat", "members": {"dataset": "a"}}, "given": {"kind": "hf", "path": "x"}}
+    assert no_member_models(models) == ["control", "chat", "rl0"]
+    assert no_member_models(validated(default_config())["models"]) == ["control"]   # the tiny world's

@@ -332,3 +332,22 @@ def test_request_response_ratio_zero_prefix_is_the_request_alone():
     p = pool("olympiad_math", source=src, solution_prefix_ratio=0.0).set_index("prefix")
     for _, r in raw.iterrows():
         assert p.loc[r["problem"].strip(), "suffix"] == " ".join(r["solution"].split())
+
+
+def test_the_exact_repeats_a_family_drops_are_counted_for_the_pools_manifest(tmp_path):
+    """``build_pool`` returns, beside the pool, how many exact repeats its family dropped (each candidate kept
+    once), whichever family drops them: what rule build_pool writes into the pool's manifest."""
+    from mialab.data.registry import build_pool
+
+    src = tmp_path / "w.parquet"
+    pd.DataFrame({"input": ["a b c d", "e f g h", "a b c d", "i j k l", "a b c d", "e f g h"],
+                  "label": [1, 0, 1, 0, 1, 0]}).to_parquet(src)
+    wikimia, dropped = build_pool({"family": "wikimia", "source": str(src)})
+    assert (dropped, len(wikimia)) == (3, 3)
+    once = get_family("aime")({"source": AIME_TRAIN})
+    twice, dropped = build_pool({"family": "aime", "source": [AIME_TRAIN, AIME_TRAIN]})
+    assert dropped == len(once) and twice["id"].tolist() == once["id"].tolist()
+    rows = [json.loads(x) for x in (FIX / "wikimia_24_hard.jsonl").read_text().splitlines()]
+    (tmp_path / "h.jsonl").write_text("\n".join(json.dumps(r) for r in rows + rows[:2]) + "\n")
+    assert build_pool({"family": "wikimia_24_hard", "source": str(tmp_path / "h.jsonl")})[1] == 2
+    assert build_pool({"family": "wikimia", "source": "resources/data/wikimia/WikiMIA_length64.parquet"})[1] == 0

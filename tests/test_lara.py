@@ -342,20 +342,31 @@ def test_llm_backends_fall_back_for_prompts_still_invalid_and_fail_without_a_fal
 
 # --- features and the staged pipeline ----------------------------------------------------------
 
-def test_layer_features_have_every_layer_and_ignore_padding(tiny_model):
+def test_layer_features_have_every_layer_and_pool_the_texts_tokens(tiny_model):
     model, tok = load_lm(tiny_model, device="cpu")
     short, long = "Find the sum.", QUESTIONS[7] + " " + QUESTIONS[6]
     alone = extract_layer_features(tiny_model, [short], device="cpu")
-    batched = layer_features(model, tok, [short, long], batch_size=2)
-    assert alone.shape == (1, 3, 64) and batched.shape == (2, 3, 64)
-    np.testing.assert_allclose(batched[0], alone[0], atol=1e-5)
-    assert not np.allclose(batched[0], batched[1])
+    both = layer_features(model, tok, [short, long])
+    assert alone.shape == (1, 3, 64) and both.shape == (2, 3, 64)
+    assert not np.allclose(both[0], both[1])
     ids = tok(short)["input_ids"]  # layer 0 = the mean input embedding of every token, the BOS too (the code)
     assert ids[0] == tok.bos_token_id
     table = model.get_input_embeddings().weight.detach().numpy()
     np.testing.assert_allclose(alone[0, 0], table[ids].mean(axis=0), atol=1e-6)
-    own = layer_features(model, tok, [short, long], batch_size=2, special_tokens=False)   # the text's own tokens
+    own = layer_features(model, tok, [short, long], special_tokens=False)   # the text's own tokens
     np.testing.assert_allclose(own[0, 0], table[ids[1:]].mean(axis=0), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_texts_layer_features_do_not_depend_on_the_texts_extracted_with_it(tiny_model, dtype):
+    """Bit-identical features for a text alone, among longer and shorter texts and in another order, in fp32
+    and in bf16 (a padded batch moved them: the kernels' summation order follows the batch's shapes)."""
+    model, tok = load_lm(tiny_model, device="cpu", dtype=dtype)
+    texts = [QUESTIONS[i % 8] + " Explain." * (4 * i) for i in range(6)]
+    alone = np.concatenate([layer_features(model, tok, [t], max_length=96) for t in texts])
+    for order in (list(range(6)), [5, 0, 3, 1, 4, 2]):
+        together = layer_features(model, tok, [texts[i] for i in order], max_length=96)
+        np.testing.assert_array_equal(together, alone[order])
 
 
 def test_pipeline_from_questions_to_metrics_and_resumable_shards(tiny_model, tmp_path):
@@ -369,20 +380,20 @@ def test_pipeline_from_questions_to_metrics_and_resumable_shards(tiny_model, tmp
         assert count_blanks(text) == (0 if form == "original" else count_blanks(blank[(qid, k, "blank", -1)]))
 
     out = tmp_path / "features"
-    extract_features(table, tiny_model, out, shard_size=12, batch_size=4, device="cpu")
+    extract_features(table, tiny_model, out, shard_size=12, device="cpu")
     shards = sorted((out / "shards").glob("*.safetensors"))
     stamps = [p.stat().st_ino for p in shards]  # a rewrite is a rename of a new file: a new inode
     edited = table.copy()
     edited.loc[30, "text"] = edited.loc[30, "text"] + " Explain."
-    extract_features(edited, tiny_model, out, shard_size=12, batch_size=4, device="cpu")
+    extract_features(edited, tiny_model, out, shard_size=12, device="cpu")
     assert [p.stat().st_ino == s for p, s in zip(shards, stamps)] == [True, True, False]
     stamps = [p.stat().st_ino for p in shards]
     os.utime(Path(tiny_model) / "config.json")  # a new mtime alone is no new model: nothing is stale
-    extract_features(edited, tiny_model, out, shard_size=12, batch_size=4, device="cpu")
+    extract_features(edited, tiny_model, out, shard_size=12, device="cpu")
     assert [p.stat().st_ino for p in shards] == stamps
     cfg = Path(tiny_model) / "config.json"  # other content in the same folder (as retraining into it): all stale
     cfg.write_text(cfg.read_text() + "\n")
-    extract_features(edited, tiny_model, out, shard_size=12, batch_size=4, device="cpu")
+    extract_features(edited, tiny_model, out, shard_size=12, device="cpu")
     assert all(p.stat().st_ino != s for p, s in zip(shards, stamps))
     index, feats = load_features(out)
     assert feats.shape == (32, 3, 64) and index["text"].tolist() == edited["text"].tolist()
@@ -452,10 +463,9 @@ def test_response_level_baselines_as_the_lara_code_defines_them():
 def test_model_driven_baselines_on_the_tiny_model(tiny_model):
     model, tok = load_lm(tiny_model, device="cpu")
     ids = tok(QUESTIONS[0])["input_ids"]
-    assert mean_log_likelihood(model, tok, [QUESTIONS[0]], batch_size=8)[0] == pytest.approx(
-        token_logprobs(model, [ids], pad_token_id=tok.pad_token_id)[0].mean())
+    assert mean_log_likelihood(model, tok, [QUESTIONS[0]])[0] == pytest.approx(token_logprobs(model, [ids])[0].mean())
     model, tok = load_lm(tiny_model, device="cpu", padding_side="left")
-    scores = recall_scores(model, tok, QUESTIONS[:2], QUESTIONS[5:7], batch_size=8)
+    scores = recall_scores(model, tok, QUESTIONS[:2], QUESTIONS[5:7])
     assert scores.shape == (2,) and np.all(scores > 0)
     gens = generate(model, tok, QUESTIONS[:2], max_new_tokens=6, do_sample=True, num_return_sequences=3, batch_size=2)
     assert [len(g) for g in gens] == [3, 3]
@@ -479,8 +489,7 @@ def test_llm_fallback_gives_way_to_retrieval_token_loss_and_wordnet(tiny_model):
     from mialab.lara.stages import backend_specs, perturbation_table
 
     spec = {"llm": {"model": tiny_model, "fallback": True, "backend_options": {"device": "cpu"}},
-            "neighbours": {"backend": "llm", "n": 2, "temperature": 0.8, "batch_size": 64,
-                           "embedding_dtype": "float32"},
+            "neighbours": {"backend": "llm", "n": 2, "temperature": 0.8, "embedding_dtype": "float32"},
             "blank": {"backend": "llm", "num_blanks": 1, "temperature": 0.3},
             "paraphrase": {"backend": "llm", "n_variants": 2, "temperature": 0.7, "rate": 0.5, "min_count": 0,
                            "seed": 0}}

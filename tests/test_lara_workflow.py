@@ -116,7 +116,7 @@ def test_lara_plan_checks_cross_references_and_keys_change_only_downstream():
     with pytest.raises(ConfigError, match="model 'grpo_e1' is not evaluated on dataset 'wikimia'"):
         LaRAPlan(Plan(bad), bad)
     changed = copy.deepcopy(cfg)
-    changed["lara"]["features"]["batch_size"] = 4
+    changed["lara"]["features"]["max_length"] = 128
     other = LaRAPlan(Plan(changed), changed)
     assert other.perturbations("aime", 0).key == lara.perturbations("aime", 0).key
     assert other.model_run("baselines", "sft", "aime").key == lara.model_run("baselines", "sft", "aime").key
@@ -182,7 +182,7 @@ def test_llm_perturbation_backends_run_from_the_config_at_the_codes_temperatures
     with pytest.raises(ValueError, match="needs the lara.llm section"):
         backend_specs(spec, [], None)
     default = backend_specs(validated(default_config())["lara"], ["a"])
-    assert default["neighbours"] == {"backend": "retrieval", "pool": ["a"], "batch_size": 64, "dtype": "auto"}
+    assert default["neighbours"] == {"backend": "retrieval", "pool": ["a"], "dtype": "auto"}
     assert default["blank"] == {"backend": "numbers_entities"} and default["paraphrase"]["backend"] == "wordnet"
 
 

@@ -193,8 +193,8 @@ def test_leakage_target_writes_a_table_per_split_and_the_summary(tmp_path):
     details = json.loads((folder / "leakage.json").read_text())
     assert set(details["duplicates"]) == {"exact", "ngram", "embedding"} and details["options"]["embed"]
     md = (r / "leakage/summary.md").read_text()
-    assert "| wikimia | 0 | original | 24 | 24 | 0 / 0 / 0 |" in md
-    assert "No split exceeds its blind-baseline threshold." in md   # a random partition: no shift
+    assert "| wikimia | 0 | original | 24 | 24 | 0 | 0 / 0 / 0 |" in md
+    assert "No split exceeds its blind-baseline or overlap threshold." in md   # a random partition: no shift
     csv = pd.read_csv(r / "leakage/summary.csv")
     assert list(csv["dataset"]) == ["wikimia"] and "blind_auroc" in csv.columns
     assert planned_jobs(wd, "leakage") == {}   # nothing left to do
@@ -225,7 +225,7 @@ def test_paraphrase_rule_keeps_ids_and_changes_texts(tmp_path):
     # the leakage check of that dataset ran on the paraphrased split
     row = pd.read_parquet(one(r, "leakage/wikimia_para/*/seed-0/leakage.parquet")).iloc[0]
     assert row["setting"] == "paraphrased"
-    assert "| wikimia_para | 0 | paraphrased | 16 | 16 | 0 / 0 / n/a |" in (r / "leakage/summary.md").read_text()
+    assert "| wikimia_para | 0 | paraphrased | 16 | 16 | 0 | 0 / 0 / n/a |" in (r / "leakage/summary.md").read_text()
 
 
 def test_training_setting_builds_a_pool_with_paraphrased_members_for_the_training_rules(tmp_path):
@@ -258,7 +258,7 @@ def test_planted_cross_class_duplicate_fails_its_split_and_leaves_nothing(tmp_pa
     members, nonmembers = raw[raw["label"] == 1].head(12).copy(), raw[raw["label"] == 0].head(12).copy()
     nonmembers.iloc[0, nonmembers.columns.get_loc("input")] = "  " + members["input"].iloc[3].upper() + " "
     source = tmp_path / "planted.parquet"
-    pd.concat([members, nonmembers]).to_parquet(source, index=False)
+    pd.concat([members, nonmembers, members.iloc[[5, 7, 5]]]).to_parquet(source, index=False)   # 3 exact repeats
     entry = wikimia_entry(12)
     entry["pool"] = {"family": "wikimia", "source": str(source), "prefix_ratio": 0.5, "membership": {"rule": "label"}}
     cfg = tiny_config({"planted": entry})
@@ -270,6 +270,7 @@ def test_planted_cross_class_duplicate_fails_its_split_and_leaves_nothing(tmp_pa
     assert "Error in rule leakage_check" in out and "dataset=planted" in out
     log = one(wd / "results/logs/leakage_check/planted", "*.log").read_text()
     pool = pd.read_parquet(one(wd / "results/pools/planted", "*/pool.parquet"))
+    assert json.loads(one(wd / "results/pools/planted", "*/manifest.json").read_text())["exact_repeats_dropped"] == 3
     twins = pool[pool["text"].map(leakage.normalise) == leakage.normalise(members["input"].iloc[3])]
     assert sorted(twins["label"]) == [0, 1]
     assert "dataset 'planted' seed 0: cross-class duplicates found" in log and "(exact)" in log
@@ -282,7 +283,7 @@ def test_planted_cross_class_duplicate_fails_its_split_and_leaves_nothing(tmp_pa
     snakemake(wd, *RUN, "leakage")
     row = pd.read_parquet(one(wd / "results", "leakage/planted/*/seed-0/leakage.parquet")).iloc[0]
     assert row["dup_exact"] == 1 and row["dup_embedding"] == -1
-    assert "| planted | 0 | original | 12 | 12 | 1 / 1 / n/a |" in (wd / "results/leakage/summary.md").read_text()
+    assert "| planted | 0 | original | 12 | 12 | 0 | 1 / 1 / n/a |" in (wd / "results/leakage/summary.md").read_text()
 
 
 # --- the report tables ----------------------------------------------------------------------------
@@ -290,9 +291,10 @@ def test_planted_cross_class_duplicate_fails_its_split_and_leaves_nothing(tmp_pa
 @pytest.fixture(scope="module")
 def leakage_rows() -> pd.DataFrame:
     pool = get_family("wikimia")({"source": str(WIKIMIA)})   # WikiMIA's own labels: a date shift
-    rows = [leakage.report_row(leakage.run_check(sample_split(pool, 30, seed=s),
-                                                 {**leakage.DEFAULTS, "embed": False}, seed=s, name="t"),
-                               dataset="wikimia", seed=s) for s in (0, 1)]
+    splits = [sample_split(pool, 30, seed=s) for s in (0, 1)]
+    rows = [leakage.report_row(leakage.run_check(split, {**leakage.DEFAULTS, "embed": False}, seed=s, name="t"),
+                               dataset="wikimia", seed=s, shared=shared, overlap_warn=leakage.DEFAULTS["overlap_warn"])
+            for s, split, shared in zip((0, 1), splits, leakage.seed_overlaps(splits))]
     return pd.DataFrame(rows)
 
 
@@ -304,6 +306,26 @@ def test_summary_warns_per_split_above_the_threshold(leakage_rows):
     agg = leakage.per_dataset(leakage_rows)
     assert agg.loc[0, "blind_auroc_mean"] == pytest.approx(leakage_rows["blind_auroc"].mean())
     assert agg.loc[0, "dup_embedding"] == -1 and agg.loc[0, "blind_warnings"] == 2
+
+
+def test_seeds_sharing_candidates_are_counted_and_flagged_above_the_threshold(leakage_rows):
+    """A pool too small for disjoint splits: each seed's split shares most of its candidates with another's, so
+    the rows, the dataset's aggregate and the leakage summary flag it; disjoint seeds are not flagged."""
+    split = lambda ids: pd.DataFrame({"id": [f"c{i}" for i in ids]})
+    assert leakage.seed_overlaps([split(range(0, 10)), split(range(8, 18)), split(range(2, 12))]) == [8, 4, 8]
+    assert leakage.seed_overlaps([split(range(5))]) == [0]
+    pool = get_family("wikimia")({"source": str(WIKIMIA)}).groupby("label").head(40)   # 40 per class
+    splits = [sample_split(pool, 30, seed=s) for s in (0, 1, 2)]                      # 30 per class each
+    shared = leakage.seed_overlaps(splits)
+    assert all(n >= 2 * (30 + 30 - 40) for n in shared)                                 # at least 20 per class
+    rows = pd.DataFrame([leakage.report_row(leakage.run_check(sp, {**leakage.DEFAULTS, "embed": False}, seed=s, name="t"),
+                                            dataset="small", seed=s, shared=n, overlap_warn=0.25)
+                         for s, sp, n in zip((0, 1, 2), splits, shared)])
+    assert rows["overlap_warning"].all() and rows["n_shared"].tolist() == shared
+    agg = leakage.per_dataset(rows).iloc[0]
+    assert (agg["n_shared"], agg["n_candidates"], agg["overlap_warning"]) == (max(shared), 60, True)
+    assert f"WARNING: small: two seeds' splits share {max(shared)} of 60 candidates (> 25%)" in leakage.summary_markdown(rows)
+    assert (leakage_rows["n_shared"] == 0).all() and not leakage_rows["overlap_warning"].any()   # disjoint seeds
 
 
 def test_results_summary_gets_the_split_checks_beside_the_unchanged_table(tmp_path, leakage_rows):
@@ -326,6 +348,8 @@ def test_results_summary_gets_the_split_checks_beside_the_unchanged_table(tmp_pa
                                                     "headline_csv", "forest")}
     headline = tmp_path / "h.parquet"
     pd.DataFrame().to_parquet(headline)
+    pool = tmp_path / "pool.json"   # the pool's manifest (rule build_pool)
+    pool.write_text(json.dumps({"stage": "pools", "dataset": "wikimia", "exact_repeats_dropped": 7}))
     # run the rule's script as Snakemake would, with its `snakemake` object
     driver = f"""
 import builtins, runpy
@@ -335,10 +359,10 @@ class NL(list):
     def get(self, key, default=None): return self.__dict__.get(key, default)
 builtins.snakemake = type("S", (), dict(
     input=NL(summaries=[{str(paths['summary'])!r}], per_seed=[{str(paths['per_seed'])!r}], headlines=[{str(headline)!r}],
-             leakage={list(map(str, leak))!r}),
+             leakage={list(map(str, leak))!r}, pools=[{str(pool)!r}]),
     output=NL(**{out!r}), log=[{str(tmp_path / 'log')!r}], threads=1,
     params=NL(fpr_targets=[0.05], headline={{"Loss": "loss"}}, bootstrap={{"level": 0.95, "resamples": 100}},
-              truncation_warn=0.05)))
+              truncation_warn=0.05, controls=["control"])))
 runpy.run_path({str(REPO / 'workflow_scripts' / 'summarize.py')!r}, run_name="__main__")
 """
     proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=120)
@@ -348,5 +372,5 @@ runpy.run_path({str(REPO / 'workflow_scripts' / 'summarize.py')!r}, run_name="__
     assert markdown_table(summary, ["auroc", fpr_column(0.05)]) in md   # the results table, unchanged
     assert "## Split checks" in md
     mean, std = 100 * leakage_rows["blind_auroc"].mean(), 100 * leakage_rows["blind_auroc"].std(ddof=1)
-    assert f"| wikimia | original | 2 | {mean:.1f} ± {std:.1f} |" in md and "| 0 / 0 / n/a | 2 |" in md
+    assert f"| wikimia | original | 2 | 7 | 0 / 60 | {mean:.1f} ± {std:.1f} |" in md and "| 0 / 0 / n/a | 2 | – |" in md
     assert len(pd.read_csv(out["csv"])) == len(summary)   # the csv is the results table alone

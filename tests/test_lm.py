@@ -28,20 +28,19 @@ def alone(model, ids: list[int]) -> np.ndarray:
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0].numpy()
 
 
-def test_map_logprobs_returns_rows_in_input_order_whatever_the_batching(lm):
+def test_map_logprobs_returns_rows_in_input_order_each_from_its_own_forward(lm):
     from mialab.lm.logprobs import map_logprobs, token_logprobs
 
     model, tok = lm
     rows = tok(TEXTS)["input_ids"]
-    lengths = map_logprobs(model, rows, lambda logp, targets: (len(logp), targets.tolist()),
-                           pad_token_id=tok.pad_token_id, batch_size=4)
+    lengths = map_logprobs(model, rows, lambda logp, targets: (len(logp), targets.tolist()))
     assert lengths == [(len(r) - 1, r[1:]) for r in rows]
-    one, batched = (token_logprobs(model, rows, pad_token_id=tok.pad_token_id, batch_size=b) for b in (1, 4))
-    for r, a, b in zip(rows, one, batched):
+    for r, a in zip(rows, token_logprobs(model, rows)):
         np.testing.assert_allclose(a, alone(model, r), atol=1e-5)
-        np.testing.assert_allclose(b, a, atol=1e-5)
     with pytest.raises(ValueError, match="more than the model's 512 positions"):
-        token_logprobs(model, [rows[0] * 200], pad_token_id=tok.pad_token_id)
+        token_logprobs(model, [rows[0] * 200])
+    with pytest.raises(ValueError, match="row 1 has no token"):
+        token_logprobs(model, [rows[0], []])
 
 
 def test_scoring_lara_and_calibdcd_log_probabilities_equal_an_unbatched_forward(lm, tiny_model):
@@ -51,12 +50,12 @@ def test_scoring_lara_and_calibdcd_log_probabilities_equal_an_unbatched_forward(
 
     model, tok = lm
     rows = tok(TEXTS)["input_ids"]
-    for st, r in zip(token_stats(model, tok, TEXTS, batch_size=4, max_length=512), rows):   # scoring
+    for st, r in zip(token_stats(model, tok, TEXTS, max_length=512), rows):                 # scoring
         np.testing.assert_allclose(st.logp, alone(model, r), atol=1e-5)
-    np.testing.assert_allclose(mean_log_likelihood(model, tok, TEXTS, batch_size=4),              # LaRA
+    np.testing.assert_allclose(mean_log_likelihood(model, tok, TEXTS),                           # LaRA
                                [alone(model, r).mean() for r in rows], atol=1e-5)
     parts, length = [[t[:9], t[9:]] for t in TEXTS], 12                                          # DPDLLM
-    z = reference_probabilities(tiny_model, parts, length=length, batch_size=4, device="cpu")
+    z = reference_probabilities(tiny_model, parts, length=length, device="cpu")
     for row, packed in zip(z, packed_rows(tok, parts, length)):
         np.testing.assert_allclose(row[:len(packed) - 1], np.exp(alone(model, packed)), atol=1e-5)
         assert not row[len(packed) - 1:].any()

@@ -441,6 +441,19 @@ def test_embedding_cosine():
     assert -1.0 <= cos[2] < 0.5
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_texts_embedding_does_not_depend_on_the_texts_encoded_with_it(dtype):
+    """Bit-identical embeddings for a text alone and among longer and shorter texts in any order, in fp32 and
+    in bf16 (a padded batch moved them), so a metric does not change with the rollouts a job holds."""
+    from mialab.lm.embeddings import encode
+
+    texts = ["the cat sat", "Find the number of positive integers less than 1000 that are divisible by 7. " * 3,
+             "a kitten sleeps on a rug while stock markets fell sharply today", "x"]
+    alone = np.concatenate([encode([t], dtype=dtype) for t in texts])
+    np.testing.assert_array_equal(encode(texts, dtype=dtype), alone)
+    np.testing.assert_array_equal(encode(texts[::-1] + texts, dtype=dtype), np.concatenate([alone[::-1], alone]))
+
+
 def test_embeddings_in_bfloat16_stay_close_to_float32_and_unknown_dtypes_are_rejected():
     from mialab.lm.embeddings import encode
 

@@ -93,25 +93,50 @@ def tiny_lm(make_tiny_model):
     return make_tiny_model(corpus, model_vocab=512)
 
 
-SPEC = {"methods": ["loss", "r_loss", "zlib", "min_k", "min_k_plus_plus"], "k": [0.2], "batch_size": 2,
-        "max_length": 64, "truncation": "truncate", "truncation_warn": 0.05, "dtype": "float32", "device": "cpu"}
+SPEC = {"methods": ["loss", "r_loss", "zlib", "min_k", "min_k_plus_plus"], "k": [0.2], "max_length": 64, "truncation": "truncate", "truncation_warn": 0.05, "dtype": "float32", "device": "cpu"}
 
 
-def test_overlapping_splits_are_scored_once_with_the_same_scores_as_one_by_one(tiny_lm):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_overlapping_splits_are_scored_once_with_the_same_scores_as_one_by_one(tiny_lm, dtype):
+    """Three seeds' splits scored together give each split the scores it gets alone, bit for bit, in bf16 too
+    (a partial rerun of one seed reproduces the stored numbers)."""
     import pandas as pd
 
     from mialab.scoring.run import score_split, score_splits
 
-    texts = {i: f"line {i}: the {'cat dog king'.split()[i % 3]} sings of rain" + " today" * i for i in range(6)}
+    texts = {i: f"line {i}: the {'cat dog king'.split()[i % 3]} sings of rain" + " today and again" * (3 * i)
+             for i in range(6)}
     split = lambda ids: pd.DataFrame({"id": ids, "text": [texts[i] for i in ids], "label": [i % 2 for i in ids]})
     splits = [split([0, 1, 2, 3]), split([2, 3, 4, 5]), split([5, 0, 3, 1])]
     refs = [s[["id"]].assign(loss=-0.1 * s["id"]) for s in splits]
-    together = score_splits(tiny_lm, splits, SPEC, reference_scores=refs)
+    spec = {**SPEC, "dtype": dtype}
+    together = score_splits(tiny_lm, splits, spec, reference_scores=refs)
     for s, ref, table in zip(splits, refs, together):
-        alone = score_split(tiny_lm, s, SPEC, reference_scores=ref)
+        alone = score_split(tiny_lm, s, spec, reference_scores=ref)
         assert list(table["id"]) == list(s["id"]) and list(table["label"]) == list(s["label"])
-        pd.testing.assert_frame_equal(table, alone, check_exact=False, rtol=1e-5)
+        pd.testing.assert_frame_equal(table, alone, check_exact=True)
         assert np.isfinite(table.drop(columns=["id", "label"]).to_numpy(float)).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_texts_statistics_do_not_depend_on_the_texts_scored_with_it(tiny_lm, dtype):
+    """Each text's log p, mu and sigma are bit-identical scored alone, among shorter and longer texts, in
+    another order and in sliding windows beside other texts' windows, in fp32 and in bf16 (padded batches
+    moved them: the kernels' summation order follows the batch's shapes)."""
+    from mialab.lm.loading import load_causal_lm, load_tokenizer
+    from mialab.lm.logprobs import token_stats
+
+    model, tok = load_causal_lm(tiny_lm, dtype=dtype, device="cpu"), load_tokenizer(tiny_lm)
+    texts = [f"line {i}: the {w} walks over the hill and sings of rain" + " today and again" * (3 * i)
+             for i, w in enumerate(["cat", "dog", "king", "queen", "bird", "sea"])]
+    for truncation, length in [("truncate", 64), ("sliding_window", 16)]:
+        score = lambda ts: token_stats(model, tok, ts, max_length=length, truncation=truncation)
+        alone = [score([t])[0] for t in texts]
+        for together in (texts, texts[::-1], texts[2:] + texts[:2] * 3):
+            for st, t in zip(score(together), together):
+                ref = alone[texts.index(t)]
+                for field in ("logp", "mu", "sigma"):
+                    np.testing.assert_array_equal(getattr(st, field), getattr(ref, field), err_msg=f"{t!r}: {field}")
 
 
 def test_an_id_with_two_texts_is_an_error(tiny_lm):
@@ -164,7 +189,7 @@ def test_sliding_window_scores_equal_a_direct_per_token_computation(lm):
 
     model, tok = lm
     length = 12
-    stats = token_stats(model, tok, LONG, batch_size=3, max_length=length, truncation="sliding_window")
+    stats = token_stats(model, tok, LONG, max_length=length, truncation="sliding_window")
     for text, st in zip(LONG, stats):
         ids = tok(text)["input_ids"]
         assert len(st.logp) == len(ids) - 1 and not st.truncated
@@ -178,7 +203,7 @@ def test_truncate_scores_the_first_tokens_counts_them_and_matches_the_tokenizer_
 
     model, tok = lm
     length = 12
-    stats = token_stats(model, tok, LONG, batch_size=3, max_length=length, truncation="truncate")
+    stats = token_stats(model, tok, LONG, max_length=length, truncation="truncate")
     full = [len(tok(t)["input_ids"]) for t in LONG]
     assert [st.truncated for st in stats] == [n > length for n in full] == [True, False, True, False]
     for text, st in zip(LONG, stats):

@@ -22,7 +22,7 @@ tokenizer = resolve_model_path(spec.pop("tokenizer"))   # the packaged MiniLM: b
 ids = list(dict.fromkeys(i for p in inputs.calibration for i in pd.read_parquet(p)["id"].astype(str)))
 os.makedirs(output.mapping, exist_ok=True)
 run = veilprobe_tables(pd.read_parquet(inputs.generations), ids, params.views, tokenizer=tokenizer,
-                       mapping=MappingConfig(**spec), batch_size=params.lm["batch_size"],
+                       mapping=MappingConfig(**spec),
                        folders={c: os.path.join(output.mapping, c) for c in ("prefix", "perturbed_prefix")},
                        device=resolve_device(params.lm["device"]))
 write_parquet(run.original, output.original)

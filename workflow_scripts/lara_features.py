@@ -20,8 +20,8 @@ spec = params.spec
 start = time.perf_counter()
 texts = distinct_texts(pd.concat([pd.read_parquet(p) for p in inputs.tables], ignore_index=True))
 index = extract_features(texts, params.model_path, os.path.dirname(output.index), shard_size=spec["shard_size"],
-                         batch_size=spec["batch_size"], device=spec["device"], dtype=spec["dtype"],
-                         max_length=spec.get("max_length"), special_tokens=spec["special_tokens"],
+                         device=spec["device"], dtype=spec["dtype"], max_length=spec.get("max_length"),
+                         special_tokens=spec["special_tokens"],
                          trust_remote_code=trusts_remote_code(snakemake.config, snakemake.wildcards.model))  # noqa: F821
 write_manifest({**params.manifest, "texts": len(index), "shards": int(index["shard"].nunique()),
                "seconds": round(time.perf_counter() - start, 1)}, output.manifest, outputs=output)

@@ -5,6 +5,9 @@ from mialab.core.jobs import setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
+import json
+from pathlib import Path
+
 import pandas as pd
 
 from mialab.core.io import atomic_path, write_parquet, write_text
@@ -20,8 +23,11 @@ write_parquet(per_seed, out.per_seed)
 write_parquet(headline, out.headline)
 leakage = list(inp.get("leakage", []))
 checks = pd.concat([pd.read_parquet(p) for p in leakage], ignore_index=True) if leakage else None
+pools = [json.loads(Path(p).read_text()) for p in inp.get("pools", [])]
 markdown = results_markdown(summary, headline, fpr_targets=targets, bootstrap=boot,
-                            truncation_warn=params.truncation_warn, checks=checks)
+                            truncation_warn=params.truncation_warn, checks=checks,
+                            repeats={m["dataset"]: m.get("exact_repeats_dropped") for m in pools},
+                            controls=params.controls)
 write_text(markdown, out.markdown)
 write_text(summary.round(4).to_csv(index=False), out.csv)
 write_text(headline.round(4).to_csv(index=False), out.headline_csv)

@@ -49,16 +49,15 @@ def dpdllm_prompts(split: pd.DataFrame, *, length: int, prompt: str) -> list[str
 
 
 def dpdllm_view_features(split: pd.DataFrame, view: str, *, generate: Generate, reference_model: str,
-                         length: int, prompt: str, batch_size: int = 8, device: str = "auto",
-                         dtype: str = "float32") -> pd.DataFrame:
+                         length: int, prompt: str, device: str = "auto", dtype: str = "float32") -> pd.DataFrame:
     """DPDLLM features of ``split`` under ``view``: the target continues the view-wrapped prompt
     (:func:`dpdllm_prompts`); the fine-tuned reference model
     (:func:`mialab.calibdcd.reference.finetune_reference`) reads the prompt followed by that
     continuation (DPDLLM's prompt + response)."""
     prompts = dpdllm_prompts(split, length=length, prompt=prompt)
     outputs = _generate_checked(generate, apply_view(view, prompts))
-    z = reference_probabilities(reference_model, list(zip(prompts, outputs, strict=True)), length=length,
-                                batch_size=batch_size, device=device, dtype=dtype)
+    z = reference_probabilities(reference_model, list(zip(prompts, outputs, strict=True)), length=length, device=device,
+                                dtype=dtype)
     return feature_frame(split["id"].tolist(), view, z)
 
 
@@ -80,8 +79,7 @@ def add_perturbed_prefix(split: pd.DataFrame, *, key_token_models: Sequence[str]
     elif perturbation == "surprisal":
         if len(key_token_models) != 1:
             raise ValueError(f"the surprisal perturbation reads one key-token model, got {len(key_token_models)}")
-        perturbed = key_token_perturb(key_token_models[0], prefixes, ratio=ratio, batch_size=batch_size,
-                                      device=device, dtype=dtype)
+        perturbed = key_token_perturb(key_token_models[0], prefixes, ratio=ratio, device=device, dtype=dtype)
     else:
         raise ValueError(f"unknown VeilProbe perturbation {perturbation!r}; known: original, surprisal")
     return split.assign(perturbed_prefix=perturbed)

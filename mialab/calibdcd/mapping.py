@@ -117,8 +117,9 @@ def train_mapping_model(tokenizer: str, inputs: Sequence[str], outputs: Sequence
     return {"pairs": n, "steps": config.epochs * per_epoch, "loss": losses}
 
 
-def mapping_features(model_dir: str, texts: Sequence[str], *, batch_size: int = 8, device: str = "cpu") -> np.ndarray:
-    """Mean over positions of every encoder and decoder layer's hidden states (module docstring)."""
+def mapping_features(model_dir: str, texts: Sequence[str], *, device: str = "cpu") -> np.ndarray:
+    """Mean over positions of every encoder and decoder layer's hidden states (module docstring), one forward
+    pass per text, so a text's features do not depend on the texts read with it (:mod:`mialab.lm.logprobs`)."""
     import torch
     from transformers import AutoTokenizer, EncoderDecoderModel
 
@@ -130,12 +131,12 @@ def mapping_features(model_dir: str, texts: Sequence[str], *, batch_size: int = 
     prompt = _padded(tok, [tok.cls_token], max_length)["input_ids"].to(device)
     out = []
     with torch.no_grad():
-        for s in range(0, len(texts), batch_size):
-            batch = _padded(tok, texts[s:s + batch_size], max_length).to(device)
+        for text in texts:
+            batch = _padded(tok, [text], max_length).to(device)
             enc = model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                 output_hidden_states=True)
-            dec = model.decoder(input_ids=prompt.expand(len(batch["input_ids"]), -1),
-                                encoder_hidden_states=enc.last_hidden_state, output_hidden_states=True)
+            dec = model.decoder(input_ids=prompt, encoder_hidden_states=enc.last_hidden_state,
+                                output_hidden_states=True)
             states = torch.cat([*enc.hidden_states, *dec.hidden_states], dim=-1)
             out.append(states.mean(dim=1).double().cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, 2 * (model.encoder.config.num_hidden_layers + 1)

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     import torch
 
 
-def key_token_perturb(model_path: str, texts: Sequence[str], *, ratio: float = 0.15, batch_size: int = 8,
-                      device: str = "auto", dtype: str = "float32") -> list[str]:
+def key_token_perturb(model_path: str, texts: Sequence[str], *, ratio: float = 0.15, device: str = "auto",
+                      dtype: str = "float32") -> list[str]:
     """Replace each text's key tokens: the ``max(1, round(ratio * n))`` most surprising of its ``n``
     scorable tokens, each by the model's most likely different, non-special token at that position.
 
@@ -50,7 +50,6 @@ def key_token_perturb(model_path: str, texts: Sequence[str], *, ratio: float = 0
     rows = [tok(t, add_special_tokens=True)["input_ids"] for t in texts]
     out: list[str] = []
     for row, (surprisal, substitute) in zip(rows, map_logprobs(model, rows, surprisal_and_substitute,
-                                                               pad_token_id=tok.pad_token_id, batch_size=batch_size,
                                                                description="key tokens")):
         positions = np.array([j for j in range(1, len(row)) if row[j] not in special], dtype=np.int64)
         new = list(row)

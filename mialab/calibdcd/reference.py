@@ -131,12 +131,12 @@ def finetune_reference(base_model: str, texts: Sequence[str], output: str, *, le
 
 
 def reference_probabilities(reference_model: str, parts: Sequence[Sequence[str]], *, length: int,
-                            batch_size: int = 8, device: str = "auto", dtype: str = "float32") -> np.ndarray:
+                            device: str = "auto", dtype: str = "float32") -> np.ndarray:
     """DPDLLM's ``cond_prob`` features (rows x ``length``): the reference model's probability of each
     packed target token given the tokens before it; 0 after a short row's end token."""
     model, tok = load_lm(reference_model, device=device, dtype=dtype)
     rows = packed_rows(tok, parts, length)
     z = np.zeros((len(rows), length), dtype=np.float64)
-    for i, logp in enumerate(token_logprobs(model, rows, pad_token_id=tok.pad_token_id, batch_size=batch_size)):
+    for i, logp in enumerate(token_logprobs(model, rows)):
         z[i, :len(logp)] = np.exp(logp)
     return z

@@ -132,7 +132,7 @@ def dpdllm_table(generations: pd.DataFrame, *, reference_model: str, length: int
     view-wrapped prompt), in one reference-model pass."""
     rows = generations[generations["detector"] == "dpdllm"].reset_index(drop=True)
     z = reference_probabilities(reference_model, list(zip(rows["text"], rows["output"], strict=True)), length=length,
-                                **lm_options)
+                                device=lm_options["device"], dtype=lm_options["dtype"])
     return _frames(rows, z)
 
 
@@ -146,7 +146,7 @@ class VeilProbeRun:
 
 
 def veilprobe_tables(generations: pd.DataFrame, calibration_ids: Sequence[str], views: Sequence[str], *,
-                     tokenizer: str, mapping: MappingConfig, folders: Mapping[str, str], batch_size: int = 8,
+                     tokenizer: str, mapping: MappingConfig, folders: Mapping[str, str],
                      device: str = "cpu") -> VeilProbeRun:
     """Train VeilProbe's two mapping models on the original query's generations (every pool text) into
     ``folders[input]`` and compute the features of every pool text under the original query and of
@@ -167,7 +167,7 @@ def veilprobe_tables(generations: pd.DataFrame, calibration_ids: Sequence[str], 
     z = {}
     for column, rows in inputs.items():
         texts = [q for view, part in queries for q in apply_view(view, rows.loc[part, "text"].astype(str).tolist())]
-        z[column] = mapping_features(folders[column], texts, batch_size=batch_size, device=device)
+        z[column] = mapping_features(folders[column], texts, device=device)
     vectors = veilprobe_vector(z["prefix"], z["perturbed_prefix"])
     frames, start = [], 0
     for view, part in queries:

@@ -15,6 +15,9 @@ alone (Duan et al. 2024; Das et al. 2025; Maini et al. 2024). Per split:
   ``warn_above`` (0.6): the split is then separable by topic or date, not by membership.
 - *length shift*: words per text per class (mean, std, quantiles) and the AUROC of length alone
   (members scored by their length), flagged when it is further than 0.1 from 0.5.
+
+Across the seeds of a dataset: the most candidates two seeds' splits share (:func:`seed_overlaps`),
+flagged above ``overlap_warn`` of a split.
 """
 
 from __future__ import annotations
@@ -246,17 +249,31 @@ def split_embeddings(splits: list[pd.DataFrame], options: dict) -> list[np.ndarr
     return [emb[row.loc[s[column].astype(str)].to_numpy()] for s in splits]
 
 
+def seed_overlaps(splits: list[pd.DataFrame]) -> list[int]:
+    """For each seed's split, the most candidates it shares with another seed's split (0 for a lone seed).
+
+    Seeds draw disjoint splits while the pool allows (:mod:`mialab.data.sampling`); past that they share
+    candidates, so their results are correlated and the ± std over seeds understates the spread."""
+    ids = [set(s["id"]) for s in splits]
+    return [max((len(a & b) for j, b in enumerate(ids) if j != i), default=0) for i, a in enumerate(ids)]
+
+
 DUPLICATE_KINDS = ("exact", "ngram", "embedding")
 
 
-def report_row(report: dict, *, dataset: str, seed: int, setting: str = "original") -> dict:
-    """One flat row of the per-split table: counts, blind baseline, length statistics.
+def report_row(report: dict, *, dataset: str, seed: int, shared: int, overlap_warn: float,
+               setting: str = "original") -> dict:
+    """One flat row of the per-split table: counts, the most candidates shared with another seed's split
+    (``shared``, :func:`seed_overlaps`; flagged above ``overlap_warn`` of the split), blind baseline,
+    length statistics.
 
     A duplicate check that was not run (``embed: false``) has count -1.
     """
     blind, length = report["blind_baseline"], report["length"]
+    n = report["n_members"] + report["n_nonmembers"]
     row = {"dataset": dataset, "seed": int(seed), "setting": setting,
-           "n_members": report["n_members"], "n_nonmembers": report["n_nonmembers"]}
+           "n_members": report["n_members"], "n_nonmembers": report["n_nonmembers"],
+           "n_shared": int(shared), "overlap_warn": overlap_warn, "overlap_warning": bool(shared > overlap_warn * n)}
     for kind in DUPLICATE_KINDS:
         row[f"dup_{kind}"] = int(report["duplicates"][kind]["count"]) if kind in report["duplicates"] else -1
     row.update({"blind_auroc": blind["auroc"], "blind_auroc_std": blind["auroc_std"], "blind_folds": blind["folds"],
@@ -268,47 +285,64 @@ def report_row(report: dict, *, dataset: str, seed: int, setting: str = "origina
     return row
 
 
+def overlap_warning(dataset: str, shared: int, n: int, threshold: float) -> str:
+    """Why a dataset whose seeds' splits share ``shared`` of ``n`` candidates (above ``threshold``) is flagged."""
+    return (f"{dataset}: two seeds' splits share {shared} of {n} candidates (> {threshold:.0%}): the seeds' results "
+            f"are correlated, so their ± std understates the spread (a larger pool or fewer candidates per seed "
+            f"gives disjoint splits)")
+
+
 def warnings_of(table: pd.DataFrame) -> list[str]:
-    """One line per split whose blind baseline exceeds its threshold."""
-    return [f"WARNING: {r.dataset} seed {r.seed} ({r.setting}): blind-baseline AUROC {r.blind_auroc:.3f} > "
-            f"{r.blind_warn:g} (± {r.blind_auroc_std:.3f} over {r.blind_folds} folds): members and non-members "
-            f"may be separable without the model (topic, date or style shift); read attack AUROCs on this "
-            f"split against it"
-            for r in table.itertuples() if r.blind_warning]
+    """One line per split whose blind baseline exceeds its threshold, one per dataset whose seeds' splits
+    overlap above theirs."""
+    lines = [f"WARNING: {r.dataset} seed {r.seed} ({r.setting}): blind-baseline AUROC {r.blind_auroc:.3f} > "
+             f"{r.blind_warn:g} (± {r.blind_auroc_std:.3f} over {r.blind_folds} folds): members and non-members "
+             f"may be separable without the model (topic, date or style shift); read attack AUROCs on this "
+             f"split against it"
+             for r in table.itertuples() if r.blind_warning]
+    return lines + [f"WARNING: {overlap_warning(r.dataset, r.n_shared, r.n_candidates, r.overlap_warn)}"
+                    for r in per_dataset(table).itertuples() if r.overlap_warning]
 
 
-def _dups(r) -> str:
+def duplicate_counts(r) -> str:
+    """A row's cross-class duplicate pairs, ``exact / n-gram / embedding`` (``n/a``: not checked)."""
     return " / ".join("n/a" if getattr(r, f"dup_{k}") < 0 else str(getattr(r, f"dup_{k}")) for k in DUPLICATE_KINDS)
 
 
 def summary_markdown(table: pd.DataFrame) -> str:
     """``results/leakage/summary.md``: one line per split, then the warnings."""
     table = table.sort_values(["dataset", "seed"])
-    head = ["dataset", "seed", "setting", "members", "non-members", "duplicates exact / n-gram / embedding",
-            "blind AUROC", "length AUROC", "words members (mean ± std)", "words non-members (mean ± std)"]
+    head = ["dataset", "seed", "setting", "members", "non-members", "shared with another seed",
+            "duplicates exact / n-gram / embedding", "blind AUROC", "length AUROC", "words members (mean ± std)",
+            "words non-members (mean ± std)"]
     lines = ["# Leakage and distribution-shift checks", "",
-             "Per split: cross-class duplicate pairs (exact; word n-gram Jaccard; embedding cosine), the "
-             "blind baseline (bag-of-n-grams logistic regression, cross-validated AUROC, no model involved) "
-             "and the length shift (AUROC of word count alone). 50% = no shift.", "",
+             "Per split: the most candidates another seed's split also holds, cross-class duplicate pairs (exact; "
+             "word n-gram Jaccard; embedding cosine), the blind baseline (bag-of-n-grams logistic regression, "
+             "cross-validated AUROC, no model involved) and the length shift (AUROC of word count alone). "
+             "50% = no shift.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table.itertuples():
         lines.append("| " + " | ".join([
-            r.dataset, str(r.seed), r.setting, str(r.n_members), str(r.n_nonmembers), _dups(r),
+            r.dataset, str(r.seed), r.setting, str(r.n_members), str(r.n_nonmembers),
+            f"{r.n_shared}" + (" ⚠" if r.overlap_warning else ""), duplicate_counts(r),
             f"{100 * r.blind_auroc:.1f} ± {100 * r.blind_auroc_std:.1f}" + (" ⚠" if r.blind_warning else ""),
             f"{100 * r.length_auroc:.1f}" + (" ⚠" if r.length_warning else ""),
             f"{r.members_words_mean:.1f} ± {r.members_words_std:.1f}",
             f"{r.nonmembers_words_mean:.1f} ± {r.nonmembers_words_std:.1f}"]) + " |")
     warns = warnings_of(table)
-    lines += ["", *(warns or ["No split exceeds its blind-baseline threshold."])]
+    lines += ["", *(warns or ["No split exceeds its blind-baseline or overlap threshold."])]
     return "\n".join(lines) + "\n"
 
 
 def per_dataset(table: pd.DataFrame) -> pd.DataFrame:
-    """Seed-aggregated split checks per dataset: blind and length AUROC mean ± std (ddof 1),
-    duplicate pairs summed over seeds, number of flagged seeds."""
+    """Seed-aggregated split checks per dataset: the most candidates two seeds' splits share (``n_shared`` of a
+    split's ``n_candidates``, ``overlap_warning`` above the threshold), blind and length AUROC mean ± std
+    (ddof 1), duplicate pairs summed over seeds, number of flagged seeds."""
     rows = []
     for dataset, df in table.groupby("dataset", sort=True):
-        row = {"dataset": dataset, "setting": "/".join(sorted(df["setting"].unique())), "n_seeds": len(df)}
+        row = {"dataset": dataset, "setting": "/".join(sorted(df["setting"].unique())), "n_seeds": len(df),
+               "n_shared": int(df["n_shared"].max()), "n_candidates": int((df["n_members"] + df["n_nonmembers"]).max()),
+               "overlap_warn": float(df["overlap_warn"].iloc[0]), "overlap_warning": bool(df["overlap_warning"].any())}
         for col in ("blind_auroc", "length_auroc"):
             row[f"{col}_mean"] = float(df[col].mean())
             row[f"{col}_std"] = float(df[col].std(ddof=1)) if len(df) > 1 else 0.0
@@ -320,17 +354,3 @@ def per_dataset(table: pd.DataFrame) -> pd.DataFrame:
         row["nonmembers_words_mean"] = float(df["nonmembers_words_mean"].mean())
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def split_checks_markdown(table: pd.DataFrame) -> str:
-    """The per-dataset "split checks" table of the main results summary."""
-    agg = per_dataset(table)
-    head = ["dataset", "setting", "seeds", "blind-baseline AUROC", "length AUROC",
-            "cross-class duplicates exact / n-gram / embedding (sum over seeds)", "seeds flagged"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in agg.itertuples():
-        lines.append("| " + " | ".join([
-            r.dataset, r.setting, str(r.n_seeds), f"{100 * r.blind_auroc_mean:.1f} ± {100 * r.blind_auroc_std:.1f}",
-            f"{100 * r.length_auroc_mean:.1f} ± {100 * r.length_auroc_std:.1f}", _dups(r),
-            str(r.blind_warnings)]) + " |")
-    return "\n".join(lines) + "\n"

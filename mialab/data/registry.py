@@ -12,6 +12,7 @@ in ``schemas/config.schema.yaml``: that declaration is the only place a default 
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import functools
 import importlib
@@ -84,3 +85,26 @@ def get_family(name: str) -> LoadPool:
     load = FAMILIES.get(name)
     pool_keys(name)
     return lambda spec: load(with_defaults(name, spec))
+
+
+#: the exact repeats dropped while :func:`build_pool` runs a family (None outside it)
+_DROPPED_REPEATS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("dropped_repeats", default=None)
+
+
+def count_dropped_repeats(n: int) -> None:
+    """A family dropped ``n`` exact repeats of a candidate, keeping one of each (counted by :func:`build_pool`)."""
+    counts = _DROPPED_REPEATS.get()
+    if counts is not None:
+        counts.append(int(n))
+
+
+def build_pool(spec: dict) -> tuple[pd.DataFrame, int]:
+    """A dataset's pool (its ``pool`` section through :func:`get_family`) and how many exact repeats of a
+    candidate the family dropped, so the pool's manifest can say it (not only the job's log)."""
+    counts: list[int] = []
+    token = _DROPPED_REPEATS.set(counts)
+    try:
+        pool = get_family(spec["family"])(spec)
+    finally:
+        _DROPPED_REPEATS.reset(token)
+    return pool, sum(counts)

@@ -38,6 +38,52 @@ def truncation_warnings(summary: pd.DataFrame, threshold: float) -> list[str]:
             for _, r in rows.iterrows() if r["n_truncated"] > threshold * r["n_total"]]
 
 
+def off_chance_controls(headline: pd.DataFrame, controls: list[str]) -> pd.DataFrame:
+    """The headline rows of the no-members controls (``controls``: models no member reached,
+    :func:`mialab.pipeline.plan.no_member_models`) whose AUROC interval excludes 50%: such a model cannot
+    know membership, so separating the classes says they differ otherwise (a distribution shift)."""
+    if headline.empty:
+        return pd.DataFrame(columns=["dataset", "model", "family", "method", "auroc", "auroc_lo", "auroc_hi"])
+    rows = headline[headline["model"].isin(controls)]
+    return rows[(rows["auroc_lo"] > 0.5) | (rows["auroc_hi"] < 0.5)]
+
+
+def _auroc(r) -> str:
+    return f"{r.family} (`{r.method}`) {100 * r.auroc:.1f} [{100 * r.auroc_lo:.1f}, {100 * r.auroc_hi:.1f}]"
+
+
+def control_warnings(off: pd.DataFrame) -> list[str]:
+    """One line per (dataset, control) of :func:`off_chance_controls`."""
+    return [f"{dataset}: the no-members control {model!r} never saw a member, yet separates the classes: AUROC "
+            + "; ".join(_auroc(r) for r in g.itertuples()) + f"; members and non-members of {dataset} differ "
+            f"without membership (a distribution shift the blind baseline may miss), so read every attack's AUROC "
+            f"on {dataset} against it"
+            for (dataset, model), g in off.groupby(["dataset", "model"], sort=False)]
+
+
+def split_checks_markdown(checks: pd.DataFrame, repeats: dict[str, int | None], off: pd.DataFrame) -> str:
+    """The per-dataset split checks beside the results: the exact repeats its pool dropped (``repeats``; None
+    where the pool's manifest predates the count), the most candidates two seeds' splits share, the leakage
+    checks (:func:`mialab.checks.leakage.per_dataset`), and the no-members controls off 50% (``off``,
+    :func:`off_chance_controls`)."""
+    from mialab.checks.leakage import duplicate_counts, per_dataset
+
+    head = ["dataset", "setting", "seeds", "exact repeats dropped", "most candidates two seeds share",
+            "blind-baseline AUROC", "length AUROC", "cross-class duplicates exact / n-gram / embedding (sum over seeds)",
+            "seeds flagged", "no-members control off 50%"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in per_dataset(checks).itertuples():
+        dropped = repeats.get(r.dataset)
+        controls = off[off["dataset"] == r.dataset]
+        lines.append("| " + " | ".join([
+            r.dataset, r.setting, str(r.n_seeds), "n/a" if dropped is None else str(dropped),
+            f"{r.n_shared} / {r.n_candidates}" + (" ⚠" if r.overlap_warning else ""),
+            f"{100 * r.blind_auroc_mean:.1f} ± {100 * r.blind_auroc_std:.1f}",
+            f"{100 * r.length_auroc_mean:.1f} ± {100 * r.length_auroc_std:.1f}", duplicate_counts(r), str(r.blind_warnings),
+            "; ".join(f"{c.model}: {_auroc(c)} ⚠" for c in controls.itertuples()) or "–"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _pyplot():
     import matplotlib
 
@@ -136,14 +182,23 @@ def forest_figure(table: pd.DataFrame, headline: dict[str, str], path: str, leve
 
 
 def results_markdown(summary: pd.DataFrame, headline: pd.DataFrame, *, fpr_targets: list[float], bootstrap: dict,
-                     truncation_warn: float, checks: pd.DataFrame | None = None) -> str:
-    """``results/summary.md``: truncation warnings, the headline, every method's row and, when the
-    split checks ran (``checks``: their table), the split checks."""
+                     truncation_warn: float, checks: pd.DataFrame | None = None,
+                     repeats: dict[str, int | None] | None = None, controls: list[str] = ()) -> str:
+    """``results/summary.md``: warnings (truncation; when the split checks ran, ``checks``: their table, split
+    overlap; no-members ``controls`` off 50%), the headline, every method's row and the split checks beside
+    each dataset (``repeats``: the exact repeats each dataset's pool dropped)."""
+    from mialab.checks.leakage import overlap_warning, per_dataset
+
     metrics = ["auroc", *(fpr_column(t) for t in fpr_targets)]
-    warnings = truncation_warnings(summary, truncation_warn)
+    off = off_chance_controls(headline, list(controls))
+    warnings = [("truncation", w) for w in truncation_warnings(summary, truncation_warn)]
+    if checks is not None:
+        warnings += [("split overlap", overlap_warning(r.dataset, r.n_shared, r.n_candidates, r.overlap_warn))
+                     for r in per_dataset(checks).itertuples() if r.overlap_warning]
+    warnings += [("no-members control", w) for w in control_warnings(off)]
     markdown = "# Membership inference results\n\n"
     if warnings:
-        markdown += "".join(f"> **Warning (truncation):** {w}\n>\n" for w in warnings) + "\n"
+        markdown += "".join(f"> **Warning ({kind}):** {w}\n>\n" for kind, w in warnings) + "\n"
     markdown += ("## Headline\n\n"
                  + headline_markdown(headline, fpr_targets, bootstrap["level"], bootstrap["resamples"])
                  + "\nFigures: `results/evaluation/forest.png` (AUROC with intervals), "
@@ -154,10 +209,12 @@ def results_markdown(summary: pd.DataFrame, headline: pd.DataFrame, *, fpr_targe
                  "seeds (higher score = member; see README, 'Conventions'). Summaries picked on the evaluation labels "
                  "(best, top-5) are optimistic.\n\n" + markdown_table(summary, metrics))
     if checks is not None:
-        from mialab.checks.leakage import split_checks_markdown
-
-        markdown += ("\n## Split checks\n\nPer dataset, without any model: the blind baseline (cross-validated "
-                     "AUROC of a bag-of-n-grams classifier; near 50% = no topic or date shift, flagged above the "
-                     "configured threshold), the AUROC of length alone, and cross-class duplicate pairs; "
-                     "details in results/leakage/summary.md.\n\n" + split_checks_markdown(checks))
+        markdown += ("\n## Split checks\n\nPer dataset: the exact repeats its pool dropped (each kept once; n/a: a pool "
+                     "built before they were counted), the most candidates two seeds' splits share (⚠: the seeds' ± std "
+                     "understates the spread), and, without any model, the blind baseline (cross-validated AUROC of a "
+                     "bag-of-n-grams classifier; near 50% = no topic or date shift, flagged above the configured "
+                     "threshold), the AUROC of length alone and cross-class duplicate pairs; last, the headline rows of "
+                     "the models no member reached whose AUROC interval excludes 50% (a shift the blind baseline may "
+                     "miss); details in results/leakage/summary.md.\n\n"
+                     + split_checks_markdown(checks, repeats or {}, off))
     return markdown

@@ -1,7 +1,8 @@
 """Output-level baselines compared in the LaRA paper, as its released code defines them, and ReCaLL.
 
-Each has a pure scoring function (hand-checkable) and a model-driven one (transformers, batched,
-on a model and tokenizer from :func:`mialab.lm.loading.load_lm` with left padding). All scores are
+Each has a pure scoring function (hand-checkable) and a model-driven one (transformers, on a model and
+tokenizer from :func:`mialab.lm.loading.load_lm` with left padding: generation in batches, ReCaLL's
+log-likelihoods one text per forward pass, :mod:`mialab.lm.logprobs`). All scores are
 oriented higher = more likely member (the code's ``get_direction() = -1`` scores are negated).
 
 The LaRA code (``generate_full_data.py``, ``detectors/*.py``) reads every baseline but ReCaLL off
@@ -141,8 +142,7 @@ def min_k_plus_plus_response(logprobs: Sequence[float], mus: Sequence[float], si
     return float(_lowest_k(z, ratio).mean())
 
 
-def mean_log_likelihood(model, tokenizer, texts: list[str], *, batch_size: int,
-                        prefix: str | None = None) -> np.ndarray:
+def mean_log_likelihood(model, tokenizer, texts: list[str], *, prefix: str | None = None) -> np.ndarray:
     """Mean ``log p`` of each text's tokens, optionally after ``prefix`` (tokenised on its own,
     with the tokenizer's special tokens; the text's tokens are the same with or without it).
 
@@ -150,25 +150,23 @@ def mean_log_likelihood(model, tokenizer, texts: list[str], *, batch_size: int,
     """
     head = tokenizer(prefix if prefix is not None else "")["input_ids"]
     bodies = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    logps = token_logprobs(model, [head + body for body in bodies], pad_token_id=tokenizer.pad_token_id,
-                           batch_size=batch_size)
+    logps = token_logprobs(model, [head + body for body in bodies])
     first = max(len(head), 1) - 1
     out = np.array([lp[first:].mean() if len(lp) > first else np.nan for lp in logps])
     require_finite("mean token log-likelihoods (NaN: a text has no scorable token)", out)
     return out
 
 
-def recall_scores(model, tokenizer, texts: list[str], prefix_texts: list[str], *, batch_size: int,
-                  separator: str = "\n\n", unconditional: np.ndarray | None = None) -> np.ndarray:
+def recall_scores(model, tokenizer, texts: list[str], prefix_texts: list[str], *, separator: str = "\n\n",
+                  unconditional: np.ndarray | None = None) -> np.ndarray:
     """ReCaLL scores of ``texts`` with the non-member ``prefix_texts`` joined by ``separator``.
 
     ``unconditional``: the texts' :func:`mean_log_likelihood` without prefix, when already at hand.
     """
     prefix = separator.join(prefix_texts) + separator
     if unconditional is None:
-        unconditional = mean_log_likelihood(model, tokenizer, texts, batch_size=batch_size)
-    return recall_score(mean_log_likelihood(model, tokenizer, texts, prefix=prefix, batch_size=batch_size),
-                        unconditional)
+        unconditional = mean_log_likelihood(model, tokenizer, texts)
+    return recall_score(mean_log_likelihood(model, tokenizer, texts, prefix=prefix), unconditional)
 
 
 def perturbed_question(question: str, prefix: str, suffix: str) -> str:

@@ -110,7 +110,7 @@ def word_spans(text: str) -> list[tuple[int, int]]:
     return sorted(spans)
 
 
-def word_surprisals(model, tokenizer, texts: list[str], *, batch_size: int = 8) -> list[np.ndarray]:
+def word_surprisals(model, tokenizer, texts: list[str]) -> list[np.ndarray]:
     """Per word of :func:`word_spans`: the sum of its tokens' losses ``-log p(token | prefix)``.
 
     A token counts for every word its characters overlap; a token with no prediction (the
@@ -119,7 +119,7 @@ def word_surprisals(model, tokenizer, texts: list[str], *, batch_size: int = 8) 
     from mialab.lm.logprobs import token_logprobs
 
     enc = tokenizer(texts, return_offsets_mapping=True)
-    logps = token_logprobs(model, enc["input_ids"], pad_token_id=tokenizer.pad_token_id, batch_size=batch_size)
+    logps = token_logprobs(model, enc["input_ids"])
     out = []
     for text, offsets, logp in zip(texts, enc["offset_mapping"], logps):
         spans = word_spans(text)
@@ -133,8 +133,8 @@ def word_surprisals(model, tokenizer, texts: list[str], *, batch_size: int = 8) 
 
 
 @BlankBackend.register("token_loss")
-def blank_token_loss(texts: list[str], *, model_path: str, fraction: float = 0.2, batch_size: int = 8,
-                     device: str = "auto", dtype: str = "float32") -> list[str]:
+def blank_token_loss(texts: list[str], *, model_path: str, fraction: float = 0.2, device: str = "auto",
+                     dtype: str = "float32") -> list[str]:
     """Blank the ``ceil(fraction * n_words)`` (at least one) highest-surprisal words of each text."""
     from mialab.lm.loading import load_lm
 
@@ -142,7 +142,7 @@ def blank_token_loss(texts: list[str], *, model_path: str, fraction: float = 0.2
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
     model, tok = load_lm(model_path, device=device, dtype=dtype)
     out = []
-    for text, surprisal in zip(texts, word_surprisals(model, tok, texts, batch_size=batch_size)):
+    for text, surprisal in zip(texts, word_surprisals(model, tok, texts)):
         spans = word_spans(text)
         if not spans:
             raise ValueError(f"nothing to blank in an empty text: {text!r}")

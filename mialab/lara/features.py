@@ -5,8 +5,9 @@ Layer 0 is the embedding-layer output and layers 1..L the transformer blocks' ou
 averages every token of the tokenised text, the special tokens the tokenizer adds (a BOS)
 included, as the LaRA code does; ``special_tokens=False`` averages the text's own tokens only (a
 BOS is the same vector for every text and, in many LLMs, an attention-sink outlier that dominates
-the mean). Padding is masked out and on the right, so with causal attention a text's features do
-not depend on what it is batched with.
+the mean). Each text is a forward pass of its own tokens alone (no padding, no other text), so its
+features do not depend on the texts it is extracted with (:mod:`mialab.lm.logprobs` says why a
+padded batch's would).
 
 The stage writes ``out_dir/shards/shard-NNNNN.safetensors`` (key ``features``, float32
 ``[rows, n_layers + 1, hidden]``) and finally ``out_dir/index.parquet`` (the input table plus
@@ -40,43 +41,31 @@ def mean_pool(hidden, mask):
     return (hidden.float() * m.unsqueeze(-1)).sum(dim=1) / counts
 
 
-def layer_features(model, tokenizer, texts: list[str], *, batch_size: int = 8,
-                   max_length: int | None = None, special_tokens: bool = True) -> np.ndarray:
-    """``[n_texts, n_layers + 1, hidden]`` float32 mean-pooled hidden states.
-
-    Texts are batched in order of token length (less padding); rows come back in input order.
-    """
+def layer_features(model, tokenizer, texts: list[str], *, max_length: int | None = None,
+                   special_tokens: bool = True) -> np.ndarray:
+    """``[n_texts, n_layers + 1, hidden]`` float32 mean-pooled hidden states, one forward pass per text."""
     import torch
 
-    if tokenizer.padding_side != "right":
-        raise ValueError("feature extraction needs a right-padding tokenizer")
     device = next(model.parameters()).device
-    truncate = dict(truncation=max_length is not None, max_length=max_length)
-    order = np.argsort([len(ids) for ids in tokenizer(texts, **truncate)["input_ids"]], kind="stable")
+    enc = tokenizer(texts, return_special_tokens_mask=True, truncation=max_length is not None, max_length=max_length)
     out = np.zeros((len(texts), model.config.num_hidden_layers + 1, model.config.hidden_size), dtype=np.float32)
     body = model.get_decoder()  # the transformer without the LM head: its logits are never read
-    for start in range(0, len(texts), batch_size):
-        idx = order[start:start + batch_size]
-        enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
-                        return_special_tokens_mask=True, **truncate)
+    for i, (ids, special) in enumerate(zip(enc["input_ids"], enc["special_tokens_mask"])):
         with torch.inference_mode():
-            hidden = body(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
-                          output_hidden_states=True).hidden_states
-        pool_mask = enc["attention_mask"] * (1 if special_tokens else 1 - enc["special_tokens_mask"])
-        out[idx] = torch.stack([mean_pool(h, pool_mask) for h in hidden], dim=1).cpu().numpy()
+            hidden = body(input_ids=torch.tensor([ids], device=device), output_hidden_states=True).hidden_states
+        pool_mask = torch.tensor([[1] * len(ids)]) if special_tokens else 1 - torch.tensor([special])
+        out[i] = torch.stack([mean_pool(h, pool_mask) for h in hidden], dim=1)[0].cpu().numpy()
     require_finite("hidden states (overflow in this dtype?)", out)
     return out
 
 
-def extract_layer_features(model_path: str, texts: list[str], *, batch_size: int = 8, device: str = "auto",
-                           dtype: str = "float32", max_length: int | None = None,
-                           special_tokens: bool = True) -> np.ndarray:
+def extract_layer_features(model_path: str, texts: list[str], *, device: str = "auto", dtype: str = "float32",
+                           max_length: int | None = None, special_tokens: bool = True) -> np.ndarray:
     """Load ``model_path`` and return :func:`layer_features` of ``texts``."""
     from mialab.lm.loading import load_lm
 
-    model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right")
-    return layer_features(model, tok, list(texts), batch_size=batch_size, max_length=max_length,
-                          special_tokens=special_tokens)
+    model, tok = load_lm(model_path, device=device, dtype=dtype)
+    return layer_features(model, tok, list(texts), max_length=max_length, special_tokens=special_tokens)
 
 
 def shard_fingerprint(model_path: str, dtype: str, max_length: int | None, texts: list[str],
@@ -100,7 +89,7 @@ def _shard_is_current(path: Path, fingerprint: str) -> bool:
 
 
 def extract_features(table: pd.DataFrame, model_path: str, out_dir: str | os.PathLike, *, shard_size: int = 256,
-                     batch_size: int = 8, device: str = "auto", dtype: str = "float32",
+                     device: str = "auto", dtype: str = "float32",
                      max_length: int | None = None, special_tokens: bool = True,
                      trust_remote_code: bool = False) -> pd.DataFrame:
     """Stage: features of every ``table["text"]`` as shards plus ``index.parquet``; resumable.
@@ -125,9 +114,8 @@ def extract_features(table: pd.DataFrame, model_path: str, out_dir: str | os.Pat
         if model is None:
             from mialab.lm.loading import load_lm
 
-            model, tok = load_lm(model_path, device=device, dtype=dtype, padding_side="right", trust_remote_code=trust_remote_code)
-        feats = layer_features(model, tok, chunk, batch_size=batch_size, max_length=max_length,
-                               special_tokens=special_tokens)
+            model, tok = load_lm(model_path, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+        feats = layer_features(model, tok, chunk, max_length=max_length, special_tokens=special_tokens)
         with atomic_path(path) as tmp:
             save_file({FEATURES_KEY: torch.from_numpy(feats)}, str(tmp),
                       metadata={"fingerprint": fingerprint, "model": str(model_path), "dtype": dtype})

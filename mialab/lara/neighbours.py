@@ -35,7 +35,7 @@ def unique_texts(texts: list[str]) -> list[str]:
 
 @NeighbourBackend.register("retrieval")
 def retrieval_neighbours(questions: list[str], m: int, *, pool: list[str], model: str = DEFAULT_MODEL,
-                         batch_size: int = 64, device: str = "cpu", dtype: str = "float32") -> list[list[str]]:
+                         device: str = "cpu", dtype: str = "float32") -> list[list[str]]:
     """The ``m`` pool questions most similar to each question (most similar first); the encoder
     computes in ``dtype`` (see :func:`mialab.lm.embeddings.encode`)."""
     import faiss
@@ -45,11 +45,11 @@ def retrieval_neighbours(questions: list[str], m: int, *, pool: list[str], model
     candidates = unique_texts(pool)
     if len(candidates) < m + 1:
         raise ValueError(f"the pool has {len(candidates)} distinct questions; {m} neighbours need at least {m + 1}")
-    emb = encode(candidates, model=model, batch_size=batch_size, device=device, dtype=dtype)
+    emb = encode(candidates, model=model, device=device, dtype=dtype)
     index = faiss.IndexFlatIP(emb.shape[1])
     index.add(emb)
     # The pool is duplicate-free, so at most one hit (the question itself) is dropped.
-    _, hits = index.search(encode(questions, model=model, batch_size=batch_size, device=device, dtype=dtype), m + 1)
+    _, hits = index.search(encode(questions, model=model, device=device, dtype=dtype), m + 1)
     out = []
     for q, row in zip(questions, hits):
         key = normalise_text(q)

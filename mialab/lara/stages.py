@@ -129,8 +129,7 @@ def backend_specs(spec: dict, neighbour_pool: list[str], generate=None) -> dict[
 
 def retrieval_spec(entry: dict, neighbour_pool: list[str]) -> dict:
     """The retrieval neighbour backend's spec from a ``lara.neighbours`` entry."""
-    return {"backend": "retrieval", "pool": neighbour_pool, "batch_size": entry["batch_size"],
-            "dtype": entry["embedding_dtype"]}
+    return {"backend": "retrieval", "pool": neighbour_pool, "dtype": entry["embedding_dtype"]}
 
 
 def fallback_backends(spec: dict, neighbour_pool: list[str]) -> dict:
@@ -329,14 +328,13 @@ def baseline_scores(model_path: str, tables: list[pd.DataFrame], *, recall: dict
         shared = Parts(parts).run(key, len(texts), baseline_part_size(batch_size, cdd["n_samples"]), generated)
     shared = shared.set_index("id")
     recall_texts = [normalise_question(t, recall.get("max_words")) for t in texts]
-    unconditional = pd.Series(mean_log_likelihood(model, tok, recall_texts, batch_size=batch_size),
-                              index=shared.index)
+    unconditional = pd.Series(mean_log_likelihood(model, tok, recall_texts), index=shared.index)
     recall_text = pd.Series(recall_texts, index=shared.index)
     out = []
     for evaluated, references in seeds:
         ids = evaluated["id"].to_numpy()
         recall_column = recall_scores(model, tok, recall_text.loc[ids].tolist(), recall_prefix(references, recall),
-                                      batch_size=batch_size, unconditional=unconditional.loc[ids].to_numpy())
+                                      unconditional=unconditional.loc[ids].to_numpy())
         out.append(pd.concat([pd.DataFrame({"id": ids, f"{PREFIX}/recall": recall_column}),
                               shared.loc[ids].reset_index(drop=True)], axis=1))
     return out

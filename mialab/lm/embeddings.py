@@ -44,16 +44,17 @@ def load_encoder(name: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "f
     return SentenceTransformer(resolve_model_path(name), device=device, model_kwargs=kwargs)
 
 
-def encode(texts: list[str], *, model: str = DEFAULT_MODEL, batch_size: int = 64, device: str = "cpu",
-           dtype: str = "float32") -> np.ndarray:
-    """Return L2-normalised float32 embeddings, one row per text (cosine = dot product).
+def encode(texts: list[str], *, model: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32") -> np.ndarray:
+    """Return L2-normalised float32 embeddings, one row per text (cosine = dot product), each text encoded
+    alone (no padding, no other text), so its embedding does not depend on the texts encoded with it
+    (:mod:`mialab.lm.logprobs` says why a padded batch's would).
 
     ``dtype`` is the encoder's compute precision (``auto``: bfloat16 where the device has it natively): bfloat16
     is faster than float32 on a CPU with AMX and keeps every embedding close to its float32 one (the README's
     "Precision" has the measurement).
     """
     enc = load_encoder(model, device, dtype)
-    emb = enc.encode(list(texts), batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
+    emb = enc.encode(list(texts), batch_size=1, convert_to_tensor=True, show_progress_bar=False)
     emb = emb.float().cpu().numpy()   # normalised in float32: a bf16 norm is only good to ~0.2%
     norms = np.linalg.norm(emb, axis=1, keepdims=True)
     if not (np.isfinite(emb).all() and (norms > 0).all()):

@@ -1,10 +1,19 @@
-"""The one batched log-probability forward of the package, and the per-token statistics it feeds.
+"""The one log-probability forward of the package, and the per-token statistics it feeds.
 
-:func:`map_logprobs` runs a causal LM over token-id rows, sorted by length (longest first, so
-a batch too large for memory fails at once) and right-padded, and hands each row's log-softmax
-over the vocabulary to a per-row reduction; :func:`token_logprobs` (``log p`` of the realised
-tokens: LaRA, DPDLLM's reference model), :func:`token_stats` (the passive baselines) and
+:func:`map_logprobs` runs a causal LM over token-id rows, each row alone, and hands each row's
+log-softmax over the vocabulary to a per-row reduction; :func:`token_logprobs` (``log p`` of the
+realised tokens: LaRA, DPDLLM's reference model), :func:`token_stats` (the passive baselines) and
 VeilProbe's key-token perturbation (:mod:`mialab.calibdcd.perturb`) are such reductions.
+
+Each row alone, because a text's scores must not depend on which texts share its batch: in a padded
+batch they do, in bf16 visibly (README, "Conventions"). The kernels' summation order follows the
+shapes they are given: the attention kernel's over the padded length, and a matrix product's over
+the number of rows it multiplies (the batch's rows times their padded length), so padding a row to
+its neighbours' length, or putting it beside more rows, rounds its logits differently. Padding each
+row to a length of its own (buckets) removes the first but not the second. A forward pass of exactly
+the row's tokens (no padding, no attention mask, no other row: what MIMIR's and Min-K%++'s code run)
+has shapes given by the text alone, so its logits are those of the text and the model (on one device,
+with one number of threads, which the rules pin).
 
 For each text and each predicted token t (the first token has no prediction and is skipped):
 ``logp[t]`` = log p(x_t | x_<t); ``mu[t]`` = E_{z~p}[log p(z)] and ``sigma[t]`` =
@@ -43,15 +52,14 @@ class TokenStats:
     truncated: bool = False
 
 
-def map_logprobs(model, rows: Sequence[Sequence[int]], reduce: Callable, *, pad_token_id: int,
-                 batch_size: int = 8, description: str = "log-probabilities") -> list:
+def map_logprobs(model, rows: Sequence[Sequence[int]], reduce: Callable, *,
+                 description: str = "log-probabilities") -> list:
     """``reduce(logp, targets)`` of every token-id row, in input order: ``logp`` ``[n - 1, vocab]`` the
     float32 log-softmax predicting the row's tokens 1..n-1, ``targets`` those tokens (both on the model's
     device, inside ``torch.inference_mode``, so ``reduce`` may edit ``logp`` in place).
 
-    Rows run ``batch_size`` at a time, longest first (a stable sort by token length, to limit
-    padding), right-padded and masked; each row is reduced on its own, so the full-vocabulary
-    temporaries are one row's, not a whole batch's. ``description``: the progress bar's label.
+    Each row is its own forward pass (module docstring), longest first, so a row too long for memory
+    fails at once. ``description``: the progress bar's label.
     """
     import torch
 
@@ -61,21 +69,17 @@ def map_logprobs(model, rows: Sequence[Sequence[int]], reduce: Callable, *, pad_
     longest = max((len(r) for r in rows), default=0)
     if limit is not None and longest > limit:
         raise ValueError(f"a row has {longest} tokens, more than the model's {limit} positions")
+    if not all(len(r) for r in rows):
+        raise ValueError(f"row {[len(r) for r in rows].index(0)} has no token (an empty text and no BOS?)")
     device = next(model.parameters()).device
-    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
     out: list = [None] * len(rows)
     with progress() as prog, torch.inference_mode():
         task = prog.add_task(description, total=len(rows))
-        for start in range(0, len(rows), batch_size):
-            batch = [list(rows[i]) for i in order[start:start + batch_size]]
-            width = max(len(r) for r in batch)
-            ids = torch.tensor([r + [pad_token_id] * (width - len(r)) for r in batch], device=device)
-            mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in batch], device=device)
-            logits = model(input_ids=ids, attention_mask=mask).logits
-            for b, i in enumerate(order[start:start + batch_size]):
-                n = max(len(batch[b]) - 1, 0)
-                out[i] = reduce(torch.log_softmax(logits[b, :n].float(), dim=-1), ids[b, 1:n + 1])
-            prog.advance(task, len(batch))
+        for i in sorted(range(len(rows)), key=lambda i: -len(rows[i])):
+            ids = torch.tensor([list(rows[i])], device=device)
+            logits = model(input_ids=ids).logits[0, :-1]
+            out[i] = reduce(torch.log_softmax(logits.float(), dim=-1), ids[0, 1:])
+            prog.advance(task)
     return out
 
 
@@ -84,9 +88,9 @@ def picked(logp, targets) -> np.ndarray:
     return logp.gather(-1, targets[:, None]).squeeze(-1).double().cpu().numpy()
 
 
-def token_logprobs(model, rows: Sequence[Sequence[int]], *, pad_token_id: int, batch_size: int = 8) -> list[np.ndarray]:
+def token_logprobs(model, rows: Sequence[Sequence[int]]) -> list[np.ndarray]:
     """``log p(x_t | x_<t)`` for t = 1..n-1 of each token-id row (float64, length n-1), in input order."""
-    return map_logprobs(model, rows, picked, pad_token_id=pad_token_id, batch_size=batch_size)
+    return map_logprobs(model, rows, picked)
 
 
 def vocabulary_stats(logp, targets) -> TokenStats:
@@ -131,7 +135,7 @@ def _pieces(ids: list[list[int]], full_lengths: list[int], max_length: int, trun
     return pieces
 
 
-def token_stats(model, tokenizer, texts: list[str], *, batch_size: int = 16, max_length: int = 512,
+def token_stats(model, tokenizer, texts: list[str], *, max_length: int = 512,
                 truncation: str = "truncate", names: list | None = None,
                 description: str = "scoring") -> list[TokenStats]:
     """Score ``texts`` with :func:`map_logprobs` (one row per text or window); results in input order.
@@ -148,8 +152,7 @@ def token_stats(model, tokenizer, texts: list[str], *, batch_size: int = 16, max
     if short:
         raise ValueError(f"text {names[short[0]]!r} has fewer than two tokens; nothing to score")
     pieces = _pieces(ids, lengths, max_length, truncation, names)
-    stats = map_logprobs(model, [p[2] for p in pieces], vocabulary_stats, pad_token_id=tokenizer.pad_token_id,
-                         batch_size=batch_size, description=description)
+    stats = map_logprobs(model, [p[2] for p in pieces], vocabulary_stats, description=description)
     parts: list[list[tuple[int, int, TokenStats]]] = [[] for _ in texts]
     for (i, w, _, keep), st in zip(pieces, stats):
         parts[i].append((w, keep, st))

@@ -67,28 +67,28 @@ STAGE_VERSIONS: dict[str, int] = {
     "pools": 1,
     "splits": 1,
     "paraphrases": 2,  # 2: hf / vllm paraphrasers on the rollout engine (one generation path, its checks)
-    "leakage": 2,
+    "leakage": 3,  # 3: each text embedded alone (no batch neighbours); n_shared, the seeds' overlap
     "tokenizers": 2,  # 2: table corpora read whatever the column dtype (pandas' str dtype read as none)
     "models/pretrain": 1,
     "models/sft": 2,
     "models/mlm": 1,
     "rl": 1,
-    "scores": 3,  # 3: the `truncated` column, scoring.truncation
+    "scores": 4,  # 3: the `truncated` column, scoring.truncation; 4: each text its own forward pass
     "rehearsal": 3,  # rule rehearsal_model (bump when a stand-in's content changes); 3: tokenizer corpus read whole
     "n_sampling/rollouts": 3,
-    "n_sampling/scores": 3,
+    "n_sampling/scores": 4,  # 4: each text embedded alone
     "adra/train": 2,
     "adra/rollouts": 2,
     "adra/scores": 2,
-    "lara/perturbations": 2,
-    "lara/features": 3,
-    "lara/baselines": 4,
+    "lara/perturbations": 3,  # 3: retrieval embeddings and token_loss surprisals per text
+    "lara/features": 4,  # 4: each text its own forward pass
+    "lara/baselines": 5,  # 5: ReCaLL's log-likelihoods per text
     "lara/scores": 3,
     "calibdcd/partitions": 1,
     "calibdcd/references": 1,
-    "calibdcd/perturbations": 1,
-    "calibdcd/features": 3,
-    "calibdcd/veilprobe": 1,
+    "calibdcd/perturbations": 2,  # 2: key-token surprisals per text
+    "calibdcd/features": 4,  # 4: DPDLLM's reference probabilities per text
+    "calibdcd/veilprobe": 2,  # 2: mapping features per text
     "calibdcd/scores": 3,
 }
 
@@ -478,3 +478,21 @@ def _as_list(x: Any) -> list:
     if x is None:
         return []
     return x if isinstance(x, list) else [x]
+
+
+def no_member_models(models: dict) -> list[str]:
+    """The configured models no member of any dataset reached, in config order: a ``pretrain`` model without
+    members (the tiny world's ``control``), and an ``sft`` model without members or an ``rl`` model whose
+    ``members.repeats`` is 0, started from such a model. Their AUROC should be 50% on every split; a given
+    (``hf``) model is never one, since what it was trained on is not known here."""
+    def clean(name: str) -> bool:
+        spec = models[name]
+        if spec["kind"] == "pretrain":
+            return not _as_list(spec.get("members"))
+        if spec["kind"] == "sft":
+            return not spec.get("members") and clean(spec["init"])
+        if spec["kind"] == "rl":
+            return spec["members"].get("repeats", 1) == 0 and clean(spec["init"])
+        return False
+
+    return [name for name in models if clean(name)]

@@ -58,7 +58,6 @@ SHRINK: dict[str, int] = {
     "models.*.train.max_prompt_length": 128,
     "models.*.train.max_completion_length": 16,
     "models.*.corpus.size": 24,
-    "scoring.batch_size": 8,
     "scoring.max_length": 256,
     "n_sampling.n": 2,
     "n_sampling.tasks.*.max_new_tokens": 8,

@@ -39,8 +39,8 @@ def score_splits(model_path: str, splits: list[pd.DataFrame], spec: dict, *,
     tok = load_tokenizer(model_path, padding_side="right", trust_remote_code=trust_remote_code)
     model = load_causal_lm(model_path, dtype=spec["dtype"], device=spec["device"], trust_remote_code=trust_remote_code)
     distinct = texts["text"].tolist()
-    stats = token_stats(model, tok, distinct, batch_size=spec["batch_size"], max_length=spec["max_length"],
-                        truncation=spec["truncation"], names=texts["id"].tolist())
+    stats = token_stats(model, tok, distinct, max_length=spec["max_length"], truncation=spec["truncation"],
+                        names=texts["id"].tolist())
     scored = pd.DataFrame({"id": texts["id"].to_numpy(), "n_tokens": [len(s.logp) + 1 for s in stats],
                            "truncated": [s.truncated for s in stats]})
     for name, col in score_texts(stats, distinct, spec["methods"], spec["k"]).items():

@@ -100,7 +100,7 @@ def metrics_from_counts(counts: Mapping[str, np.ndarray], convention: str = "pap
 
 
 def embedding_cosine(candidates: Sequence[str], references: Sequence[str], *, model: str = "all-MiniLM-L6-v2",
-                     batch_size: int = 64, device: str = "auto", dtype: str = "float32") -> np.ndarray:
+                     device: str = "auto", dtype: str = "float32") -> np.ndarray:
     """Cosine similarity of sentence embeddings, pair by pair; each distinct text is encoded once, on the
     job's GPU where it has one (mialab.pipeline.sizing gives the jobs of a >= 1B encoder one), else on the CPU.
 
@@ -113,7 +113,7 @@ def embedding_cosine(candidates: Sequence[str], references: Sequence[str], *, mo
         raise ValueError(f"{len(candidates)} candidates but {len(references)} references")
     texts = sorted(set(candidates) | set(references))
     row = {t: i for i, t in enumerate(texts)}
-    emb = encode(texts, model=model, batch_size=batch_size, device=device, dtype=dtype) if texts else np.zeros((0, 1))
+    emb = encode(texts, model=model, device=device, dtype=dtype) if texts else np.zeros((0, 1))
     ci = np.fromiter((row[t] for t in candidates), dtype=np.int64, count=len(candidates))
     ri = np.fromiter((row[t] for t in references), dtype=np.int64, count=len(references))
     cos = np.einsum("ij,ij->i", emb[ci], emb[ri]).astype(np.float64)

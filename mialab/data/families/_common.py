@@ -21,6 +21,7 @@ import logging
 import numpy as np
 import pandas as pd
 
+from mialab.data.registry import count_dropped_repeats
 from mialab.data.sources import describe
 from mialab.text.prefix import split_words, truncate_words
 
@@ -63,8 +64,18 @@ def drop_blank(df: pd.DataFrame, columns: list[str], *, family: str, on_blank: s
     return df.loc[~blank].reset_index(drop=True)
 
 
+def drop_exact_repeats(frame: pd.DataFrame, column: str, *, family: str, what: str) -> pd.DataFrame:
+    """``frame`` with one row per value of ``column`` (the first), the repeats logged as ``what`` and counted
+    for the pool's manifest (:func:`mialab.data.registry.build_pool`)."""
+    repeated = frame[column].duplicated()
+    if repeated.any():
+        log.warning("%s: dropped %d %s", family, int(repeated.sum()), what)
+        count_dropped_repeats(int(repeated.sum()))
+    return frame.loc[~repeated].reset_index(drop=True)
+
+
 def drop_duplicate_texts(pool: pd.DataFrame, *, family: str) -> pd.DataFrame:
-    """Drop exact repeats of a candidate ``text`` (logged). The same text labelled both member and
+    """Drop exact repeats of a candidate ``text`` (logged, counted). The same text labelled both member and
     non-member is an error: membership would be undefined."""
     if "label" in pool.columns:
         conflict = pool.groupby("text")["label"].nunique()
@@ -74,10 +85,7 @@ def drop_duplicate_texts(pool: pd.DataFrame, *, family: str) -> pd.DataFrame:
                 f"{family}: {len(conflict)} text(s) appear as both member and non-member, e.g. "
                 f"{conflict.index[0][:80]!r}"
             )
-    dup = pool["text"].duplicated()
-    if dup.any():
-        log.warning("%s: dropped %d exact duplicate text(s)", family, int(dup.sum()))
-    return pool.loc[~dup].reset_index(drop=True)
+    return drop_exact_repeats(pool, "text", family=family, what="exact duplicate text(s)")
 
 
 def pretraining_pool(texts: pd.Series, *, family: str, source: str | dict | pd.Series, ratio: float, rounding: str,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from mialab.data.families._common import drop_exact_repeats
 from mialab.data.membership import random_partition
 from mialab.data.registry import register_family
 from mialab.data.sources import describe, read_table, require_columns
@@ -98,7 +99,7 @@ def load_pool(spec: dict) -> pd.DataFrame:
                 "to reconstruct; use sources with solutions, other non-member years, or set missing_solution: drop"
             )
         raw = raw[~no_solution]
-    raw = raw.drop_duplicates("problem").reset_index(drop=True)
+    raw = drop_exact_repeats(raw, "problem", family="aime", what="repeated problem(s)")
 
     ratio = float(spec["solution_prefix_ratio"])
     solution = raw["solution"].map(lambda s: truncate_words(" ".join(str(s).split()), spec.get("max_words")))

@@ -23,7 +23,7 @@ import logging
 
 import pandas as pd
 
-from mialab.data.families._common import as_text, content_id, drop_blank, drop_duplicate_texts
+from mialab.data.families._common import as_text, content_id, drop_blank, drop_duplicate_texts, drop_exact_repeats
 from mialab.data.registry import register_family
 from mialab.data.sources import describe, read_table, require_columns
 from mialab.text.prefix import truncate_words
@@ -72,10 +72,7 @@ def s1_pool(spec: dict, *, family: str) -> pd.DataFrame:
     raw = read_table(src)
     require_columns(raw, needed, source=src)
     raw = drop_blank(raw, needed, family=family)
-    repeated = raw[qcol].duplicated()
-    if repeated.any():
-        log.warning("%s: dropped %d repeated problem(s) (a pair needs one row per problem)", family, int(repeated.sum()))
-    raw = raw[~repeated].reset_index(drop=True)
+    raw = drop_exact_repeats(raw, qcol, family=family, what="repeated problem(s) (a pair needs one row per problem)")
     common = dict(family=family, qcol=qcol, max_words=spec.get("max_words"), source=describe(src))
     pool = pd.concat([teacher_rows(raw, teacher=member, parts=parts[member], label=1, **common),
                       teacher_rows(raw, teacher=nonmember, parts=parts[nonmember], label=0, **common)],

@@ -16,6 +16,7 @@ import logging
 
 import pandas as pd
 
+from mialab.data.families._common import drop_exact_repeats
 from mialab.data.membership import apply_membership
 from mialab.data.registry import register_family
 from mialab.data.sources import describe, read_table, require_columns, require_labels, require_text
@@ -38,10 +39,7 @@ def drop_repeats(raw: pd.DataFrame) -> pd.DataFrame:
                     len(conflicting), int(raw["input"].isin(conflicting).sum()),
                     [_id(t) for t in conflicting[:3]])
         raw = raw[~raw["input"].isin(conflicting)]
-    repeated = raw["input"].duplicated()
-    if repeated.any():
-        log.warning("wikimia: dropped %d exact repeat(s) of a paragraph", int(repeated.sum()))
-    return raw[~repeated].reset_index(drop=True)
+    return drop_exact_repeats(raw, "input", family="wikimia", what="exact repeat(s) of a paragraph")
 
 
 @register_family("wikimia")
