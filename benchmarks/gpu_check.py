@@ -347,8 +347,11 @@ ARCHITECTURES = {
 }
 
 
-def throughput(arch: str, n_texts: int = 256, length: int = 512, new_tokens: int = 128, gen_batch: int = 64) -> None:
-    """Tokens per second of the scoring path and a bare forward, and new tokens per second of generate."""
+def throughput(arch: str, n_texts: int = 256, lengths: tuple[int, ...] = (512, 64), new_tokens: int = 128,
+               gen_batch: int = 64) -> None:
+    """Tokens per second of the scoring path (one forward pass per text: a text's scores never depend on its
+    neighbours) against a bare batched forward (16 texts a pass), for long and short texts, and new tokens per
+    second of transformers' generate."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -358,15 +361,12 @@ def throughput(arch: str, n_texts: int = 256, length: int = 512, new_tokens: int
     corpus = (REPO / "resources" / "data" / "tinyshakespeare" / "input.txt").read_text().split("\n\n")
     tok = train_tokenizer(corpus, vocab_size=8192)
     words = " ".join(corpus).split()
-    texts = [" ".join(words[i * 400:(i + 1) * 400]) for i in range(n_texts)]   # ~512 tokens each
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = LlamaForCausalLM(LlamaConfig(**ARCHITECTURES[arch], bos_token_id=tok.bos_token_id,
                                              eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
                                  ).to(torch.bfloat16).eval()
     params = sum(p.numel() for p in model.parameters()) / 1e9
-    enc = tok(texts, truncation=True, max_length=length, padding="max_length", return_tensors="pt").to("cuda")
-    n_tokens = int(enc["attention_mask"].sum())
 
     def timed(fn) -> float:
         fn()  # warm: kernels chosen, memory pooled
@@ -376,17 +376,23 @@ def throughput(arch: str, n_texts: int = 256, length: int = 512, new_tokens: int
         torch.cuda.synchronize()
         return time.perf_counter() - start
 
-    def bare() -> None:
-        with torch.no_grad():
-            for s in range(0, n_texts, 16):
-                model(input_ids=enc["input_ids"][s:s + 16], attention_mask=enc["attention_mask"][s:s + 16])
+    for length in lengths:
+        texts = [" ".join(words[i * length:(i + 1) * length]) for i in range(n_texts)]   # >= length tokens
+        enc = tok(texts, truncation=True, max_length=length, padding="max_length", return_tensors="pt").to("cuda")
+        n_tokens = int(enc["attention_mask"].sum())
 
-    forward = timed(bare)
-    scoring = timed(lambda: token_stats(model, tok, texts, max_length=length))
-    print(f"THROUGHPUT {arch} ({params:.2f}B, bf16): bare forward {n_tokens / forward:,.0f} tokens/s, "
-          f"scoring path {n_tokens / scoring:,.0f} tokens/s ({scoring / forward:.2f}x the forward's time)")
+        def bare() -> None:
+            with torch.no_grad():
+                for s in range(0, n_texts, 16):
+                    model(input_ids=enc["input_ids"][s:s + 16], attention_mask=enc["attention_mask"][s:s + 16])
+
+        forward = timed(bare)
+        scoring = timed(lambda: token_stats(model, tok, texts, max_length=length))
+        print(f"THROUGHPUT {arch} ({params:.2f}B, bf16), {n_texts} texts of {length} tokens: bare forward "
+              f"(16 a pass) {n_tokens / forward:,.0f} tokens/s, scoring path (one text a pass) "
+              f"{n_tokens / scoring:,.0f} tokens/s ({scoring / forward:.2f}x the forward's time)")
     tok.padding_side = "left"
-    prompts = tok(texts[:gen_batch], truncation=True, max_length=128, padding="max_length",
+    prompts = tok(texts[:gen_batch], truncation=True, max_length=min(lengths), padding="max_length",
                   return_tensors="pt").to("cuda")
 
     def gen() -> None:
