@@ -308,15 +308,16 @@ def test_the_tiny_world_asks_for_no_vllm(tmp_path: Path):
 
 
 def test_the_pinned_grpo_set_is_in_trls_range_and_the_worker_pin_in_its_own():
-    """envs/grpo-vllm.txt pins a vllm the installed TRL accepts, with TRL and the torch of environment.yml;
-    environment-vllm.yml and scripts/setup_vllm.sh pin one in WORKER_VLLM."""
+    """envs/grpo-vllm.txt pins a vllm the installed TRL accepts, with the TRL of envs/constraints.txt and the torch
+    of environment.yml; environment-vllm.yml and scripts/setup_vllm.sh pin one in WORKER_VLLM."""
 
     from mialab.pipeline.cluster_checks import WORKER_VLLM, in_range, trl_vllm_range
 
     pins = dict(re.findall(r"^([\w-]+)(?:\[\w+\])?==(\S+)", (REPO / "envs" / "grpo-vllm.txt").read_text(), re.M))
     env = dict(re.findall(r"^\s+- ([\w-]+)==(\S+)", (REPO / "environment.yml").read_text(), re.M))
+    constraints = dict(re.findall(r"^([\w-]+)==(\S+)", (REPO / "envs" / "constraints.txt").read_text(), re.M))
     assert in_range(pins["vllm"], trl_vllm_range())
-    assert pins["trl"] == env["trl"] and pins["torch"] == env["torch"]
+    assert pins["trl"] == constraints["trl"] and pins["torch"] == env["torch"]
     worker = re.search(r"vllm==(\S+)", (REPO / "environment-vllm.yml").read_text())[1]
     assert in_range(worker, WORKER_VLLM)
     assert f'VLLM_VERSION="{worker}"' in (REPO / "scripts" / "setup_vllm.sh").read_text()

@@ -30,7 +30,7 @@ def make_trainer(model_path: str, loss_type: str, work) -> object:
 
     from mialab.lm.loading import load_causal_lm, load_tokenizer
 
-    trainer_cls, _ = _trainer_class()
+    trainer_cls = _trainer_class()[0]
     s = settings(loss_type=loss_type, grad_accum=ACCUMULATION)
     trainer = trainer_cls(model=load_causal_lm(model_path, device="cpu"), reward_funcs=[distinct_characters],
                           args=grpo_config(s, work), train_dataset=Dataset.from_pandas(DATA, preserve_index=False),
