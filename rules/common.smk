@@ -17,7 +17,7 @@ from mialab.pipeline.config import check_config, check_config_files, check_yaml_
 from mialab.data.sources import local_paths
 from mialab.core.integrity import check_stages
 from mialab.core.jobs import entry_point, export_entry_points, go_offline, tune_malloc
-from mialab.lm.loading import trusts_remote_code
+from mialab.lm.loading import allow_hub_kernels, trusts_remote_code
 from mialab.pipeline.prefetch import check_hub_cache
 from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
 from mialab.pipeline.sizing import Sizing
@@ -81,6 +81,8 @@ check_columns(config["evaluation"], [*passive_columns(config), *NS_PLAN.columns(
 
 # shell rules run "$MIALAB_PYTHON" and "$MIALAB_SCRIPTS/<script>": this process's, not params
 export_entry_points(workflow.basedir)
+# ... and load hub kernels for the models whose config allows them, no other (mialab.lm.loading.load_pretrained)
+allow_hub_kernels(PLAN.hub_kernel_paths())
 
 # GPUs, CPUs, memory and runtime of each GPU-capable job from the plan (mialab.pipeline.sizing); a profile's
 # set-resources still overrides them per rule

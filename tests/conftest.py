@@ -160,7 +160,7 @@ def no_hub_kernels():
     def refuse(self, use_kernels, *args, **kwargs):
         if use_kernels:
             raise AssertionError(f"{type(self).__name__}: hub kernels turned on (set_use_kernels(True)); "
-                                 "every model load goes through mialab.lm.loading.pretrained_kwargs")
+                                 "every model load goes through mialab.lm.loading.load_pretrained")
         return original(self, use_kernels, *args, **kwargs)
 
     PreTrainedModel.set_use_kernels = refuse

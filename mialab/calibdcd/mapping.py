@@ -123,10 +123,10 @@ def mapping_features(model_dir: str, texts: Sequence[str], *, device: str = "cpu
     import torch
     from transformers import AutoTokenizer, EncoderDecoderModel
 
-    from mialab.lm.loading import pretrained_kwargs
+    from mialab.lm.loading import load_pretrained
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = EncoderDecoderModel.from_pretrained(model_dir, **pretrained_kwargs(model_dir)).to(device).eval()
+    model = load_pretrained(EncoderDecoderModel, model_dir).to(device).eval()
     max_length = model.encoder.config.max_position_embeddings
     prompt = _padded(tok, [tok.cls_token], max_length)["input_ids"].to(device)
     out = []

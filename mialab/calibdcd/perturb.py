@@ -237,11 +237,11 @@ def original_key_token_perturb(attribution_models: Sequence[str], mlm_path: str,
     its index in ``texts``: a slice of a list perturbed alone is perturbed as in the whole): deterministic."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from mialab.lm.loading import pretrained_kwargs, resolve_device
+    from mialab.lm.loading import load_pretrained, resolve_device
 
     models = [load_lm(path, device=device, dtype=dtype) for path in attribution_models]
     mlm_tok = AutoTokenizer.from_pretrained(mlm_path)
-    mlm = AutoModelForMaskedLM.from_pretrained(mlm_path, **pretrained_kwargs(mlm_path)).to(resolve_device(device)).eval()
+    mlm = load_pretrained(AutoModelForMaskedLM, mlm_path).to(resolve_device(device)).eval()
     out = []
     for i, text in enumerate(texts):
         encs = [tok(text, return_offsets_mapping=True, return_special_tokens_mask=True) for _, tok in models]

@@ -39,7 +39,8 @@ def load_encoder(name: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "f
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     check_bf16_speed(dtype, device)
-    # hub kernels off, as for every model (mialab.lm.loading.pretrained_kwargs); no folder code (the default)
+    # hub kernels off, as for every model but one whose config allows them (mialab.lm.loading.load_pretrained);
+    # no folder code (the default)
     kwargs = {"dtype": getattr(torch, dtype), "use_kernels": False}
     return SentenceTransformer(resolve_model_path(name), device=device, model_kwargs=kwargs)
 

@@ -6,12 +6,14 @@ anything is loaded: the folder cannot ask for its own code to run."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 import warnings
 from pathlib import Path
 
-from mialab.core.jobs import go_offline
+from mialab.core.jobs import HUB_KERNELS, go_offline
 
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "fp16": "float16"}
@@ -124,14 +126,51 @@ def no_cudnn_attention() -> None:
     torch.backends.cuda.enable_cudnn_sdp(False)
 
 
-def pretrained_kwargs(path: str, *, trust_remote_code: bool = False) -> dict:
-    """What every ``from_pretrained`` of a model (causal, masked, encoder-decoder, sentence encoder) is given,
-    after :func:`check_remote_code`: safetensors only, the folder's own code only where the config allows it,
-    and transformers' hub kernels off (``use_kernels``; from 5.25 on ``None`` means on, and a model that has
-    them fetches code from the hub when loaded and again at ``model.train()``). Also :func:`no_cudnn_attention`."""
+#: Where a job finds the model folders its config lets use transformers' hub kernels
+#: (``models.<name>.hub_kernels``): a JSON list of their real paths, set by the workflow (rules/common.smk,
+#: :func:`allow_hub_kernels`), inherited by every job.
+HUB_KERNEL_MODELS = "MIALAB_HUB_KERNEL_MODELS"
+
+
+def allow_hub_kernels(paths) -> None:
+    """Let the model folders ``paths`` (and no other) load with hub kernels, in this process and those it starts."""
+    os.environ[HUB_KERNEL_MODELS] = json.dumps(sorted(os.path.realpath(p) for p in paths))
+
+
+def hub_kernels_allowed(path: str) -> bool:
+    """Whether the config lets the model at ``path`` use hub kernels (:data:`HUB_KERNEL_MODELS`)."""
+    return os.path.realpath(path) in json.loads(os.environ.get(HUB_KERNEL_MODELS) or "[]")
+
+
+@contextlib.contextmanager
+def _hub_kernels_switch(on: bool):
+    """transformers reads ``USE_HUB_KERNELS`` (off in every job: :func:`mialab.core.jobs.offline_environment`)
+    inside ``from_pretrained``: on for this one load of a model allowed them, restored after."""
+    before = os.environ.get(HUB_KERNELS)
+    if on:
+        os.environ[HUB_KERNELS] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(HUB_KERNELS, None)
+        else:
+            os.environ[HUB_KERNELS] = before
+
+
+def load_pretrained(model_class, path: str, *, trust_remote_code: bool = False, **kwargs):
+    """``model_class.from_pretrained(path, **kwargs)`` as every model of a job is loaded (causal, masked,
+    encoder-decoder): after :func:`check_remote_code` and :func:`no_cudnn_attention`, safetensors only, the
+    folder's own code only where the config allows it, and transformers' hub kernels only for a model whose
+    config sets ``models.<name>.hub_kernels`` (fetched beforehand by ``prefetch``; from transformers 5.25 on they
+    are otherwise on by default, and a model that has them fetches code from the hub when loaded and again at
+    ``model.train()``)."""
     check_remote_code(path, trust_remote_code)
     no_cudnn_attention()
-    return {"use_safetensors": True, "trust_remote_code": trust_remote_code, "use_kernels": False}
+    kernels = hub_kernels_allowed(path)
+    with _hub_kernels_switch(kernels):
+        return model_class.from_pretrained(path, use_safetensors=True, trust_remote_code=trust_remote_code,
+                                           use_kernels=kernels, **kwargs)
 
 
 def load_tokenizer(path: str, *, padding_side: str = "right", trust_remote_code: bool = False):
@@ -157,8 +196,7 @@ def load_causal_lm(path: str, *, dtype: str = "float32", device: str = "auto", t
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     check_bf16_speed(dtype, device)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
-                                                 **pretrained_kwargs(path, trust_remote_code=trust_remote_code))
+    model = load_pretrained(AutoModelForCausalLM, path, trust_remote_code=trust_remote_code, dtype=getattr(torch, dtype))
     return model.to(device).eval()
 
 

@@ -105,6 +105,13 @@ def fill(pattern: str, **values: Any) -> str:
 # whether its folder's code may run (a model that loads at all loads the same way)
 NOT_DETERMINING = ("reference", "datasets", "trust_remote_code")
 
+
+def determining(spec: dict, *, also: tuple = ()) -> dict:
+    """The keys of a model's entry that determine what it is: all but :data:`NOT_DETERMINING` (and ``also``);
+    ``hub_kernels`` only where it is on (other kernels compute other numbers; an entry without it keeps the key
+    it always had)."""
+    return {k: v for k, v in spec.items() if k not in (*NOT_DETERMINING, *also) and not (k == "hub_kernels" and not v)}
+
 # datasets.<name>.paraphrase.apply_to -> the ADRA experiment and what each part of it sees
 # (a copy of mialab.data.paraphrase.EXPERIMENTS, so importing the plan loads no paraphraser; tests check they agree).
 PARAPHRASE_EXPERIMENTS: dict[str, dict] = {
@@ -370,10 +377,10 @@ class Plan:
                                      {"kind": "rl", "model": name, "run": run.key, "epoch": epoch}))
         else:
             raise ValueError(f"model {name!r}: unknown kind {kind!r}; known: pretrain, sft, rl, hf, mlm")
-        determining = {k: v for k, v in spec.items() if k not in NOT_DETERMINING}
-        if "train" in determining:  # how often a job checkpoints does not change what it trains into
-            determining["train"] = {k: v for k, v in determining["train"].items() if k != "checkpoint_every"}
-        return self.stage("models", {"model": name}, {"model": name, "config": determining,
+        config = determining(spec)
+        if "train" in config:  # how often a job checkpoints does not change what it trains into
+            config["train"] = {k: v for k, v in config["train"].items() if k != "checkpoint_every"}
+        return self.stage("models", {"model": name}, {"model": name, "config": config,
                                                       "upstream": upstream, **extra}, kind=kind)
 
     def _given_model(self, spec: dict) -> Stage:
@@ -381,12 +388,13 @@ class Plan:
         weights: swapped weights change the key), a hub id by its ``revision`` (``unpinned`` in the
         manifest without one)."""
         path = spec["path"]
+        kernels = {"hub_kernels": True} if spec.get("hub_kernels") else {}   # what it computes with (determining)
         if os.path.isdir(path):
             files = model_fingerprint(path, self.hash_cache)["files"]
-            return Stage("models", stable_hash({"hf": path, "files": files}), path,
-                         {"kind": "hf", "path": path, "files": files})
-        return Stage("models", stable_hash({"hf": path, "revision": spec.get("revision")}), path,
-                     {"kind": "hf", "path": path, "revision": spec.get("revision", "unpinned")})
+            return Stage("models", stable_hash({"hf": path, "files": files, **kernels}), path,
+                         {"kind": "hf", "path": path, "files": files, **kernels})
+        return Stage("models", stable_hash({"hf": path, "revision": spec.get("revision"), **kernels}), path,
+                     {"kind": "hf", "path": path, "revision": spec.get("revision", "unpinned"), **kernels})
 
     def unpinned(self) -> list[str]:
         """A warning for every hub model or hub dataset of the config without a ``revision``: its
@@ -412,7 +420,7 @@ class Plan:
         """
         spec = self.model_spec(name)
         members = {m["dataset"]: self.member_pool(m["dataset"]).key for m in _as_list(spec.get("members"))}
-        run = {k: v for k, v in spec.items() if k not in ("epoch", *NOT_DETERMINING)}
+        run = determining(spec, also=("epoch",))
         upstream = {"init": self.model(spec["init"]).key, "member_pools": members}
         if "split_seed" in spec["members"]:  # only that split's members (absent: the key is what it always was)
             upstream["member_split"] = self.split(spec["members"]["dataset"], spec["members"]["split_seed"]).key
@@ -425,6 +433,10 @@ class Plan:
         """What ``from_pretrained`` is given for model ``name``."""
         st = self.model(name)
         return st.dir if st.manifest.get("kind") == "hf" else st.path("model")
+
+    def hub_kernel_paths(self) -> list[str]:
+        """What ``from_pretrained`` is given for each model whose config lets it use hub kernels."""
+        return [self.model_path(name) for name, spec in self.config["models"].items() if spec.get("hub_kernels")]
 
     def is_built(self, name: str) -> bool:
         return self.model_spec(name)["kind"] != "hf"

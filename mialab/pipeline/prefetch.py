@@ -12,6 +12,10 @@ Rule ``prefetch`` (rules/prefetch.smk, a local rule: it runs where Snakemake run
   ``trust_remote_code``.
 - Datasets (every ``{hub: org/name, ...}`` source): read once as ``build_pool`` reads them
   (:func:`mialab.data.sources.read_hub`, i.e. ``datasets.load_dataset``), which leaves them in its cache.
+- Hub kernels, when a model's config sets ``hub_kernels``: the CUDA builds (for this environment's torch)
+  of every kernel repository transformers maps a layer to (:func:`kernel_items`), through the ``kernels``
+  library's ``install_kernel`` into the hub cache, without importing them; repositories transformers marks
+  as running their own code are never fetched.
 
 A configured model name, the packaged default encoder, an existing local path and a string that is
 not ``org/name`` are not hub models.
@@ -41,12 +45,13 @@ class HubItem:
     """One hub repository a config names, and the config key that names it (for messages)."""
 
     key: str
-    repo_type: str  # model | dataset
+    repo_type: str  # model | dataset | kernel
     repo_id: str
     revision: str | None = None
     split: str | None = None
     subset: str | None = None
     trust_remote_code: bool = False
+    version: int | None = None   # a kernel's major version (its v<N> branch), where no revision is pinned
 
 
 def is_hub_model(value: str, config: dict) -> bool:
@@ -71,13 +76,40 @@ def hub_items(config: dict) -> list[HubItem]:
         elif (LIST_ITEM.sub("", key.rsplit(".", 1)[-1]) in MODEL_KEYS and isinstance(value, str)
               and is_hub_model(value, config)):
             items.append(HubItem(key, "model", value))
+    kernels = [name for name, spec in config["models"].items() if spec.get("hub_kernels")]
+    if kernels:
+        items += kernel_items(f"models.{kernels[0]}.hub_kernels")
     seen, unique = set(), []
     for item in items:
-        ident = (item.repo_type, item.repo_id, item.revision, item.split, item.subset)
+        ident = (item.repo_type, item.repo_id, item.revision, item.split, item.subset, item.version)
         if ident not in seen:
             seen.add(ident)
             unique.append(item)
     return unique
+
+
+def kernel_items(key: str) -> list[HubItem]:
+    """The CUDA kernel repositories transformers maps layers to (its hub-kernel mapping), each once, for
+    config key ``key``; those it marks as running their own code are left out."""
+    from transformers.integrations.hub_kernels import _build_kernel_mapping
+
+    found = set()
+    for per_device in _build_kernel_mapping().values():
+        for device, entry in per_device.items():
+            if (device if isinstance(device, str) else device.type) != "cuda":
+                continue
+            for repo in (entry.values() if isinstance(entry, dict) else [entry]):
+                if not repo._trust_remote_code:
+                    found.add((repo._repo_id, repo._revision, repo._version))
+    return [HubItem(key, "kernel", repo_id, revision, version=version) for repo_id, revision, version in sorted(
+        found, key=lambda r: (r[0], r[1] or "", r[2] or 0))]
+
+
+def fetch_kernel(item: HubItem) -> str:
+    """Download ``item``'s CUDA build for this environment's torch into the hub cache (not imported)."""
+    from kernels import install_kernel
+
+    return str(install_kernel(item.repo_id, revision=item.revision, version=item.version, backend="cuda"))
 
 
 def fetch_model(item: HubItem) -> str:
@@ -98,12 +130,13 @@ def fetch_dataset(item: HubItem) -> str:
 
 
 def prefetch(items: list[HubItem], *, model: Callable[[HubItem], str] = fetch_model,
-             dataset: Callable[[HubItem], str] = fetch_dataset) -> list[dict]:
+             dataset: Callable[[HubItem], str] = fetch_dataset,
+             kernel: Callable[[HubItem], str] = fetch_kernel) -> list[dict]:
     """Fetch every item; return one manifest row each (the item and where it went). A failure names
     the config key and the repository."""
     rows = []
     for item in items:
-        fetch = model if item.repo_type == "model" else dataset
+        fetch = {"model": model, "dataset": dataset, "kernel": kernel}[item.repo_type]
         try:
             where = fetch(item)
         except Exception as err:
@@ -115,11 +148,25 @@ def prefetch(items: list[HubItem], *, model: Callable[[HubItem], str] = fetch_mo
 
 def uncached_models(items: list[HubItem]) -> list[HubItem]:
     """The hub models among ``items`` whose revision (none: the default branch's) is not in the local hub cache
-    (``HF_HOME``), judged by their ``config.json`` as transformers resolves it offline."""
+    (``HF_HOME``), judged by their ``config.json`` as transformers resolves it offline, and the hub kernels
+    that are not (:func:`kernel_cached`)."""
     from huggingface_hub import try_to_load_from_cache
 
-    return [i for i in items if i.repo_type == "model"
-            and not isinstance(try_to_load_from_cache(i.repo_id, "config.json", revision=i.revision), str)]
+    return [i for i in items if (i.repo_type == "model" and not isinstance(
+        try_to_load_from_cache(i.repo_id, "config.json", revision=i.revision), str))
+        or (i.repo_type == "kernel" and not kernel_cached(i))]
+
+
+def kernel_cached(item: HubItem) -> bool:
+    """Whether ``item``'s CUDA build is in the local hub cache (the kernels library, offline; nothing imported)."""
+    from kernels import install_kernel
+
+    try:
+        install_kernel(item.repo_id, revision=item.revision, version=item.version, backend="cuda",
+                       local_files_only=True)
+    except Exception:   # noqa: BLE001  (any way of not finding it offline: not cached)
+        return False
+    return True
 
 
 def check_hub_cache(config: dict) -> None:
@@ -132,7 +179,8 @@ def check_hub_cache(config: dict) -> None:
     if missing:
         raise ConfigError(
             "hub models not in the local hub cache, which the jobs read offline (HF_HUB_OFFLINE):\n  "
-            + "\n  ".join(f"{i.key}: {i.repo_id} (revision {i.revision or 'unpinned: the default branch'})"
+            + "\n  ".join(f"{i.key}: {i.repo_id}{' (hub kernel)' if i.repo_type == 'kernel' else ''} (revision "
+                           f"{i.revision or (f'v{i.version}' if i.version else 'unpinned: the default branch')})"
                            for i in missing)
             + "\nfetch them where the hub is reachable, with the same HF_HOME: snakemake <your --profile and "
               "--configfile arguments> prefetch (rules/prefetch.smk), or export HF_HUB_OFFLINE=0 to let the jobs "
