@@ -22,7 +22,7 @@ PY=${PYTHON:-python3}
 
 case "${1:-}" in
 prepare)
-    exec .venv/bin/python benchmarks/gpu_check.py prepare --out "$REPO/.gpucheck"
+    exec "${PYTHON:-.venv/bin/python}" benchmarks/gpu_check.py prepare --out "$REPO/.gpucheck"
     ;;
 install)
     exec "$PY" benchmarks/gpu_check.py install ".gpucheck/part-${2:?which part}" --site "$SITE"
