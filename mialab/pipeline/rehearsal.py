@@ -98,6 +98,7 @@ SHRINK: dict[str, int] = {
     "lara.baselines.cdd.max_new_tokens": 8,
     "lara.baselines.self_critique.max_new_tokens": 8,
     "lara.llm.max_new_tokens": 16,
+    "lara.paraphrase.max_new_tokens": 16,
     "datasets.*.paraphrase.options.max_new_tokens": 16,
     "launch.nproc": 1,
 }

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 import pandas as pd
 
 from mialab.core.settings import settings_from
@@ -168,7 +167,9 @@ def lora_config(options: dict):
 
 def epoch_seed(seed: int, epoch: int) -> int:
     """Seed of epoch ``epoch``'s prompt order: independent of the epochs before it."""
-    return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+    from mialab.lm.engine import derived_seed
+
+    return derived_seed(seed, epoch)
 
 
 def steps_per_epoch(n_prompts: int, settings: GRPOSettings, world_size: int = 1) -> int:
