@@ -27,6 +27,7 @@ counts = {}
 for seed, split_path, table_path in zip(params.seeds, inputs.splits, output.tables, strict=True):
     questions, neighbour_pool = stage_questions(pd.read_parquet(split_path), pool, rule=spec["question"]["rule"],
                                                 max_words=spec["question"].get("max_words"),
+                                                template=spec["question"]["template"],
                                                 n_reference=spec["controls"]["n_reference"],
                                                 seed=[spec["controls"]["seed"], int(seed)], blank=spec["blank"])
     table = perturbation_table(questions, backend_specs(spec, neighbour_pool, generate),

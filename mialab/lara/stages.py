@@ -163,13 +163,17 @@ def fallback_backends(spec: dict, neighbour_pool: list[str]) -> dict:
 
 
 def stage_questions(split: pd.DataFrame, pool: pd.DataFrame, *, rule: str = "request", max_words: int | None = None,
-                    n_reference: int = 30, seed: int | list[int] = 0,
+                    template: str = "{question}", n_reference: int = 30, seed: int | list[int] = 0,
                     blank: dict | None = None) -> tuple[pd.DataFrame, list[str]]:
     """``(questions, neighbour_pool)``: ``questions`` has ``id``, ``text``, ``set`` (the split's rows,
     then ``n_reference`` known non-members drawn with ``seed``); ``neighbour_pool`` is the question
-    of every known non-member that has something to blank (the others cannot be controls)."""
+    of every known non-member that has something to blank (the others cannot be controls). A question is
+    ``template`` filled with the row's question (the LaRA code's: the user turn, its answer-format line too)."""
+    def questions_of(rows: pd.DataFrame) -> pd.Series:
+        return pool_questions(rows, rule, max_words).map(lambda q: template.format(question=q))
+
     controls = known_nonmembers(pool, split["id"])
-    control_questions = pool_questions(controls, rule, max_words)
+    control_questions = questions_of(controls)
     usable = blankable(control_questions.tolist(), blank)
     controls, control_questions = controls[usable].reset_index(drop=True), control_questions[usable]
     if len(controls) < n_reference:
@@ -178,7 +182,7 @@ def stage_questions(split: pd.DataFrame, pool: pd.DataFrame, *, rule: str = "req
     control_questions = control_questions.reset_index(drop=True)
     order = np.sort(np.random.default_rng(seed).choice(len(controls), size=n_reference, replace=False))
     questions = pd.concat([
-        pd.DataFrame({"id": split["id"].astype(str), "text": pool_questions(split, rule, max_words), "set": EVALUATED}),
+        pd.DataFrame({"id": split["id"].astype(str), "text": questions_of(split), "set": EVALUATED}),
         pd.DataFrame({"id": controls["id"].astype(str).iloc[order], "text": control_questions.iloc[order],
                       "set": REFERENCE}),
     ], ignore_index=True)
