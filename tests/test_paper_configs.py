@@ -48,7 +48,8 @@ def test_lara_config_audits_each_model_and_its_continued_rl_on_its_own_members()
     # updates of 8 prompts each (ppo_mini_batch_size), 7 whole batches of the 1,000 prompts per epoch (drop_last)
     world = Sizing(validated(cfg), environ={}).job("rl_contaminate", model="eurus_prime_rl_e1").gpus
     settings = GRPOSettings.from_config(rl["eurus_prime_rl_e1"]["train"])
-    assert update_arithmetic(settings, world) == {"rollout_prompts": 128, "update_prompts": 8, "updates_per_rollout": 16}
+    assert update_arithmetic(settings, world) == {"rollout_prompts": 128, "update_prompts": 8,
+                                                  "updates_per_rollout": 16}
     assert steps_per_epoch(1000, settings, world) == 7 * 16
     targets = [(t["model"], t["dataset"]) for t in cfg["lara"]["targets"]]
     assert set(targets) == {(m, s["datasets"][0]) for m, s in cfg["models"].items()}
