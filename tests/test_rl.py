@@ -170,6 +170,15 @@ def test_rl_prompts_are_conversations_rendered_with_the_chat_template_as_verls_r
     verl = [tok(tok.apply_chat_template(c, add_generation_prompt=True, tokenize=False), add_special_tokens=False)
             ["input_ids"] for c in chats]                                  # verl's RLHFDataset.__getitem__
     assert trainer._tokenize_prompts(chats)[0] == verl
+    seen = []   # and a GRPO step trains on the chats, the reward reading the assistant turns
+
+    def reward(completions, **kwargs):
+        seen.extend(completions)
+        return distinct_characters([c[-1]["content"] for c in completions])
+
+    step = GRPOSettings(**{**SETTINGS.__dict__, "max_steps": 1, "max_prompt_length": None})
+    run_grpo(tiny_model, corpus[["prompt", "reference"]].head(8), reward, step, tmp_path / "run")
+    assert seen and all(c[-1]["role"] == "assistant" for c in seen)
 
 
 def test_rl_corpus_repeats_each_member_and_at_zero_fills_their_places_with_fillers():

@@ -109,7 +109,14 @@ def literal(path: str, function: str, pattern: str) -> Find:
 
 
 def argparse_default(path: str, flag: str) -> Find:
-    return Find(path, rf'"{flag}",.*default=([^,)]+)')
+    """The ``default=`` of ``parser.add_argument("--flag", ...)`` (on its line or the next ones)."""
+    return Find(path, r"default=([^,)]+)", after=rf'"{flag}"[,)]')
+
+
+def output_dir(script: str) -> Find:
+    """The perturbation output folder a run script gives ``evaluate_all_methods.py`` (``--rep_stiff_output_dir``)."""
+    return Find(script, r'(?:REP_STIFF_OUTPUT_DIR_BASENAME="|--rep_stiff_output_dir "\$\{ROOT\}/)'
+                        r'(rep_stiff_outputs_[A-Za-z0-9_]+)', raw=True)
 
 
 def member_rows(frame):
@@ -136,6 +143,9 @@ def one_system_turn(frame) -> str:
 # -- the spec ---------------------------------------------------------------------------------------------
 N_A_VALIDATION = "validation only (no effect on the trained weights); the project validates nothing during RL"
 N_A_MEMORY = "memory and speed only (same arithmetic)"
+CHECKPOINT_FILES = "where and how many checkpoint files are kept: nothing trained"
+LOGGING = "logging only (no effect on training)"
+OTHER_SCORES = "a score of the code's other combined variants (rep_stiff_combined_*), not LaRA's"
 N_A_PREFIX = ("LUFFY's off-policy prefix, off in the code (max_prefix_ratio 0: no prefix token, every completion "
               "on-policy), absent here")
 
@@ -265,6 +275,27 @@ def settings(name: str) -> list[Setting]:
                 reason=("each of a text's 5 variants must keep its blank count and differ from the text and the "
                         "others, else the text is asked again (3 times, then the job stops naming it); the code keeps "
                         "the first 5 items of the answer's array unchecked")),
+        Setting("perturbations.per_checkpoint", "lara_perturbations",
+                Derived(lambda *dirs: sorted(set(dirs)), tuple(output_dir(s) for s in (script, *e.epoch_scripts))),
+                "constants.perturbation_folders", expect=lambda dirs: "1 per checkpoint",
+                reason=("the perturbations are made once per dataset and shared by the released checkpoint and its "
+                        "RL checkpoints (the same neighbours, blanks and paraphrases for each); the code's run of each "
+                        "checkpoint writes its own output folder, so each draws its own LLM samples")),
+        Setting("eval.model_path", "lara_baselines", Find(script, r'^\s+--model_path "([^"]+)"', raw=True), None,
+                reason="the audited model: the experiment's checkpoints (models.*)"),
+        Setting("eval.data_root_dir", "build_split", shell_var(script, "DATA_ROOT_DIR"), None,
+                reason="the evaluation set: the data.* rows"),
+        *(Setting(f"eval.{flag}", stage, argparse_default(path, f"--{flag}"), None, reason=why)
+          for flag, path, stage, why in (
+              ("tensor_parallel_size", GENERATE, "lara_baselines", N_A_MEMORY),
+              ("gpu_memory_utilization", GENERATE, "lara_baselines", N_A_MEMORY),
+              ("swap_space", GENERATE, "lara_baselines", N_A_MEMORY),
+              ("vllm_random_microbatch", GENERATE, "lara_baselines", N_A_MEMORY),
+              ("rep_stiff_max_workers", EVALUATE, "lara_perturbations", "concurrent API calls: speed only"),
+              ("rep_stiff_combined_v4_alpha", EVALUATE, "lara_scores", OTHER_SCORES),
+              ("rep_stiff_combined_rule", EVALUATE, "lara_scores", OTHER_SCORES))),
+        Setting("eval.methods_to_run", "lara_baselines", Find(script, r"^METHODS_TO_RUN=\((.*)\)", raw=True),
+                "constants.generated_baselines", expect=lambda v: [x.strip('"') for x in v.split()]),
         # -- features (lara_features) ------------------------------------------------------------------
         Setting("features.dtype", "lara_features",
                 Find(f"{UTILS}/rsm_calculation.py", r"torch_dtype=torch\.(\w+)", after=r"def initialize_model\("),
@@ -528,6 +559,29 @@ def rl_settings(e: Experiment, corpus: str, corpus_note: str) -> list[Setting]:
         na("rl.rollout.n_prefix", ref_arg("rollout.n_prefix"), N_A_PREFIX),
         na("rl.trainer.critic_warmup", shell_arg("trainer.critic_warmup"),
            "GRPO has no critic (advantages from each group's rewards)"),
+        *(na(f"rl.{key}", locate, why) for key, locate, why in (
+            ("data.train_files", shell_arg("data.train_files"), "the corpus: the rl.corpus.* rows"),
+            ("actor.fsdp_config.grad_offload", ref_arg("actor.fsdp_config.grad_offload"), N_A_MEMORY),
+            ("actor.fsdp_config.optimizer_offload", ref_arg("actor.fsdp_config.optimizer_offload"), N_A_MEMORY),
+            ("ref.fsdp_config.param_offload", ref_arg("ref.fsdp_config.param_offload"), N_A_MEMORY),
+            ("rollout.n_val", ref_arg("rollout.n_val"), N_A_VALIDATION),
+            ("trainer.val_before_train", shell_arg(r"\+trainer.val_before_train"), N_A_VALIDATION),
+            ("rollout.max_prefix_len", ref_arg("rollout.max_prefix_len"), N_A_PREFIX),
+            ("rollout.min_prefix_ratio", ref_arg("rollout.min_prefix_ratio"), N_A_PREFIX),
+            ("rollout.prefix_share_across_samples", ref_arg("rollout.prefix_share_across_samples"), N_A_PREFIX),
+            ("rollout.prefix_reward_weight_alpha", ref_arg("rollout.prefix_reward_weight_alpha"), N_A_PREFIX),
+            ("actor.use_sft_prefix_reward", ref_arg("actor.use_sft_prefix_reward"), N_A_PREFIX),
+            ("actor.off_policy_normalize", ref_arg("actor.off_policy_normalize"), N_A_PREFIX),
+            ("actor.off_policy_loss_impl", ref_arg("actor.off_policy_loss_impl"), N_A_PREFIX),
+            ("trainer.nnodes", shell_arg("trainer.nnodes"), "one node either way (rl.trainer.n_gpus_per_node)"),
+            ("trainer.save_final_checkpoint", shell_arg(r"\+trainer.save_final_checkpoint"),
+             "the last epoch's checkpoint is the run's last (rl.trainer.save_by_epoch)"),
+            ("trainer.max_optim_to_keep", shell_arg("trainer.max_optim_to_keep"), CHECKPOINT_FILES),
+            ("trainer.default_local_dir", shell_arg("trainer.default_local_dir"), CHECKPOINT_FILES),
+            ("trainer.default_hdfs_dir", shell_arg("trainer.default_hdfs_dir"), CHECKPOINT_FILES),
+            ("trainer.logger", shell_arg("trainer.logger"), LOGGING),
+            ("trainer.project_name", shell_arg("trainer.project_name"), LOGGING),
+            ("trainer.experiment_name", shell_arg("trainer.experiment_name"), LOGGING))),
         # -- the RL corpus ------------------------------------------------------------------------------
         Setting("rl.corpus.size", "rl_contaminate", Table(corpus, len, "rows" + corpus_note), "rl.corpus.size"),
         Setting("rl.corpus.members", "rl_contaminate", Table(corpus, lambda f: int((f["member"] == 1).sum()),
@@ -627,6 +681,8 @@ def resolved_settings(config: dict, name: str) -> dict:
             "prompt_template": ("the dataset's chat: system turn, user turn" if baselines.get("system_prompt")
                                 else "a user turn"),
             "baseline_engine": "transformers generate",
+            "perturbation_folders": "1 per dataset",
+            "generated_baselines": ["self_critique", "dime", "consistency"],
         },
         "rl": {
             **rl, "init_path": init.get("path", rl["init"]), "world": world, **update_arithmetic(grpo, world),
