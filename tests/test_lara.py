@@ -515,7 +515,8 @@ def test_a_neighbour_whose_llm_blank_stays_invalid_leaves_its_group_down_to_two_
     """The code (``rep_stiff.py``): a similar question without a valid incomplete version leaves RSM, DC and RSI,
     the group scored while ``min_valid_similars`` (2) remain. Here it leaves the table, the question keeps its
     other neighbours (renumbered), and the metrics of a question with fewer neighbours are those of its own
-    group alone; the question's own blank invalid, or one neighbour left, is an error."""
+    group alone; the question's own blank invalid, or one neighbour left, is an error. An LLM short of neighbours
+    is asked again up to the code's 7 times, and the question keeps the 2 or more it has."""
     from mialab.lara.stages import backend_specs, perturbation_table
 
     spec = {"llm": {"model": "an/instruct-model"},
@@ -554,6 +555,16 @@ def test_a_neighbour_whose_llm_blank_stays_invalid_leaves_its_group_down_to_two_
         perturbation_table(questions, backend_specs(spec, [], generate), n_neighbours=3, n_variants=2)
     broken = {"Add the digits of 73."}
     with pytest.raises(ValueError, match="question q1: its blank stays invalid"):
+        perturbation_table(questions, backend_specs(spec, [], generate), n_neighbours=3, n_variants=2)
+    # an LLM that writes 2 of the 3 neighbours asked for, each of the code's 7 times: the question keeps the 2
+    asked, broken = [], set()
+    neighbours["q1"] = neighbours["q1"][:2]
+    counted = lambda prompts, **kw: asked.append(len(prompts)) or generate(prompts, **kw)  # noqa: E731
+    table = perturbation_table(questions, backend_specs(spec, [], counted), n_neighbours=3, n_variants=2)
+    assert (table[table["form"] == "original"].groupby("id")["neighbour"].max() + 1).to_dict() == {"q0": 2, "q1": 2}
+    assert asked[:7] == [2] + [1] * 6                                # q1 asked again 6 times, then kept as it is
+    neighbours["q1"] = neighbours["q1"][:1]
+    with pytest.raises(ValueError, match="llm neighbours: 1 prompt.* still lack 2 valid"):
         perturbation_table(questions, backend_specs(spec, [], generate), n_neighbours=3, n_variants=2)
 
 

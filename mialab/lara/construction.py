@@ -12,8 +12,9 @@ table holds ``(M + 1) * (K + 2)`` rows:
 Blanking uses one backend and one parameter set for ``Q`` and all its neighbours, so the only
 difference between their perturbations is the text itself. An LLM blank still invalid after its attempts
 drops that neighbour, as the released code drops it (``rep_stiff.py``: a similar question without a valid
-incomplete version leaves the group, down to ``min_valid_similars`` = :data:`MIN_NEIGHBOURS`); the table then
-numbers a question's kept neighbours ``0..M'-1``. The question's own blank invalid, or fewer than
+incomplete version leaves the group, down to ``min_valid_similars`` =
+:data:`mialab.lara.neighbours.MIN_NEIGHBOURS`); the table then numbers a question's kept neighbours
+``0..M'-1`` (an LLM may also have written fewer than ``M``, :func:`mialab.lara.neighbours.llm_neighbours`). The question's own blank invalid, or fewer than
 :data:`MIN_NEIGHBOURS` neighbours kept, is an error (the code scores such a question NaN and leaves it out).
 """
 
@@ -25,12 +26,11 @@ import logging
 import pandas as pd
 
 from mialab.lara.blanking import blank_important
-from mialab.lara.neighbours import find_neighbours
+from mialab.lara.neighbours import MIN_NEIGHBOURS, find_neighbours
 from mialab.lara.paraphrase import paraphrase_variants
 
 TABLE_COLUMNS = ["id", "role", "neighbour", "form", "variant", "text"]
-#: the fewest neighbours a question keeps (the code's ``RepStiffDetector(min_valid_similars=2)``)
-MIN_NEIGHBOURS = 2
+
 FORMS = ("original", "blank", "variant")
 
 

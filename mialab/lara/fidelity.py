@@ -203,10 +203,7 @@ def settings(name: str) -> list[Setting]:
         Setting("perturbations.neighbours.attempts", "lara_perturbations",
                 Derived(lambda retries: retries + 1, (Find(f"{UTILS}/make_similar_questions.py",
                                                           r'OPENROUTER_MAX_RETRIES", "(\d+)"'),)),
-                "constants.neighbour_attempts",
-                reason=("asked at most 3 times here (a fresh sample each time), else the job stops naming the "
-                        "question; the code asks up to 7 times while an answer parses to fewer than 5 and then keeps "
-                        "the neighbours it has")),
+                "constants.neighbour_attempts"),
         Setting("perturbations.neighbours.parse", "lara_perturbations",
                 Find(f"{UTILS}/make_similar_questions.py", r"(q\.strip\(\) and len\(q\.strip\(\)\) > 20)", raw=True),
                 "constants.neighbour_parse",
@@ -628,11 +625,10 @@ def resolved_settings(config: dict, name: str) -> dict:
     the GPUs an ``rl_contaminate`` job gets, the prompt files and the project's constants the spec maps to."""
     from transformers import TrainingArguments
 
-    from mialab.lara.blanking import blank_llm
-    from mialab.lara.construction import MIN_NEIGHBOURS
-    from mialab.lara.detection import MAD_TO_SD, Z_EPS
     from mialab.lara.baselines import CRITIQUE_MARGIN
-    from mialab.lara.neighbours import llm_neighbours
+    from mialab.lara.blanking import blank_llm
+    from mialab.lara.detection import MAD_TO_SD, Z_EPS
+    from mialab.lara.neighbours import MIN_NEIGHBOURS, llm_neighbours
     from mialab.lara.plan import LaRAPlan
     from mialab.pipeline.plan import Plan
     from mialab.pipeline.sizing import Sizing

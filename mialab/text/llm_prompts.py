@@ -78,9 +78,10 @@ def parse_list(output: str) -> list[str]:
 
 
 def collect_items(prompts: list[str], generate: Generate, accept: Callable[[int, str], list[str]],
-                  n_items: int, *, max_attempts: int = 3, what: str = "items",
+                  n_items: int, *, max_attempts: int = 3, what: str = "items", min_items: int | None = None,
                   fallback: Callable[[list[int]], list[list[str]]] | None = None) -> list[list[str]]:
-    """Ask ``generate`` until each prompt has ``n_items`` distinct accepted items.
+    """Ask ``generate`` until each prompt has ``n_items`` distinct accepted items (after ``max_attempts``, a prompt
+    with ``min_items`` of them keeps those).
 
     ``accept(i, completion)`` returns the valid items found in prompt ``i``'s completion. Only
     prompts still short of items are sent again, as round ``attempt`` (a sampling engine answers them
@@ -103,7 +104,7 @@ def collect_items(prompts: list[str], generate: Generate, accept: Callable[[int,
                 if len(items[i]) < n_items and key not in seen:
                     items[i].append(item)
                     seen.add(key)
-    short = [i for i, got in enumerate(items) if len(got) < n_items]
+    short = [i for i, got in enumerate(items) if len(got) < (n_items if min_items is None else min_items)]
     if short and fallback is not None:
         logging.getLogger(__name__).warning("%s: %d of %d prompt(s) still invalid after %d attempt(s) take the "
                                             "fallback", what, len(short), len(prompts), max_attempts)
@@ -111,6 +112,6 @@ def collect_items(prompts: list[str], generate: Generate, accept: Callable[[int,
             items[i] = got
         short = []
     if short:
-        raise ValueError(f"{what}: {len(short)} prompt(s) still lack {n_items} valid item(s) after "
+        raise ValueError(f"{what}: {len(short)} prompt(s) still lack {min_items or n_items} valid item(s) after "
                          f"{max_attempts} attempt(s), e.g. prompt indices {short[:5]}")
     return items
