@@ -16,11 +16,12 @@ The question of a pool row (:func:`pool_questions`):
 Whitespace is normalised and a question is cut to its first ``max_words`` words (the tiny
 world's 256-token models need short prompts).
 
-The prompt (:func:`render_prompt`): ``template`` filled with the question, as plain text, or with ``chat`` as a
-conversation (an optional ``system`` turn, then the user turn), which the trainer renders with the model's chat
-template and its generation prompt, as verl's RL dataset does (``apply_chat_template(add_generation_prompt=True)``).
-Fillers take ``filler_template`` / ``filler_system`` where given (the LaRA code's corpora: members with the
-Eurus-2 system turn and its answer-format line, fillers with the OpenR1 system turn and the bare problem). The reference a reward compares a completion with
+The prompt (:func:`render_prompt`): ``template`` filled with the question, as plain text, or with ``chat``
+as a conversation (an optional ``system`` turn, then the user turn), which the trainer renders with the
+model's chat template and its generation prompt, as verl's RL dataset does
+(``apply_chat_template(add_generation_prompt=True)``). Fillers take ``filler_template`` / ``filler_system``
+where given (the LaRA code's corpora: members with the Eurus-2 system turn and its answer-format line,
+fillers with the OpenR1 system turn and the bare problem). The reference a reward compares a completion with
 (:func:`pool_references`) is the ``response`` or the pool's ``answer`` column. Fillers come from
 a corpus spec with two columns, question and reference (:func:`mialab.data.corpus.read_corpus`
 joins them with a blank line and caps the reference at ``max_words``).
@@ -128,7 +129,8 @@ def build_corpus(pool: pd.DataFrame, fillers: pd.DataFrame, *, size: int, seed: 
     corpus = corpus.rename(columns={"problem": "question", "answer": "reference"})
     corpus["reference"] = corpus["reference"].map(lambda r: truncate_words(r, reference_max_words))
     member = (template, system)
-    filler = (template if filler_template is None else filler_template, system if filler_system is None else filler_system)
+    filler = (template if filler_template is None else filler_template,
+              system if filler_system is None else filler_system)
     corpus["prompt"] = [render_prompt(q, *(member if target else filler), chat=chat)
                         for q, target in zip(corpus["question"], corpus["target"])]
     return corpus[CORPUS_COLUMNS]

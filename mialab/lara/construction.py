@@ -14,7 +14,8 @@ difference between their perturbations is the text itself. An LLM blank still in
 drops that neighbour, as the released code drops it (``rep_stiff.py``: a similar question without a valid
 incomplete version leaves the group, down to ``min_valid_similars`` =
 :data:`mialab.lara.neighbours.MIN_NEIGHBOURS`); the table then numbers a question's kept neighbours
-``0..M'-1`` (an LLM may also have written fewer than ``M``, :func:`mialab.lara.neighbours.llm_neighbours`). The question's own blank invalid, or fewer than
+``0..M'-1`` (an LLM may also have written fewer than ``M``:
+:func:`mialab.lara.neighbours.llm_neighbours`). The question's own blank invalid, or fewer than
 :data:`MIN_NEIGHBOURS` neighbours kept, is an error (the code scores such a question NaN and leaves it out).
 """
 

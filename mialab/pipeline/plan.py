@@ -66,7 +66,8 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
 STAGE_VERSIONS: dict[str, int] = {
     "pools": 1,
     "splits": 1,
-    "paraphrases": 3,  # 2: hf / vllm paraphrasers on the rollout engine (one generation path, its checks); 3: vLLM seeds per prompt
+    "paraphrases": 3,  # 2: hf / vllm paraphrasers on the rollout engine (one generation path, its checks);
+    # 3: vLLM seeds per prompt
     "leakage": 3,  # 3: each text embedded alone (no batch neighbours); n_shared, the seeds' overlap
     "tokenizers": 2,  # 2: table corpora read whatever the column dtype (pandas' str dtype read as none)
     "models/pretrain": 1,
@@ -81,7 +82,8 @@ STAGE_VERSIONS: dict[str, int] = {
     "adra/rollouts": 3,  # 3: vLLM seeds per prompt
     "adra/scores": 2,
     "lara/perturbations": 4,  # 3: retrieval embeddings and token_loss surprisals per text; 4: LLM paraphrases
-    # as the code asks (a text's variants in one answer), vLLM seeds per prompt and per attempt, invalid neighbours dropped
+    # as the code asks (a text's variants in one answer), vLLM seeds per prompt and per attempt, neighbours as the
+    # code keeps them (asked 7 times, invalid ones dropped down to 2)
     "lara/features": 4,  # 4: each text its own forward pass
     "lara/baselines": 5,  # 5: ReCaLL's log-likelihoods per text
     "lara/scores": 3,
