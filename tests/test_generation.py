@@ -7,19 +7,24 @@ import os
 import pandas as pd
 import pytest
 
+import fake_vllm
+
 from mialab.lm.engine import (
     FINISH_REASONS,
     ROLLOUT_COLUMNS,
     SamplingConfig,
+    attempt_seed,
     cut_at_stop,
+    derived_seed,
     get_backend,
     known_backends,
     run_rollouts,
+    text_generator,
     validate_rollouts,
     write_rollouts,
 )
 from mialab.lm.prompts import fill_template, prompt_text, prompt_token_ids
-from mialab.lm.vllm_backend import default_venv, strip_stop
+from mialab.lm.vllm_backend import default_venv, request_seeds, strip_stop
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -170,6 +175,42 @@ def test_shared_prefill_samples_what_generate_samples_from_n_prefills(tiny_model
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     torch.manual_seed(4)
     assert not torch.equal(generate_sharing_prefill(model, ids, mask, 4, **options).sequences, plain.sequences)
+
+
+# --- a prompt sent twice, on either backend ------------------------------------------------------------------
+
+def test_a_prompt_repeated_in_a_vllm_call_gets_distinct_samples_and_parts_keep_their_seeds(
+        tiny_model, tokenizer, monkeypatch, tmp_path):
+    """vLLM samples a request from its prompt and its seed alone (tests/fake_vllm.py): one seed for the whole
+    call gave a prompt sent twice (LaRA's paraphrases, a judge batch with two equal candidates) the same answer
+    twice. Each prompt is its own request with the seed of its place in the job, so a resumed part (``offset``)
+    gets the seeds the uninterrupted job gave it."""
+    requests = fake_vllm.install(monkeypatch, tmp_path, tokenizer, fake_vllm.seeded_words)
+    generate = text_generator(tiny_model, engine="vllm", max_new_tokens=8, temperature=0.7, seed=5)
+    first, again, other = generate(["the quick brown fox", "the quick brown fox", "to be or"])
+    assert first != again                                   # was equal: one SamplingParams(seed) per request
+    assert generate(["the quick brown fox"])[0] == first    # prompt and seed decide: the same call gives the same
+    assert requests[-1]["seeds"] == request_seeds(5, 0, 1) and len(set(requests[0]["seeds"])) == 3
+    backend = get_backend("vllm")(tiny_model)
+    ids = [prompt_token_ids(tokenizer, t) for t in ["a b", "a b", "c d", "a b"]]
+    sampling = SamplingConfig(n=2, max_new_tokens=4, temperature=1.0, seed=9)
+    whole = backend.generate(ids, sampling, frozenset({tokenizer.eos_token_id}))
+    assert backend.generate(ids[2:], sampling, frozenset({tokenizer.eos_token_id}), offset=2) == whole[2:]
+    assert whole[0] != whole[1] and whole[0][0] != whole[0][1]   # prompts apart, and a request's n samples apart
+
+
+def test_asking_again_samples_anew_on_either_backend(tiny_model, tokenizer, monkeypatch, tmp_path):
+    """``attempt``: a helper that asks again for answers still invalid (LaRA's perturbations) gets fresh samples,
+    not the first attempt's answer repeated (vLLM under the same seed; hf under the same batch seed)."""
+    fake_vllm.install(monkeypatch, tmp_path, tokenizer, fake_vllm.seeded_words)
+    for engine, options in (("vllm", None), ("hf", {"device": "cpu", "batch_size": 2})):
+        generate = text_generator(tiny_model, engine=engine, backend_options=options, max_new_tokens=8,
+                                  temperature=1.0, seed=3)
+        asked = generate(["once upon a time"])
+        assert generate(["once upon a time"]) == asked
+        assert generate(["once upon a time"], attempt=1) != asked, engine
+    assert attempt_seed(3, 0) == 3 and len({attempt_seed(3, a) for a in range(4)}) == 4
+    assert derived_seed(3, 1) != derived_seed(3, 2) != derived_seed(4, 1)
 
 
 # --- vllm backend (its own venv) --------------------------------------------------------------------------

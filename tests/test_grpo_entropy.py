@@ -100,6 +100,22 @@ def test_the_bonus_subtracts_the_coefficient_times_the_entropy_aggregated_like_t
         torch.testing.assert_close(gc - g0, -c * ge, rtol=1e-4, atol=1e-6)  # the bonus's gradient too
 
 
+def test_the_forks_loss_scales_trls_and_its_bonus_takes_each_micro_batchs_token_mean(tiny_model, tmp_path):
+    """The LaRA code's verl fork: ``loss_remove_token_mean`` sums a rank's completions' token losses over the
+    response width (TRL's dr_grpo x the completions a rank takes per update: ``policy_loss_scale``), and its
+    entropy bonus is each micro-batch's token mean (``masked_mean``: ``entropy_aggregation: token_mean``)."""
+    trainer = make_trainer(tiny_model, "dr_grpo", tmp_path)
+    model, inputs, c = trainer.model, micro_batch(trainer.model.config.vocab_size), 0.3
+    plain = trainer._compute_loss(model, inputs)
+    trainer.policy_loss_scale = 8.0
+    torch.testing.assert_close(trainer._compute_loss(model, inputs), 8.0 * plain, rtol=1e-6, atol=0.0)
+    trainer.entropy_coeff, trainer.entropy_aggregation = c, "token_mean"
+    entropy = aggregated(entropy_from_logits(model, inputs, SETTINGS.temperature), inputs["completion_mask"], "bnpo")
+    torch.testing.assert_close(trainer._compute_loss(model, inputs), 8.0 * plain - c * entropy, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="unknown entropy_aggregation"):
+        settings(entropy_aggregation="sum")
+
+
 def test_a_training_step_with_the_bonus_runs_deterministically_and_changes_the_update(tiny_model, tmp_path):
     step = settings(max_steps=1, entropy_coeff=1.0)
     assert grpo_config(step, tmp_path / "args").entropy_coef == 0.0  # TRL's own bonus stays off: applied once

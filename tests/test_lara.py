@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import os
 import re
@@ -251,17 +252,16 @@ def test_the_codes_edit_perturbations_change_the_question_without_blanks():
         blank_important(["no numbers here"], "num_replace")
     prompts = []
     renamed = blank_important(["Let x be 3."], "var_rename",
-                              generate=lambda p: prompts.extend(p) or ['["Let widget be 3."]'])
+                              generate=lambda p, **_: prompts.extend(p) or ['["Let widget be 3."]'])
     assert renamed == ["Let widget be 3."] and "single-letter variable" in prompts[0]
     answers = iter(["Let x be 3.", '["Let x be 3. The sky is blue."]'])   # a copy is asked for again
-    assert blank_important(["Let x be 3."], "distractor", generate=lambda p: [next(answers)]) == [
+    assert blank_important(["Let x be 3."], "distractor", generate=lambda p, **_: [next(answers)]) == [
         "Let x be 3. The sky is blue."]
     asked = []
-    variants = paraphrase_variants(["Let widget be 3."], 2, "llm",
-                                   generate=lambda p: asked.extend(p) or [f"Suppose widget is 3 ({i})."
-                                                                          for i in range(len(p))])
-    assert variants == [["Suppose widget is 3 (0).", "Suppose widget is 3 (1)."]]
-    assert all("it may contain edits such as a replaced number" in a for a in asked)
+    variants = paraphrase_variants(["Let widget be 3."], 2, "llm", generate=lambda p, **_: asked.extend(p) or [
+        '["Suppose widget is 3.", "Assume widget equals 3."]'])
+    assert variants == [["Suppose widget is 3.", "Assume widget equals 3."]] and len(asked) == 1
+    assert "it may contain edits such as a replaced number" in asked[0] and "create 2 paraphrased" in asked[0]
 
 
 def test_wordnet_variants_rewrite_words_but_keep_blanks_and_math():
@@ -291,7 +291,7 @@ def test_llm_backends_parse_list_answers_and_reprompt_invalid_ones():
         "First one continues", "Second", "Third"]
     calls = []
 
-    def generate(prompts: list[str]) -> list[str]:
+    def generate(prompts: list[str], **_) -> list[str]:
         calls.append(len(prompts))
         if len(calls) == 1:  # first round: a copy of the question and only one new one
             return [f"1. {QUESTIONS[0]}\n2. How many primes are below 50?" for _ in prompts]
@@ -301,15 +301,19 @@ def test_llm_backends_parse_list_answers_and_reprompt_invalid_ones():
     assert nbs == [["How many primes are below 50?", "How many squares are below 90?"]] and calls == [1, 1]
     replies = iter(["No blanks here.", '["Find [BLANK] of [BLANK]."]', '```json\n["Find [BLANK] of 4."]\n```'])
     prompts = []
-    got = blank_important(["Find 3 of 4."], "llm", generate=lambda p: prompts.extend(p) or [next(replies)])
+    got = blank_important(["Find 3 of 4."], "llm", generate=lambda p, **_: prompts.extend(p) or [next(replies)])
     assert got == ["Find [BLANK] of 4."]        # exactly num_blanks = 1 blank, as the code's importance prompt
     assert "EXACTLY 1 occurrences of [BLANK]" in prompts[0] and prompts[0].endswith("1. Find 3 of 4.\n")
     two = iter(['["Find [BLANK] of [BLANK]."]'])
-    assert blank_important(["Find 3 of 4."], "llm", num_blanks=2, generate=lambda p: [next(two)]) == [
+    assert blank_important(["Find 3 of 4."], "llm", num_blanks=2, generate=lambda p, **_: [next(two)]) == [
         "Find [BLANK] of [BLANK]."]
-    answers = iter(["Compute [BLANK] now.", "Get [BLANK] and [BLANK].", '"Determine [BLANK] today."'])
-    variants = paraphrase_variants(["Find [BLANK] now."], 2, "llm", generate=lambda p: [next(answers) for _ in p])
-    assert variants == [["Compute [BLANK] now.", "Determine [BLANK] today."]]   # one paraphrase per call
+    # a text's variants in one call (the code's JSON array); a wrong blank count, a copy or a repeat is asked again
+    answers = iter(['["Compute [BLANK] now.", "Get [BLANK] and [BLANK].", "Find [BLANK] now."]',
+                    '["Compute [BLANK] now.", "Determine [BLANK] today."]'])
+    asked = []
+    variants = paraphrase_variants(["Find [BLANK] now."], 2, "llm",
+                                   generate=lambda p, attempt: asked.append((len(p), attempt)) or [next(answers)])
+    assert variants == [["Compute [BLANK] now.", "Determine [BLANK] today."]] and asked == [(1, 0), (1, 1)]
     with pytest.raises(KeyError, match="known: llm, retrieval"):
         find_neighbours(QUESTIONS, 2, "nearest")
 
@@ -327,7 +331,7 @@ def test_llm_backends_fall_back_for_prompts_still_invalid_and_fail_without_a_fal
                           fallback=lambda qs, m: asked.extend(qs) or [[f"{q} A", f"{q} B"] for q in qs])
     assert asked == QUESTIONS[:2] and nbs == [[f"{q} A", f"{q} B"] for q in QUESTIONS[:2]]
 
-    def some_valid(prompts: list[str]) -> list[str]:   # the second text's answer is valid
+    def some_valid(prompts: list[str], **_) -> list[str]:   # the second text's answer is valid
         return ["Find [BLANK] of 4." if "Find 3 of 4." in p.split("Problems:")[1] else "no blank" for p in prompts]
 
     got = blank_important(["Find 1 of 2.", "Find 3 of 4."], "llm", generate=some_valid,
@@ -496,7 +500,7 @@ def test_llm_fallback_gives_way_to_retrieval_token_loss_and_wordnet(tiny_model):
     questions = pd.DataFrame({"id": ["q0"], "text": [QUESTIONS[0]], "set": ["evaluated"]})
     pool = QUESTIONS[1:]
 
-    def junk(prompts: list[str], *, temperature: float) -> list[str]:
+    def junk(prompts: list[str], **_) -> list[str]:
         return ["" for _ in prompts]
 
     table = perturbation_table(questions, backend_specs(spec, pool, junk), n_neighbours=2, n_variants=2)
@@ -505,6 +509,63 @@ def test_llm_fallback_gives_way_to_retrieval_token_loss_and_wordnet(tiny_model):
     assert table.loc[table["form"] != "original", "text"].map(count_blanks).ge(1).all()
     with pytest.raises(ValueError, match="llm neighbours"):
         perturbation_table(questions, backend_specs({**spec, "llm": {"model": tiny_model}}, pool, junk))
+
+
+def test_a_neighbour_whose_llm_blank_stays_invalid_leaves_its_group_down_to_two_as_the_code():
+    """The code (``rep_stiff.py``): a similar question without a valid incomplete version leaves RSM, DC and RSI,
+    the group scored while ``min_valid_similars`` (2) remain. Here it leaves the table, the question keeps its
+    other neighbours (renumbered), and the metrics of a question with fewer neighbours are those of its own
+    group alone; the question's own blank invalid, or one neighbour left, is an error. An LLM short of neighbours
+    is asked again up to the code's 7 times, and the question keeps the 2 or more it has."""
+    from mialab.lara.stages import backend_specs, perturbation_table
+
+    spec = {"llm": {"model": "an/instruct-model"},
+            "neighbours": {"backend": "llm", "n": 3, "temperature": 0.8, "embedding_dtype": "float32"},
+            "blank": {"backend": "llm", "num_blanks": 1, "temperature": 0.3},
+            "paraphrase": {"backend": "wordnet", "n_variants": 2, "rate": 0.5, "min_count": 0, "seed": 0}}
+    neighbours = {"q0": ["Count the primes below 40.", "Count the squares below 90.", "Count the cubes below 99."],
+                  "q1": ["Add the digits of 42.", "Add the digits of 97.", "Add the digits of 35."]}
+    questions = pd.DataFrame({"id": ["q0", "q1"], "text": ["Count the primes below 50.", "Add the digits of 73."],
+                              "set": ["evaluated"] * 2})
+
+    def generate(prompts: list[str], *, temperature: float, attempt: int = 0) -> list[str]:
+        out = []
+        for p in prompts:
+            if "similar problems" in p:
+                out.append(json.dumps(neighbours["q0" if "primes below 50" in p else "q1"]))
+            else:   # blanking: the cubes (q0) never get a valid blank, nor, with `broken`, two of q1's
+                text = p.rsplit("1. ", 1)[1].strip()
+                out.append(text if "cubes" in text or broken & {text} else text.replace("digits", BLANK, 1)
+                           .replace("primes", BLANK).replace("squares", BLANK))
+        return out
+
+    broken: set[str] = set()
+    table = perturbation_table(questions, backend_specs(spec, [], generate), n_neighbours=3, n_variants=2)
+    kept = table[table["form"] == "original"].groupby("id")["neighbour"].max() + 1
+    assert kept.to_dict() == {"q0": 2, "q1": 3}                      # the cubes left q0's group
+    assert "Count the cubes below 99." not in set(table["text"])
+    assert set(table.loc[(table["id"] == "q0") & (table["role"] == "neighbour_1"), "text"]) == {
+        "Count the squares below 90."}                                # renumbered
+    feats = np.random.default_rng(0).normal(size=(len(table), 3, 4))
+    ragged = compute_metrics(table, feats)
+    alone = compute_metrics(table[table["id"] == "q0"], feats[(table["id"] == "q0").to_numpy()])
+    pd.testing.assert_frame_equal(ragged[ragged["id"] == "q0"].reset_index(drop=True), alone)
+    broken = {"Add the digits of 42.", "Add the digits of 97."}
+    with pytest.raises(ValueError, match="question q1: 1 of 3 neighbours have a valid blank, 2 needed"):
+        perturbation_table(questions, backend_specs(spec, [], generate), n_neighbours=3, n_variants=2)
+    broken = {"Add the digits of 73."}
+    with pytest.raises(ValueError, match="question q1: its blank stays invalid"):
+        perturbation_table(questions, backend_specs(spec, [], generate), n_neighbours=3, n_variants=2)
+    # an LLM that writes 2 of the 3 neighbours asked for, each of the code's 7 times: the question keeps the 2
+    asked, broken = [], set()
+    neighbours["q1"] = neighbours["q1"][:2]
+    counted = lambda prompts, **kw: asked.append(len(prompts)) or generate(prompts, **kw)  # noqa: E731
+    table = perturbation_table(questions, backend_specs(spec, [], counted), n_neighbours=3, n_variants=2)
+    assert (table[table["form"] == "original"].groupby("id")["neighbour"].max() + 1).to_dict() == {"q0": 2, "q1": 2}
+    assert asked[:7] == [2] + [1] * 6                                # q1 asked again 6 times, then kept as it is
+    neighbours["q1"] = neighbours["q1"][:1]
+    with pytest.raises(ValueError, match="llm neighbours: 1 prompt.* still lack 2 valid"):
+        perturbation_table(questions, backend_specs(spec, [], generate), n_neighbours=3, n_variants=2)
 
 
 def test_the_perturbation_job_gets_the_gpus_of_its_instruction_models_engine():

@@ -4,7 +4,10 @@ run of a reduced tiny world in a scratch directory."""
 from __future__ import annotations
 
 import copy
+import json
+import re
 
+import fake_vllm
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,12 +17,15 @@ from workflow_helpers import REPO, default_config, make_workdir, planned_jobs
 from mialab.data.registry import get_family
 from mialab.data.rl_corpus import pool_questions
 from mialab.data.sampling import sample_split
+from mialab.lm.loading import load_tokenizer
+from mialab.text.spans import BLANK
 from mialab.lara.plan import LaRAPlan
 from mialab.lara.stages import (
     EVALUATED,
     REFERENCE,
     aligned_features,
     backend_specs,
+    instruction_model,
     known_nonmembers,
     perturbation_table,
     score_table,
@@ -155,30 +161,44 @@ def test_controls_are_pool_non_members_outside_the_split_and_never_read_its_labe
     assert pool_again == neighbour_pool
 
 
-def test_llm_perturbation_backends_run_from_the_config_at_the_codes_temperatures():
-    """``backend: llm`` for neighbours, blanking and paraphrases: one instruction model (``lara.llm``),
-    the code's prompts and temperatures (0.8, 0.3, 0.7); the offline defaults stay as they were."""
+def test_llm_perturbation_backends_run_from_the_config_at_the_codes_temperatures(make_tiny_model, monkeypatch,
+                                                                                    tmp_path):
+    """``backend: llm`` for neighbours, blanking and paraphrases: one instruction model (``lara.llm``, here on
+    vLLM), the code's prompts, temperatures (0.8, 0.3, 0.7) and answer budgets (4000, 4000, 2000). vLLM answers
+    a request from its prompt and seed alone (tests/fake_vllm.py); a blanked text's variants come as the code
+    asks for them, one request for a JSON array of them, so they differ (the same prompt sent once per variant
+    under one seed gave one paraphrase n times: RSI 0); the offline defaults stay as they were."""
+    model = make_tiny_model(["Find 1 plus 2. Compute the similar problems, paraphrased versions [BLANK]."] * 20,
+                            min_frequency=1)
     cfg = copy.deepcopy(default_config())
-    cfg["lara"].update(llm={"model": "some/instruct-model"}, neighbours={"n": 2, "backend": "llm"},
+    cfg["lara"].update(llm={"model": model, "engine": "vllm"}, neighbours={"n": 2, "backend": "llm"},
                        blank={"backend": "llm", "num_blanks": 1}, paraphrase={"backend": "llm", "n_variants": 2})
     spec = validated(cfg)["lara"]
-    calls = []
 
-    def generate(prompts: list[str], *, temperature: float) -> list[str]:
-        calls.append((prompts[0].split("\n")[0], temperature, len(prompts)))
-        if "similar problems" in prompts[0]:
-            return ['["Find 3 plus 5.", "Find 7 plus 9."]' for _ in prompts]
-        if "[BLANK] placeholders" in prompts[0]:
-            return [p.split("Incomplete Problem:\n")[1].split("\n")[0].replace("Find", "Compute") + f" ({i})"
-                    for i, p in enumerate(prompts)]
-        return ['["Find [BLANK] plus 2."]' for _ in prompts]
+    def answer(prompt: str, seed: int, k: int) -> str:
+        if "similar problems" in prompt:
+            return '["Find 3 plus 5.", "Find 7 plus 9."]'
+        if "paraphrased version" in prompt:
+            problem = prompt.split("Problem:\n")[1].split("\n\nOutput")[0]
+            if "create 2 paraphrased versions" in prompt:       # the code's request: a list of them
+                return json.dumps([problem.replace("Find", word) for word in ("Compute", "Work out")])
+            return problem.replace("Find", "Compute")            # a prompt for one paraphrase gets one
+        question = prompt.rsplit("1. ", 1)[1].split("\n")[0]
+        return json.dumps([re.sub(r"\d", BLANK, question, count=1)])
 
+    requests = fake_vllm.install(monkeypatch, tmp_path, load_tokenizer(model), answer)
     questions = pd.DataFrame({"id": ["q"], "text": ["Find 1 plus 2."], "set": [EVALUATED]})
-    table = perturbation_table(questions, backend_specs(spec, [], generate), n_neighbours=2, n_variants=2)
-    assert [(t, n) for _, t, n in calls] == [(0.8, 1), (0.3, 3), (0.7, 6)]   # neighbours, blanks, paraphrases
-    assert len(table) == 3 * 4 and set(table.loc[table["form"] == "blank", "text"]) == {"Find [BLANK] plus 2."}
-    assert table.loc[table["form"] == "variant", "text"].str.startswith("Compute [BLANK]").all()
-    assert calls[1][0].startswith("You are a question editor") and calls[0][0].startswith("You are a math problem")
+    table = perturbation_table(questions, backend_specs(spec, [], instruction_model(spec)), n_neighbours=2,
+                               n_variants=2)
+    asked = [(r["temperature"], r["max_new_tokens"], len(r["prompt_token_ids"])) for r in requests]
+    assert asked == [(0.8, 4000, 1), (0.3, 4000, 3), (0.7, 2000, 3)]   # neighbours, blanks, paraphrases
+    variants = table[table["form"] == "variant"].groupby("neighbour")["text"].agg(list)
+    assert len(table) == 3 * 4 and all(len(set(v)) == 2 for v in variants)   # distinct: RSI has a spread
+    assert table.loc[table["form"] == "blank", "text"].tolist() == [
+        "Find [BLANK] plus 2.", "Find [BLANK] plus 5.", "Find [BLANK] plus 9."]
+    decoded = load_tokenizer(model).decode(requests[1]["prompt_token_ids"][0])
+    assert "You are a question editor" in decoded and "You are a math problem" in load_tokenizer(model).decode(
+        requests[0]["prompt_token_ids"][0])
     with pytest.raises(ValueError, match="needs the lara.llm section"):
         backend_specs(spec, [], None)
     default = backend_specs(validated(default_config())["lara"], ["a"])

@@ -92,7 +92,8 @@ def test_auto_precision_is_bf16_only_where_the_cpu_computes_it_natively(tiny_mod
 
 
 def test_the_rehearsal_computes_a_paper_configs_bf16_as_auto_on_the_cpu():
-    """A paper config's bf16 (its GPUs') becomes ``auto`` in the CPU rehearsal, wherever it is named; fp32 stays."""
+    """A paper config's bf16 or fp16 (its GPUs') becomes ``auto`` in the CPU rehearsal, wherever it is named; fp32
+    stays."""
     import yaml
     from workflow_helpers import REPO, validated
 
@@ -104,4 +105,5 @@ def test_the_rehearsal_computes_a_paper_configs_bf16_as_auto_on_the_cpu():
     assert paper["models"]["limr_rl_e1"]["train"]["precision"] == "bf16"
     assert out["models"]["limr_rl_e1"]["train"]["precision"] == "auto"
     assert out["lara"]["features"]["dtype"] == out["lara"]["baselines"]["dtype"] == "auto"
-    assert "bf16" not in yaml.safe_dump(out) and "bfloat16" not in yaml.safe_dump(out)
+    assert paper["lara"]["features"]["dtype"] == "float16"   # the code's LaRA features
+    assert not {"bf16", "bfloat16", "float16"} & set(yaml.safe_dump(out).replace(",", " ").split())

@@ -10,6 +10,8 @@ from workflow_helpers import REPO, check_command, jobs_line, validated
 
 from mialab.lara.plan import LaRAPlan
 from mialab.pipeline.plan import Plan
+from mialab.pipeline.sizing import Sizing
+from mialab.training.grpo import GRPOSettings, steps_per_epoch, update_arithmetic
 
 CONFIGS = sorted((REPO / "configs" / "paper").glob("*.yaml"))
 TINY_WORLD_RULES = ("train_tokenizer", "pretrain_model")  # config.yaml's own models; no paper config trains one
@@ -42,6 +44,13 @@ def test_lara_config_audits_each_model_and_its_continued_rl_on_its_own_members()
         assert (s["train"]["lr"], s["train"]["num_generations"], s["train"]["beta"], s["train"]["epochs"]) == (1e-6, 4, 0.0, 2)
         assert s["train"]["max_completion_length"] == 4096
         assert s["train"]["entropy_coeff"] == 0.001   # verl's entropy bonus (the paper's 0.001)
+    # verl's batches (eurus_grpo.sh) on the GPUs each rl_contaminate job gets: 128 prompts per rollout batch, 16
+    # updates of 8 prompts each (ppo_mini_batch_size), 7 whole batches of the 1,000 prompts per epoch (drop_last)
+    world = Sizing(validated(cfg), environ={}).job("rl_contaminate", model="eurus_prime_rl_e1").gpus
+    settings = GRPOSettings.from_config(rl["eurus_prime_rl_e1"]["train"])
+    assert update_arithmetic(settings, world) == {"rollout_prompts": 128, "update_prompts": 8,
+                                                  "updates_per_rollout": 16}
+    assert steps_per_epoch(1000, settings, world) == 7 * 16
     targets = [(t["model"], t["dataset"]) for t in cfg["lara"]["targets"]]
     assert set(targets) == {(m, s["datasets"][0]) for m, s in cfg["models"].items()}
     lara = LaRAPlan(Plan(validated(cfg)), cfg)  # lara.targets: each model on its own members, no cross pairs

@@ -178,9 +178,9 @@ def test_nothing_but_sizes_models_data_and_devices_changes(path: Path):
     patterns = [key_pattern(a) for a in allowed]
     changed = [line.split(": ", 1)[0] for line in changes(cfg, out)]
     assert changed
-    # a compute precision changes only from bf16 to auto (PRECISION_KEYS)
+    # a compute precision changes only from bf16 or fp16 to auto (PRECISION_KEYS)
     precision = [k for k in changed if k.rsplit(".", 1)[-1] in PRECISION_KEYS]
-    assert all(at(cfg, k) in ("bf16", "bfloat16") and at(out, k) == "auto" for k in precision), precision
+    assert all(at(cfg, k) in ("bf16", "bfloat16", "float16") and at(out, k) == "auto" for k in precision), precision
     stray = [k for k in changed if k not in precision and not any(p.match(k) for p in patterns)]
     assert not stray, stray
     # and the paper's own settings survive: rules' options, prompts, rewards, metrics

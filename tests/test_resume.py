@@ -233,7 +233,7 @@ def test_steps_per_epoch_counts_whole_generation_batches():
     settings = GRPOSettings(num_generations=4, batch_size=8, grad_accum=2, num_iterations=2)
     assert steps_per_epoch(13, settings) == 6  # 4 prompts per generation batch, 3 batches, 2 steps each
     assert steps_per_epoch(13, settings, world_size=2) == 2
-    with pytest.raises(ValueError, match="3 prompts are fewer than one generation batch of 4"):
+    with pytest.raises(ValueError, match="3 prompts are fewer than one rollout batch of 4"):
         steps_per_epoch(3, settings)
 
 

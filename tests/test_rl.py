@@ -28,7 +28,9 @@ from mialab.training.grpo import (
     grpo_config,
     last_checkpoint,
     run_grpo,
+    steps_per_epoch,
     truncate_prompt,
+    update_arithmetic,
     vllm_generation,
 )
 from mialab.training.rewards import final_answer, make_reward, normalise_answer
@@ -130,6 +132,55 @@ def test_rl_corpus_from_a_splits_members_takes_them_alone_plus_fillers_unlike_an
         split_members(split.assign(label=1), pool)
 
 
+def test_rl_prompts_are_conversations_rendered_with_the_chat_template_as_verls_rl_dataset(tiny_model, tmp_path):
+    """The LaRA code's RL corpora (benchmarks/filtered_samples/*_rl_train_test/train.parquet) are chats: members
+    with Eurus-2's system turn and its answer-format line, fillers with OpenR1's system turn and the bare problem;
+    verl's RL dataset renders a chat with apply_chat_template(add_generation_prompt=True) and tokenizes that
+    without special tokens (the code's reward pays 0 without ``</think>``, which its system turns ask for). The
+    corpus keeps each prompt as that conversation and TRL renders it so, token for token."""
+    from datasets import Dataset
+
+    from mialab.data.sampling import sample_split
+    from mialab.lm.loading import load_causal_lm, load_tokenizer
+    from mialab.training.grpo import _trainer_class
+
+    pool = get_family("aime")({"source": AIME, "max_words": 64, "solution_prefix_ratio": 0.25,
+                               "membership": {"rule": "random", "years": [2014, 2024], "seed": 0}})
+    ids = split_members(sample_split(pool, 10, seed=3), pool)
+    fillers = filler_problems({"source": AIME[0], "columns": ["problem", "solution"],
+                               "where": [{"column": "year", "op": "<", "value": 2014}]}, max_words=44)
+    corpus = build_corpus(pool, fillers, size=40, seed=0, max_words=44, member_ids=ids, chat=True,
+                          template="{question}\n\nPresent the answer in LaTex format: \\boxed{{Your answer}}",
+                          system="Use the actions.", filler_template="{question}", filler_system="Think first.")
+    member, filler = corpus[corpus["target"]].iloc[0], corpus[~corpus["target"]].iloc[0]
+    assert member["prompt"] == [{"role": "system", "content": "Use the actions."}, {"role": "user", "content":
+                                member["question"] + "\n\nPresent the answer in LaTex format: \\boxed{Your answer}"}]
+    assert filler["prompt"] == [{"role": "system", "content": "Think first."},
+                                {"role": "user", "content": filler["question"]}]
+    plain = build_corpus(pool, fillers, size=40, seed=0, max_words=44, member_ids=ids)
+    assert plain["prompt"].tolist() == plain["question"].tolist()          # absent chat: the text, as before
+    with pytest.raises(ValueError, match="a system turn needs chat"):
+        build_corpus(pool, fillers, size=40, seed=0, max_words=44, member_ids=ids, system="Use the actions.")
+    tok = load_tokenizer(tiny_model, padding_side="left")
+    trainer = _trainer_class()[0](
+        model=load_causal_lm(tiny_model, device="cpu"), reward_funcs=[distinct_characters],
+        args=grpo_config(SETTINGS, tmp_path), processing_class=tok,
+        train_dataset=Dataset.from_pandas(corpus[["prompt", "reference"]], preserve_index=False))
+    chats = [list(corpus["prompt"].iloc[i]) for i in range(3)]
+    verl = [tok(tok.apply_chat_template(c, add_generation_prompt=True, tokenize=False), add_special_tokens=False)
+            ["input_ids"] for c in chats]                                  # verl's RLHFDataset.__getitem__
+    assert trainer._tokenize_prompts(chats)[0] == verl
+    seen = []   # and a GRPO step trains on the chats, the reward reading the assistant turns
+
+    def reward(completions, **kwargs):
+        seen.extend(completions)
+        return distinct_characters([c[-1]["content"] for c in completions])
+
+    step = GRPOSettings(**{**SETTINGS.__dict__, "max_steps": 1, "max_prompt_length": None})
+    run_grpo(tiny_model, corpus[["prompt", "reference"]].head(8), reward, step, tmp_path / "run")
+    assert seen and all(c[-1]["role"] == "assistant" for c in seen)
+
+
 def test_rl_corpus_repeats_each_member_and_at_zero_fills_their_places_with_fillers():
     """``members.repeats`` (the exposure sweep's r): each member r times among the same fillers; 0 keeps
     every member out and the corpus at its size in distinct fillers; 1 is the corpus without the key."""
@@ -197,6 +248,28 @@ def test_grpo_is_deterministic_changes_the_weights_and_passes_dataset_columns(ti
     assert any(not np.array_equal(init[k].numpy(), v.numpy()) for k, v in weights(a.checkpoint).items())
     assert len(seen) == 6 and all(n == 8 and len(refs) == 8 and set(refs) <= set(PROBLEMS) for n, refs in seen)
     assert {"reward", "reward_std", "epoch"} <= set(a.log.columns)
+
+
+def test_verls_mini_batches_are_several_optimizer_steps_per_rollout_batch_as_trl_runs_them(tiny_model, tmp_path):
+    """verl (the LaRA code's eurus_grpo.sh: 128 prompts per batch, ppo_mini_batch_size 8) samples a rollout batch
+    once and takes one optimizer step per mini-batch of it (16); TRL's steps_per_generation does the same: the
+    batch generated and scored once, steps_per_generation / grad_accum optimizer steps on it, and the epoch's
+    step count (verl's drop_last batches x updates) is the one TRL plans (run_grpo checks it)."""
+    seen = []
+
+    def reward(completions, **kwargs):
+        seen.append(len(completions))
+        return distinct_characters(completions)
+
+    s = GRPOSettings(**{**SETTINGS.__dict__, "epochs": 1, "num_generations": 2, "batch_size": 4,
+                        "steps_per_generation": 3, "scale_rewards": "none", "loss_type": "dr_grpo"})
+    assert update_arithmetic(s, 1) == {"rollout_prompts": 6, "update_prompts": 2, "updates_per_rollout": 3}
+    assert update_arithmetic(s, 4) == {"rollout_prompts": 24, "update_prompts": 8, "updates_per_rollout": 3}
+    run = run_grpo(tiny_model, DATA, reward, s, tmp_path / "run")
+    assert checkpoint_state(run.checkpoint).global_step == 3 == steps_per_epoch(len(DATA), s)
+    assert seen == [12]   # one rollout batch (6 prompts x 2), scored once, three updates on it
+    with pytest.raises(ValueError, match="multiple of grad_accum"):
+        GRPOSettings(**{**s.__dict__, "grad_accum": 2})
 
 
 def test_resuming_a_killed_run_or_training_epoch_by_epoch_gives_the_uninterrupted_weights(tiny_model, tmp_path):

@@ -10,19 +10,24 @@ import time
 import pandas as pd
 
 from mialab.core.io import write_manifest, write_parquet
-from mialab.lara.stages import backend_specs, perturbation_counts, perturbation_table, stage_questions
-from mialab.lm.engine import text_generator
+from mialab.lara.stages import (
+    backend_specs,
+    instruction_model,
+    perturbation_counts,
+    perturbation_table,
+    stage_questions,
+)
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 spec = params.spec
 start = time.perf_counter()
 pool = pd.read_parquet(inputs.pool)
-generate = text_generator(spec["llm"]["model"], **{k: v for k, v in spec["llm"].items()
-                                                     if k not in ("model", "fallback")}) if spec.get("llm") else None
+generate = instruction_model(spec)
 counts = {}
 for seed, split_path, table_path in zip(params.seeds, inputs.splits, output.tables, strict=True):
     questions, neighbour_pool = stage_questions(pd.read_parquet(split_path), pool, rule=spec["question"]["rule"],
                                                 max_words=spec["question"].get("max_words"),
+                                                template=spec["question"]["template"],
                                                 n_reference=spec["controls"]["n_reference"],
                                                 seed=[spec["controls"]["seed"], int(seed)], blank=spec["blank"])
     table = perturbation_table(questions, backend_specs(spec, neighbour_pool, generate),

@@ -14,7 +14,14 @@ The question of a pool row (:func:`pool_questions`):
 - ``text``: pools whose ``text`` is the question itself (``lara_rl``).
 
 Whitespace is normalised and a question is cut to its first ``max_words`` words (the tiny
-world's 256-token models need short prompts). The reference a reward compares a completion with
+world's 256-token models need short prompts).
+
+The prompt (:func:`render_prompt`): ``template`` filled with the question, as plain text, or with ``chat``
+as a conversation (an optional ``system`` turn, then the user turn), which the trainer renders with the
+model's chat template and its generation prompt, as verl's RL dataset does
+(``apply_chat_template(add_generation_prompt=True)``). Fillers take ``filler_template`` / ``filler_system``
+where given (the LaRA code's corpora: members with the Eurus-2 system turn and its answer-format line,
+fillers with the OpenR1 system turn and the bare problem). The reference a reward compares a completion with
 (:func:`pool_references`) is the ``response`` or the pool's ``answer`` column. Fillers come from
 a corpus spec with two columns, question and reference (:func:`mialab.data.corpus.read_corpus`
 joins them with a blank line and caps the reference at ``max_words``).
@@ -87,15 +94,29 @@ def split_members(split: pd.DataFrame, pool: pd.DataFrame) -> set[str]:
     return ids
 
 
+def render_prompt(question: str, template: str, system: str | None = None, chat: bool = False) -> str | list[dict]:
+    """``template`` filled with ``question``: the text, or with ``chat`` the conversation ``[system turn,] user turn``
+    (module doc); a system turn needs ``chat``."""
+    text = template.format(question=question)
+    if not chat:
+        if system is not None:
+            raise ValueError("a system turn needs chat: true (the prompt rendered as a conversation)")
+        return text
+    return [*([{"role": "system", "content": system}] if system is not None else []), {"role": "user", "content": text}]
+
+
 def build_corpus(pool: pd.DataFrame, fillers: pd.DataFrame, *, size: int, seed: int = 0, question: str = "request",
                  reference: str = "response", max_words: int | None = None, reference_max_words: int | None = None,
-                 template: str = "{question}", member_ids: set[str] | None = None, repeats: int = 1) -> pd.DataFrame:
+                 template: str = "{question}", system: str | None = None, chat: bool = False,
+                 filler_template: str | None = None, filler_system: str | None = None,
+                 member_ids: set[str] | None = None, repeats: int = 1) -> pd.DataFrame:
     """The RL corpus (:data:`CORPUS_COLUMNS`): the members of ``pool`` (each ``repeats`` times) plus
     fillers up to ``size`` distinct problems.
 
     ``member_ids`` keeps only those members (a split's, :func:`split_members`: the RL-MIA-style corpus
     of the evaluated members plus fillers); no filler equals any pool question either way.
-    ``prompt`` is ``template`` filled with the question; ``target`` marks the members.
+    ``prompt`` is the question rendered by :func:`render_prompt` (``template``, ``system``, ``chat``; a filler's
+    with ``filler_template`` / ``filler_system`` where given); ``target`` marks the members.
     ``reference_max_words`` cuts every reference to its first words (what a short completion can
     reach, so a reconstruction reward is not dominated by its length penalty).
     """
@@ -107,7 +128,11 @@ def build_corpus(pool: pd.DataFrame, fillers: pd.DataFrame, *, size: int, seed: 
                              answer_column="reference", repeats=repeats)
     corpus = corpus.rename(columns={"problem": "question", "answer": "reference"})
     corpus["reference"] = corpus["reference"].map(lambda r: truncate_words(r, reference_max_words))
-    corpus["prompt"] = [template.format(question=q) for q in corpus["question"]]
+    member = (template, system)
+    filler = (template if filler_template is None else filler_template,
+              system if filler_system is None else filler_system)
+    corpus["prompt"] = [render_prompt(q, *(member if target else filler), chat=chat)
+                        for q, target in zip(corpus["question"], corpus["target"])]
     return corpus[CORPUS_COLUMNS]
 
 

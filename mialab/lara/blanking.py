@@ -153,13 +153,15 @@ def blank_token_loss(texts: list[str], *, model_path: str, fraction: float = 0.2
 
 @BlankBackend.register("llm")
 def blank_llm(texts: list[str], *, generate: Generate, template: str = "blank", num_blanks: int = 1,
-              max_attempts: int = 3, fallback: Callable[[list[str]], list[str]] | None = None) -> list[str]:
+              max_attempts: int = 3, fallback: Callable[[list[str]], list[str]] | None = None,
+              drop_invalid: bool = False) -> list[str | None]:
     """An instruction model blanks the ``num_blanks`` most important spans (the LaRA code's
     ``important`` strategy and prompt, non-numeric keywords preferred); a completion with another
     number of ``[BLANK]`` is rejected and asked for again. ``num_blanks`` is the code's blank-count
     sweep (``--rep_stiff_incomplete_num_blanks``; its degenerate 0, no blank at all, is not offered).
-    ``fallback(texts)`` (e.g. :func:`blank_token_loss`) blanks the texts still invalid after ``max_attempts``
-    (else an error)."""
+    A text still invalid after ``max_attempts``: ``fallback(texts)`` blanks it (e.g. :func:`blank_token_loss`),
+    else None with ``drop_invalid`` (the caller drops it, :func:`mialab.lara.construction.build_perturbations`),
+    else an error."""
     if num_blanks < 1:
         raise ValueError(f"lara.blank.num_blanks must be at least 1, got {num_blanks}")
     tpl = load_template(template)
@@ -168,9 +170,18 @@ def blank_llm(texts: list[str], *, generate: Generate, template: str = "blank", 
     def accept(i: int, out: str) -> list[str]:
         return [x for x in (parse_list(out)[:1] or [out.strip()]) if count_blanks(x) == num_blanks]
 
-    rest = None if fallback is None else (lambda short: [[x] for x in fallback([texts[i] for i in short])])
-    return [got[0] for got in collect_items(prompts, generate, accept, 1, max_attempts=max_attempts,
-                                            what="llm blanking", fallback=rest)]
+    rest = (None if fallback is None else (lambda short: [[x] for x in fallback([texts[i] for i in short])]))
+    return _first_items(prompts, generate, accept, max_attempts, "llm blanking", rest, drop_invalid)
+
+
+def _first_items(prompts: list[str], generate: Generate, accept, max_attempts: int, what: str, fallback,
+                 drop_invalid: bool) -> list[str | None]:
+    """Each prompt's first accepted item (:func:`collect_items`); with ``drop_invalid`` and no ``fallback``, None
+    where the attempts found none."""
+    if fallback is None and drop_invalid:
+        fallback = lambda short: [[] for _ in short]  # noqa: E731
+    return [got[0] if got else None for got in collect_items(prompts, generate, accept, 1, max_attempts=max_attempts,
+                                                             what=what, fallback=fallback)]
 
 
 EDIT_NUMBER = re.compile(r"(?<!\w)-?\d+(?:\.\d+)?(?!\w)")
@@ -202,29 +213,32 @@ def edit_num_replace(texts: list[str], *, seed: int = 0) -> list[str]:
     return [replace_one_number(t, random.Random(zlib.crc32(t.encode()) ^ seed)) for t in texts]
 
 
-def _llm_edit(texts: list[str], generate: Generate, template: str, what: str, max_attempts: int) -> list[str]:
+def _llm_edit(texts: list[str], generate: Generate, template: str, what: str, max_attempts: int,
+              drop_invalid: bool) -> list[str | None]:
     tpl = load_template(template)
 
     def accept(i: int, out: str) -> list[str]:
         return [x for x in (parse_list(out)[:1] or [out.strip()])
                 if BLANK not in x and normalise_text(x) != normalise_text(texts[i])]
 
-    return [got[0] for got in collect_items([tpl.format(question=t) for t in texts], generate, accept, 1,
-                                            max_attempts=max_attempts, what=what)]
+    return _first_items([tpl.format(question=t) for t in texts], generate, accept, max_attempts, what, None,
+                        drop_invalid)
 
 
 @BlankBackend.register("var_rename")
 def edit_var_rename(texts: list[str], *, generate: Generate, template: str = "var_rename",
-                    max_attempts: int = 3) -> list[str]:
-    """The code's ``var_rename``: an instruction model renames one single-letter variable to a noun."""
-    return _llm_edit(texts, generate, template, "llm var_rename", max_attempts)
+                    max_attempts: int = 3, drop_invalid: bool = False) -> list[str | None]:
+    """The code's ``var_rename``: an instruction model renames one single-letter variable to a noun
+    (``drop_invalid``: as :func:`blank_llm`'s)."""
+    return _llm_edit(texts, generate, template, "llm var_rename", max_attempts, drop_invalid)
 
 
 @BlankBackend.register("distractor")
 def edit_distractor(texts: list[str], *, generate: Generate, template: str = "distractor",
-                    max_attempts: int = 3) -> list[str]:
-    """The code's ``distractor``: an instruction model inserts one irrelevant, plausible sentence."""
-    return _llm_edit(texts, generate, template, "llm distractor", max_attempts)
+                    max_attempts: int = 3, drop_invalid: bool = False) -> list[str | None]:
+    """The code's ``distractor``: an instruction model inserts one irrelevant, plausible sentence
+    (``drop_invalid``: as :func:`blank_llm`'s)."""
+    return _llm_edit(texts, generate, template, "llm distractor", max_attempts, drop_invalid)
 
 
 #: perturbations that edit the question instead of blanking it (the code's alternative strategies)
@@ -239,11 +253,12 @@ def is_perturbed(original: str, perturbed: str, backend) -> bool:
 
 
 def blank_important(texts: list[str], backend: str | Callable[..., list[str]] = "numbers_entities",
-                    **options) -> list[str]:
+                    **options) -> list[str | None]:
     """BlankImportant (or one of the :data:`EDIT_BACKENDS`) for every text with one backend (a registered
-    name, or any callable ``(texts, **options) -> texts``); a text left unperturbed is an error."""
+    name, or any callable ``(texts, **options) -> texts``); a text left unperturbed is an error. An LLM
+    backend given ``drop_invalid`` returns None for a text still invalid after its attempts."""
     out = BlankBackend.resolve(backend)(list(texts), **options)
-    bare = [t for t, b in zip(texts, out, strict=True) if not is_perturbed(t, b, backend)]
+    bare = [t for t, b in zip(texts, out, strict=True) if b is not None and not is_perturbed(t, b, backend)]
     if bare:
         name = getattr(backend, "__name__", backend)
         raise ValueError(f"{name}: {len(bare)} text(s) have nothing to blank or edit, e.g. {bare[0][:80]!r}; "

@@ -5,8 +5,11 @@ Backends:
 - ``retrieval`` (offline): the nearest questions of a pool by cosine similarity of
   :func:`mialab.lm.embeddings.encode` embeddings, searched with a faiss ``IndexFlatIP``; the
   question itself and exact (case/whitespace-insensitive) duplicates are never returned.
-- ``llm``: an instruction model writes neighbours from ``resources/prompts/lara/neighbours.txt``
-  (optionally falling back to another backend for a question it fails on, e.g. in a rehearsal).
+- ``llm``: an instruction model writes neighbours from ``resources/prompts/lara/neighbours.txt``, asked
+  again (a fresh sample) while short of ``m``, up to the code's 7 times, then keeping what it has down to
+  :data:`MIN_NEIGHBOURS` (the code's ``make_similar_questions.py`` keeps what it got; ``rep_stiff.py`` scores a
+  group from 2 valid neighbours); optionally falling back to another backend for a question it fails on, e.g.
+  in a rehearsal.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from mialab.text.llm_prompts import Generate, collect_items, load_template, norm
 from mialab.text.spans import BLANK
 
 NeighbourBackend = Registry("neighbour backend")
+#: the fewest neighbours a question keeps (the code's ``RepStiffDetector(min_valid_similars=2)``)
+MIN_NEIGHBOURS = 2
+#: how often an LLM is asked for a question's neighbours (the code's ``OPENROUTER_MAX_RETRIES`` 6, plus one)
+LLM_ATTEMPTS = 7
 
 
 def unique_texts(texts: list[str]) -> list[str]:
@@ -59,10 +66,12 @@ def retrieval_neighbours(questions: list[str], m: int, *, pool: list[str], model
 
 @NeighbourBackend.register("llm")
 def llm_neighbours(questions: list[str], m: int, *, generate: Generate, template: str = "neighbours",
-                   max_attempts: int = 3, fallback: Callable[..., list[list[str]]] | None = None) -> list[list[str]]:
-    """LLM-written neighbours; copies of the question and items with ``[BLANK]`` are rejected.
-    ``fallback(questions, m)`` (e.g. :func:`retrieval_neighbours`): the neighbours of a question
-    still short of valid ones after ``max_attempts`` (else an error)."""
+                   max_attempts: int = LLM_ATTEMPTS,
+                   fallback: Callable[..., list[list[str]]] | None = None) -> list[list[str]]:
+    """LLM-written neighbours; copies of the question and items with ``[BLANK]`` are rejected. A question short
+    of ``m`` is asked again, up to ``max_attempts`` times, then keeps the neighbours it has if they are at least
+    :data:`MIN_NEIGHBOURS`; fewer: ``fallback(questions, m)`` (e.g. :func:`retrieval_neighbours`) gives that
+    question's neighbours, else an error."""
     tpl = load_template(template)
     prompts = [tpl.format(question=q, m=m) for q in questions]
 
@@ -72,17 +81,18 @@ def llm_neighbours(questions: list[str], m: int, *, generate: Generate, template
 
     rest = None if fallback is None else (lambda short: fallback([questions[i] for i in short], m))
     return collect_items(prompts, generate, accept, m, max_attempts=max_attempts, what="llm neighbours",
-                         fallback=rest)
+                         min_items=min(m, MIN_NEIGHBOURS), fallback=rest)
 
 
 def find_neighbours(questions: list[str], m: int = 5, backend: str | Callable[..., list[list[str]]] = "retrieval",
                     **options) -> list[list[str]]:
-    """``m`` distinct neighbours per question, none equal to the question itself. ``backend`` is
-    a registered name or any callable ``(questions, m, **options) -> neighbours``."""
+    """Up to ``m`` distinct neighbours per question (at least :data:`MIN_NEIGHBOURS`; the LLM backend may keep
+    fewer than ``m``), none equal to the question itself. ``backend`` is a registered name or any callable
+    ``(questions, m, **options) -> neighbours``."""
     out = NeighbourBackend.resolve(backend)(list(questions), m, **options)
     for q, nbs in zip(questions, out, strict=True):
         keys = [normalise_text(x) for x in nbs]
-        if len(nbs) != m or len(set(keys)) != m or normalise_text(q) in keys:
+        if not min(m, MIN_NEIGHBOURS) <= len(nbs) <= m or len(set(keys)) != len(nbs) or normalise_text(q) in keys:
             name = getattr(backend, "__name__", backend)
             raise ValueError(f"{name}: need {m} distinct neighbours other than the question, got {nbs!r}")
     return out

@@ -11,9 +11,10 @@ Backends:
   blanked AIME problems, 5 variants were all distinct for 119 and all identical for 21 (9 had
   no rewritable word); identical variants give a raw variability of 0, which reads as rigid, so
   prefer the ``llm`` backend for real runs.
-- ``llm``: an instruction model writes one paraphrase per call from the LaRA code's prompt
-  (``resources/prompts/lara/paraphrase.txt``); completions that change the number of blanks are
-  rejected and asked for again.
+- ``llm``: an instruction model writes a text's variants in one call, a JSON array of ``n_variants``
+  paraphrases, as the LaRA code asks for them (``resources/prompts/lara/paraphrase.txt``: its default
+  path, ``generate_incomplete_variants_batch``); items that change the number of blanks, copy the text
+  or repeat another are rejected and the text is asked again, from a fresh seed.
 
 Every variant returned by :func:`paraphrase_variants` keeps exactly the source's blank count.
 """
@@ -28,7 +29,7 @@ import numpy as np
 
 from mialab.core.registry import Registry
 from mialab.lara.blanking import count_blanks
-from mialab.text.llm_prompts import Generate, collect_items, load_template, normalise_text
+from mialab.text.llm_prompts import Generate, collect_items, load_template, normalise_text, parse_list
 from mialab.text.spans import BLANK, MATH_SPAN
 from mialab.text.wordnet import DEBIAN_WORDNET, synonyms
 
@@ -89,28 +90,24 @@ def wordnet_variants(texts: list[str], n_variants: int, *, rate: float = 0.5, se
 def llm_variants(texts: list[str], n_variants: int, *, generate: Generate, template: str = "paraphrase",
                  edit_template: str = "paraphrase_edit", max_attempts: int = 3,
                  fallback: Callable[..., list[list[str]]] | None = None) -> list[list[str]]:
-    """LLM paraphrases, one per call as the LaRA code (``make_incomplete_questions_rsi.py``, its
-    prompts: ``template`` for a blanked text, ``edit_template`` for an edited one without ``[BLANK]``);
-    a completion with another blank count, or equal to the source, is asked for again. A variant still
-    invalid after ``max_attempts``: the same variant of ``fallback(texts, n_variants)`` (e.g.
-    :func:`wordnet_variants`), else an error."""
+    """LLM paraphrases as the LaRA code's default path asks for them (``make_incomplete_questions_rsi.py``,
+    ``generate_incomplete_variants_batch`` / ``generate_question_variants_batch``): one call per text for a JSON
+    array of ``n_variants`` paraphrases (``template`` for a blanked text, ``edit_template`` for an edited one
+    without ``[BLANK]``), so a text's variants are written side by side, never as one prompt sent again and
+    again. An item with another blank count, equal to the source or to another variant is rejected; a text
+    short of ``n_variants`` is asked again (a fresh sample). Still short after ``max_attempts``: the text's
+    variants of ``fallback(texts, n_variants)`` (e.g. :func:`wordnet_variants`), else an error."""
     tpls = {True: load_template(template), False: load_template(edit_template)}
-    prompts = [tpls[count_blanks(t) > 0].format(question=t) for t in texts for _ in range(n_variants)]
+    prompts = [tpls[count_blanks(t) > 0].format(question=t, n=n_variants) for t in texts]
 
     def accept(i: int, out: str) -> list[str]:
-        source = texts[i // n_variants]
-        text = out.strip().strip("\"'").strip()
-        same_blanks = count_blanks(text) == count_blanks(source)
-        return [text] if same_blanks and normalise_text(text) != normalise_text(source) else []
+        source = texts[i]
+        return [x for x in parse_list(out)
+                if count_blanks(x) == count_blanks(source) and normalise_text(x) != normalise_text(source)]
 
-    def rest(short: list[int]) -> list[list[str]]:
-        sources = sorted({i // n_variants for i in short})
-        variants = dict(zip(sources, fallback([texts[s] for s in sources], n_variants), strict=True))
-        return [[variants[i // n_variants][i % n_variants]] for i in short]
-
-    got = collect_items(prompts, generate, accept, 1, max_attempts=max_attempts, what="llm paraphrase",
-                        fallback=None if fallback is None else rest)
-    return [[g[0] for g in got[i * n_variants:(i + 1) * n_variants]] for i in range(len(texts))]
+    rest = None if fallback is None else (lambda short: fallback([texts[i] for i in short], n_variants))
+    return collect_items(prompts, generate, accept, n_variants, max_attempts=max_attempts, what="llm paraphrase",
+                         fallback=rest)
 
 
 def paraphrase_variants(texts: list[str], n_variants: int, backend: str | Callable[..., list[list[str]]] = "wordnet",

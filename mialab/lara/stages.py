@@ -101,9 +101,12 @@ def backend_specs(spec: dict, neighbour_pool: list[str], generate=None) -> dict[
 
     A backend ``llm`` gets ``generate`` (``generate(prompts, temperature=t)``, :func:`mialab.lm.engine.text_generator`
     on ``lara.llm``) at the entry's own ``temperature`` (the code's: 0.8 neighbours, 0.3 blanking, 0.7
-    paraphrases); neighbours default to retrieval from ``neighbour_pool`` (the known non-members).
-    With ``lara.llm.fallback`` (the rehearsal's: its random-weight stand-ins follow no instruction) an
-    ``llm`` backend's still-invalid answers give way to an offline backend (:func:`fallback_backends`).
+    paraphrases) and ``max_new_tokens`` where the entry has one (paraphrases: the code's 2000; else
+    ``lara.llm.max_new_tokens``); neighbours default to retrieval from ``neighbour_pool`` (the known
+    non-members). With ``lara.llm.fallback`` (the rehearsal's: its random-weight stand-ins follow no
+    instruction) an ``llm`` backend's still-invalid answers give way to an offline backend
+    (:func:`fallback_backends`); without it, a neighbour whose LLM blank stays invalid leaves its question's
+    group, as in the code (:func:`mialab.lara.construction.kept_units`).
     """
     out = {}
     llm = spec.get("llm") or {}
@@ -115,16 +118,30 @@ def backend_specs(spec: dict, neighbour_pool: list[str], generate=None) -> dict[
             if generate is None:
                 raise ValueError(f"lara.{part}.backend: {entry['backend']} needs the lara.llm section "
                                  "(the instruction model)")
+            budget = {"max_new_tokens": entry["max_new_tokens"]} if "max_new_tokens" in entry else {}
             out[part] = {"backend": entry["backend"],
-                         "generate": functools.partial(generate, temperature=entry["temperature"]),
+                         "generate": functools.partial(generate, temperature=entry["temperature"], **budget),
                          **{k: entry[k] for k in LLM_OPTIONS if k in entry}}
             if llm.get("fallback") and entry["backend"] == "llm":
                 out[part]["fallback"] = fallback_backends(spec, neighbour_pool)[part]
+            elif part == "blank":
+                out[part]["drop_invalid"] = True
         elif part == "neighbours":
             out[part] = retrieval_spec(entry, neighbour_pool)
         else:
             out[part] = entry
     return out
+
+
+def instruction_model(spec: dict):
+    """``generate`` of the ``lara.llm`` instruction model (:func:`mialab.lm.engine.text_generator` on its engine),
+    or None without one."""
+    if not spec.get("llm"):
+        return None
+    from mialab.lm.engine import text_generator
+
+    llm = spec["llm"]
+    return text_generator(llm["model"], **{k: v for k, v in llm.items() if k not in ("model", "fallback")})
 
 
 def retrieval_spec(entry: dict, neighbour_pool: list[str]) -> dict:
@@ -146,13 +163,17 @@ def fallback_backends(spec: dict, neighbour_pool: list[str]) -> dict:
 
 
 def stage_questions(split: pd.DataFrame, pool: pd.DataFrame, *, rule: str = "request", max_words: int | None = None,
-                    n_reference: int = 30, seed: int | list[int] = 0,
+                    template: str = "{question}", n_reference: int = 30, seed: int | list[int] = 0,
                     blank: dict | None = None) -> tuple[pd.DataFrame, list[str]]:
     """``(questions, neighbour_pool)``: ``questions`` has ``id``, ``text``, ``set`` (the split's rows,
     then ``n_reference`` known non-members drawn with ``seed``); ``neighbour_pool`` is the question
-    of every known non-member that has something to blank (the others cannot be controls)."""
+    of every known non-member that has something to blank (the others cannot be controls). A question is
+    ``template`` filled with the row's question (the LaRA code's: the user turn, its answer-format line too)."""
+    def questions_of(rows: pd.DataFrame) -> pd.Series:
+        return pool_questions(rows, rule, max_words).map(lambda q: template.format(question=q))
+
     controls = known_nonmembers(pool, split["id"])
-    control_questions = pool_questions(controls, rule, max_words)
+    control_questions = questions_of(controls)
     usable = blankable(control_questions.tolist(), blank)
     controls, control_questions = controls[usable].reset_index(drop=True), control_questions[usable]
     if len(controls) < n_reference:
@@ -161,7 +182,7 @@ def stage_questions(split: pd.DataFrame, pool: pd.DataFrame, *, rule: str = "req
     control_questions = control_questions.reset_index(drop=True)
     order = np.sort(np.random.default_rng(seed).choice(len(controls), size=n_reference, replace=False))
     questions = pd.concat([
-        pd.DataFrame({"id": split["id"].astype(str), "text": pool_questions(split, rule, max_words), "set": EVALUATED}),
+        pd.DataFrame({"id": split["id"].astype(str), "text": questions_of(split), "set": EVALUATED}),
         pd.DataFrame({"id": controls["id"].astype(str).iloc[order], "text": control_questions.iloc[order],
                       "set": REFERENCE}),
     ], ignore_index=True)

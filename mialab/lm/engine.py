@@ -10,6 +10,13 @@ assistant prefix not included), ``n_tokens`` counts generated tokens without the
 
 Sampling defaults are those of ADRA's rollouts (Table 14): temperature 1.0, top-p 0.95, top-k 50.
 
+Seeds. A call's ``SamplingConfig.seed`` is spread over its prompts by position, never shared by two of them:
+the ``hf`` backend seeds each batch with :func:`derived_seed` of (seed, batch index) and its rows draw apart,
+the ``vllm`` backend gives prompt ``i`` of the job its own per-request seed :func:`derived_seed` of (seed, i)
+(vLLM samples a request from its seed alone, so one seed for every request would give a prompt sent twice
+the same answer twice). A prompt repeated in a call therefore gets distinct samples on either backend, and
+:func:`text_generator`'s ``attempt`` re-seeds a call that asks again for answers still invalid.
+
 :func:`text_completions` puts prompt strings through a started backend and decodes the answers; the
 methods' text generators (:func:`rollout_generator`, :func:`text_generator`) are its two call styles.
 
@@ -81,6 +88,20 @@ class RolloutBackend(Protocol):
 
 
 BackendFactory = Callable[..., RolloutBackend]
+
+
+def derived_seed(seed: int, index: int) -> int:
+    """An independent seed for item ``index`` (a batch, a prompt, an attempt) of a call seeded ``seed``
+    (numpy's ``SeedSequence`` of the pair, 32 bits)."""
+    return int(np.random.SeedSequence([int(seed), int(index)]).generate_state(1)[0])
+
+
+def attempt_seed(seed: int, attempt: int) -> int:
+    """The seed of attempt ``attempt`` of a call seeded ``seed``: ``seed`` itself first, then
+    :func:`derived_seed` of (seed, attempt), so that asking again samples anew."""
+    return int(seed) if attempt == 0 else derived_seed(seed, attempt)
+
+
 def _import_backends() -> None:
     for module in BACKEND_MODULES:
         importlib.import_module(module)
@@ -376,13 +397,16 @@ def text_generator(model_path: str, *, engine: str = "hf", backend_options: dict
     hub id in the cache), for the LLM-backed helpers (paraphrasers, LaRA's perturbations, ADRA's judge):
     each prompt is sent as one chat user turn (:func:`text_completions` on backend ``engine``), no top-k
     cut. ``temperature=0`` decodes greedily (then re-prompting repeats the same answer);
-    ``run(prompts, temperature=t)`` overrides it for one call. Such a model is named by path, not as a
-    configured model, so its folder's code never runs (a folder that declares some is refused)."""
+    ``run(prompts, temperature=t, max_new_tokens=m)`` overrides them for one call, and ``attempt=a`` samples
+    under :func:`attempt_seed` (a prompt asked again gets a fresh answer). Such a model is named by path,
+    not as a configured model, so its folder's code never runs (a folder that declares some is refused)."""
     complete = text_completions(model_path, backend=engine, backend_options=backend_options, chat=True)
     sampling = SamplingConfig(n=1, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=0,
                               seed=seed)
 
-    def run(prompts: list[str], *, temperature: float = temperature) -> list[str]:
-        return complete(prompts, dataclasses.replace(sampling, temperature=temperature))
+    def run(prompts: list[str], *, temperature: float = temperature, max_new_tokens: int = max_new_tokens,
+            attempt: int = 0) -> list[str]:
+        return complete(prompts, dataclasses.replace(sampling, temperature=temperature, max_new_tokens=max_new_tokens,
+                                                     seed=attempt_seed(seed, attempt)))
 
     return run

@@ -2,8 +2,9 @@
 
 :func:`generate_batches` is the package's one batched transformers generation: the backend and
 LaRA's generation with per-step statistics (:func:`mialab.lm.generation.generate`) both run on it.
-Each batch of prompts is sampled under its own torch seed derived from (seed, batch index), so
-rollouts are reproducible on CPU for a given seed and batch size, and a resumable part (a whole number of
+Each batch of prompts is sampled under its own torch seed derived from (seed, batch index)
+(:func:`mialab.lm.engine.derived_seed`), its rows drawing apart (a prompt repeated in a batch gets distinct
+samples), so rollouts are reproducible on CPU for a given seed and batch size, and a resumable part (a whole number of
 batches, :attr:`HFBackend.part_size`) is sampled as in an uninterrupted run. N samples per prompt share one
 prefill (:func:`generate_sharing_prefill`). ``cache_implementation`` (e.g. ``static``, a preallocated
 KV cache) is passed to ``generate``; it cannot start from a shared prefill, so with it each prompt is
@@ -14,18 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-import numpy as np
-
 from mialab.core.progress import progress
-from mialab.lm.engine import Completion, SamplingConfig, cut_at_stop, register_backend
+from mialab.lm.engine import Completion, SamplingConfig, cut_at_stop, derived_seed, register_backend
 
 #: candidates per resumable part, rounded up to whole batches
 PART_CANDIDATES = 256
-
-
-def batch_seed(seed: int, batch_index: int) -> int:
-    """Independent torch seed of one batch (SeedSequence of (seed, batch index))."""
-    return int(np.random.SeedSequence([seed, batch_index]).generate_state(1)[0])
 
 
 def left_pad(prompts: Sequence[list[int]], pad_id: int):
@@ -120,7 +114,7 @@ class HFBackend:
         out: list[list[Completion]] = []
         for _, width, seqs in generate_batches(
                 self.model, prompts, per_prompt, batch_size=self.batch_size, pad_id=pad_id,
-                seed_of=lambda start: batch_seed(sampling.seed, first + start // self.batch_size),
+                seed_of=lambda start: derived_seed(sampling.seed, first + start // self.batch_size),
                 description="hf rollouts",
                 max_new_tokens=sampling.max_new_tokens, eos_token_id=sorted(stop_ids), pad_token_id=pad_id,
                 **decoding, **self.cache):

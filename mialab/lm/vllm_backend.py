@@ -5,8 +5,10 @@ separate venv (``scripts/setup_vllm.sh``; default ``<repo>/.venv-vllm``, or ``$M
 This backend writes the tokenised prompts and sampling parameters to a JSON request, runs the
 self-contained :mod:`mialab.lm.vllm_worker` script with that venv's python, and reads
 the completions back. One engine start per ``generate`` call, so a resumable part is large
-(``part_size`` candidates, default 4096); every request carries the sampling seed (vLLM's per-request
-seed), so a prompt's samples do not depend on the other prompts of its call and parts resume exactly.
+(``part_size`` candidates, default 4096). Each prompt is its own vLLM request with its own seed,
+:func:`mialab.lm.engine.derived_seed` of (the sampling seed, its index in the job): vLLM samples a request
+from its prompt and seed alone, so a prompt sent twice gets two different answers, a prompt's samples do not
+depend on the other prompts of its call, and parts (``offset``) resume exactly.
 
 On CPU, vLLM's KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB); unless set in the
 environment it is set to ``kv_cache_space_gib`` (default 1) to keep memory small.
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from mialab.core.jobs import offline_environment
 from mialab.core.paths import REPO
-from mialab.lm.engine import Completion, SamplingConfig, register_backend
+from mialab.lm.engine import Completion, SamplingConfig, derived_seed, register_backend
 from mialab.lm.loading import check_remote_code
 from mialab.lm.vllm_worker import check_engine_args
 
@@ -41,6 +43,11 @@ def strip_stop(token_ids: list[int], finish_reason: str, stop_ids: frozenset[int
     if finish_reason == "stop" and token_ids and token_ids[-1] in stop_ids:
         token_ids = token_ids[:-1]
     return Completion(token_ids, finish_reason)
+
+
+def request_seeds(seed: int, offset: int, count: int) -> list[int]:
+    """The per-request seeds of prompts ``offset .. offset + count - 1`` of a job sampled with ``seed``."""
+    return [derived_seed(seed, offset + i) for i in range(count)]
 
 
 @register_backend("vllm")
@@ -92,11 +99,12 @@ class VLLMBackend:
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig, stop_ids: frozenset[int], *,
                  offset: int = 0) -> list[list[Completion]]:
-        """``offset`` changes nothing: each request is seeded on its own."""
+        """Prompt ``i`` is request ``offset + i`` of the job, seeded :func:`request_seeds` (module doc)."""
         request = {"model": self.model, "trust_remote_code": self.trust_remote_code,
                    "prompt_token_ids": [list(p) for p in prompts], "n": sampling.n,
                    "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-                   "max_new_tokens": sampling.max_new_tokens, "seed": sampling.seed, "engine": self.engine}
+                   "max_new_tokens": sampling.max_new_tokens, "seed": sampling.seed,
+                   "seeds": request_seeds(sampling.seed, offset, len(prompts)), "engine": self.engine}
         with tempfile.TemporaryDirectory(prefix="mialab-vllm-") as tmp:
             req, out = Path(tmp) / "request.json", Path(tmp) / "output.json"
             req.write_text(json.dumps(request))

@@ -6,8 +6,9 @@ self-contained: it imports only the standard library and vllm, never the rest of
 Usage: ``<vllm venv>/bin/python vllm_worker.py REQUEST.json OUTPUT.json``
 
 REQUEST: {"model": path, "trust_remote_code": bool, "prompt_token_ids": [[int, ...], ...], "n",
-"temperature", "top_p", "top_k", "max_new_tokens", "seed", "engine": {extra ``vllm.LLM`` keyword
-arguments among :data:`ENGINE_ARGS`, e.g. tensor_parallel_size, dtype, max_model_len}}.
+"temperature", "top_p", "top_k", "max_new_tokens", "seed" (the engine's), "seeds" (one per prompt: each
+prompt's own per-request seed), "engine": {extra ``vllm.LLM`` keyword arguments among :data:`ENGINE_ARGS`,
+e.g. tensor_parallel_size, dtype, max_model_len}}.
 ``trust_remote_code`` is the model's config setting; no engine argument can load code (the
 allow-list leaves out trust_remote_code, worker / logits-processor class names and the like).
 OUTPUT: {"vllm_version": str, "completions": [[{"token_ids": [...], "finish_reason": str}, ...
@@ -46,10 +47,13 @@ def run(request: dict) -> dict:
 
     engine = request.get("engine", {})
     check_engine_args(engine)
+    if len(request["seeds"]) != len(request["prompt_token_ids"]):
+        raise ValueError(f"{len(request['seeds'])} seeds for {len(request['prompt_token_ids'])} prompts")
     llm = LLM(model=request["model"], seed=request["seed"], trust_remote_code=bool(request["trust_remote_code"]),
               **engine)
-    params = SamplingParams(n=request["n"], temperature=request["temperature"], top_p=request["top_p"],
-                            top_k=request["top_k"], max_tokens=request["max_new_tokens"], seed=request["seed"])
+    params = [SamplingParams(n=request["n"], temperature=request["temperature"], top_p=request["top_p"],
+                             top_k=request["top_k"], max_tokens=request["max_new_tokens"], seed=seed)
+              for seed in request["seeds"]]
     prompts = [{"prompt_token_ids": ids} for ids in request["prompt_token_ids"]]
     outputs = llm.generate(prompts, params, use_tqdm=False)
     completions = [[{"token_ids": list(c.token_ids), "finish_reason": str(c.finish_reason)}

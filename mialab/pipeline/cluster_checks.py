@@ -4,10 +4,12 @@ Run from ``rules/common.smk`` after :func:`mialab.pipeline.config.check_config`,
 no optimizer step or a tensor-parallel size vLLM rejects fails before any GPU-hour is spent, with a
 message naming the config key and the numbers:
 
-- GRPO (``adra``, ``kind: rl`` models; TRL's semantics): a step takes ``batch_size x grad_accum x
-  world`` completions, a multiple of ``num_generations``, i.e. that divided by ``num_generations``
-  prompts. TRL's ``RepeatSampler`` drops an epoch's remainder smaller than one step, so a training
-  set (a seed's candidates, the RL corpus) smaller than one step yields no step at all;
+- GRPO (``adra``, ``kind: rl`` models; TRL's semantics): a rollout batch takes ``batch_size x
+  steps_per_generation x world`` completions (absent ``steps_per_generation``: ``grad_accum``, one optimizer
+  step), a multiple of ``num_generations``, i.e. that divided by ``num_generations`` prompts, and
+  ``steps_per_generation`` is a multiple of ``grad_accum``. TRL's ``RepeatSampler`` drops an epoch's
+  remainder smaller than one rollout batch, so a training set (a seed's candidates, the RL corpus) smaller
+  than one batch yields no step at all;
 - SFT (``kind: sft``): ``effective_batch_size`` a multiple of ``micro_batch_size x world``
   (:func:`mialab.training.sft.run_sft` derives the gradient accumulation from it);
 - vLLM: ``tensor_parallel_size`` divides the attention heads, divides or is a multiple of the KV
@@ -196,24 +198,31 @@ class Checks:
     # -- the checks ---------------------------------------------------------------------------
     def grpo_step(self, key: str, train: dict, num_generations: int, rule: str, rows: int, what: str,
                   model: str | None = None) -> None:
-        """Prompts per GRPO step (TRL) against the ``rows`` prompts of the training set."""
+        """Prompts per GRPO rollout batch (TRL's generation batch: ``steps_per_generation`` micro-steps, absent
+        ``grad_accum``) against the ``rows`` prompts of the training set."""
         bs, ga = train["batch_size"], train["grad_accum"]
+        spg = train.get("steps_per_generation", ga)
+        if spg % ga:
+            self.errors.append(f"{key}.steps_per_generation: {spg} is not a multiple of grad_accum {ga} (whole "
+                               "optimizer steps per rollout batch)")
+            return
         world, ranks = self.world(rule, model)
-        completions = bs * ga * world
-        head = f"{key}.batch_size: {bs} × grad_accum {ga} × {ranks}"
+        completions = bs * spg * world
+        factor, unit = ("grad_accum", "step") if spg == ga else ("steps_per_generation", "rollout batch")
+        head = f"{key}.batch_size: {bs} × {factor} {spg} × {ranks}"
         if completions % num_generations:
-            self.errors.append(f"{head} = {completions} completions per step, not a multiple of num_generations "
-                               f"{num_generations} (TRL needs whole prompt groups)")
+            self.errors.append(f"{head} = {completions} completions per {unit}, not a multiple of "
+                               f"num_generations {num_generations} (TRL needs whole prompt groups)")
             return
         prompts = completions // num_generations
         if prompts <= rows:
             return
         fits = rows * num_generations // (bs * world)
-        hint = (f"e.g. {key}.grad_accum {fits}" if fits >= 1 else
+        hint = (f"e.g. {key}.{factor} {fits}" if fits >= 1 else
                 f"fewer processes (launch.nproc) or a smaller {key}.batch_size")
-        self.errors.append(f"{head} / num_generations {num_generations} = {prompts} prompts per step, but {what} "
-                           f"has {rows}: TRL's sampler yields 0 prompts per epoch; use ≤ {rows} prompts per step "
-                           f"({hint})")
+        self.errors.append(f"{head} / num_generations {num_generations} = {prompts} prompts per {unit}, but "
+                           f"{what} has {rows}: TRL's sampler yields 0 prompts per epoch; use ≤ {rows} prompts per "
+                           f"{unit} ({hint})")
 
     def sft_batch(self, name: str, train: dict) -> None:
         eff, micro = train["effective_batch_size"], train["micro_batch_size"]

@@ -66,7 +66,8 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
 STAGE_VERSIONS: dict[str, int] = {
     "pools": 1,
     "splits": 1,
-    "paraphrases": 2,  # 2: hf / vllm paraphrasers on the rollout engine (one generation path, its checks)
+    "paraphrases": 3,  # 2: hf / vllm paraphrasers on the rollout engine (one generation path, its checks);
+    # 3: vLLM seeds per prompt
     "leakage": 3,  # 3: each text embedded alone (no batch neighbours); n_shared, the seeds' overlap
     "tokenizers": 2,  # 2: table corpora read whatever the column dtype (pandas' str dtype read as none)
     "models/pretrain": 1,
@@ -75,19 +76,21 @@ STAGE_VERSIONS: dict[str, int] = {
     "rl": 1,
     "scores": 4,  # 3: the `truncated` column, scoring.truncation; 4: each text its own forward pass
     "rehearsal": 3,  # rule rehearsal_model (bump when a stand-in's content changes); 3: tokenizer corpus read whole
-    "n_sampling/rollouts": 3,
+    "n_sampling/rollouts": 4,  # 4: vLLM seeds per prompt (mialab.lm.engine: a prompt sent twice samples apart)
     "n_sampling/scores": 4,  # 4: each text embedded alone
-    "adra/train": 2,
-    "adra/rollouts": 2,
+    "adra/train": 3,  # 3: the judge's vLLM seeds per prompt
+    "adra/rollouts": 3,  # 3: vLLM seeds per prompt
     "adra/scores": 2,
-    "lara/perturbations": 3,  # 3: retrieval embeddings and token_loss surprisals per text
+    "lara/perturbations": 4,  # 3: retrieval embeddings and token_loss surprisals per text; 4: LLM paraphrases
+    # as the code asks (a text's variants in one answer), vLLM seeds per prompt and per attempt, neighbours as the
+    # code keeps them (asked 7 times, invalid ones dropped down to 2)
     "lara/features": 4,  # 4: each text its own forward pass
     "lara/baselines": 5,  # 5: ReCaLL's log-likelihoods per text
     "lara/scores": 3,
     "calibdcd/partitions": 1,
     "calibdcd/references": 1,
     "calibdcd/perturbations": 2,  # 2: key-token surprisals per text
-    "calibdcd/features": 4,  # 4: DPDLLM's reference probabilities per text
+    "calibdcd/features": 5,  # 4: DPDLLM's reference probabilities per text; 5: vLLM seeds per prompt
     "calibdcd/veilprobe": 2,  # 2: mapping features per text
     "calibdcd/scores": 3,
 }

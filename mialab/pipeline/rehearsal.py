@@ -54,6 +54,7 @@ SHRINK: dict[str, int] = {
     "models.*.train.max_length": 256,
     "models.*.train.batch_size": 4,
     "models.*.train.grad_accum": 1,
+    "models.*.train.steps_per_generation": 1,
     "models.*.train.num_generations": 2,
     "models.*.train.max_prompt_length": 128,
     "models.*.train.max_completion_length": 16,
@@ -98,12 +99,13 @@ SHRINK: dict[str, int] = {
     "lara.baselines.cdd.max_new_tokens": 8,
     "lara.baselines.self_critique.max_new_tokens": 8,
     "lara.llm.max_new_tokens": 16,
+    "lara.paraphrase.max_new_tokens": 16,
     "datasets.*.paraphrase.options.max_new_tokens": 16,
     "launch.nproc": 1,
 }
 DEVICES = ["scoring.device", "lara.features.device", "lara.baselines.device", "calibdcd.lm.device"]
-# keys naming a compute precision: on the CPU a paper config's bf16 becomes auto (bf16 where the CPU computes it
-# natively, AMX / AVX512-BF16; fp32 where it would be emulated, tens of times slower)
+# keys naming a compute precision: on the CPU a paper config's bf16 (or fp16) becomes auto (bf16 where the CPU computes
+# it natively, AMX / AVX512-BF16; fp32 where it would be emulated, tens of times slower)
 PRECISION_KEYS = ("dtype", "precision", "embedding_dtype")
 # generation sections: (the key naming their backend, the key of its options); vllm -> hf where the vLLM
 # worker's environment has no working vLLM, keeping the options the hf backend takes (hf_options)
@@ -274,7 +276,7 @@ def shrink(config: dict) -> None:
 
 
 def cpu_only(config: dict, vllm_available: bool) -> None:
-    """Devices to the CPU, bf16 to ``auto`` (:data:`PRECISION_KEYS`); vLLM backends to hf when vLLM is not
+    """Devices to the CPU, bf16 and fp16 to ``auto`` (:data:`PRECISION_KEYS`); vLLM backends to hf when vLLM is not
     importable (in place)."""
     for pattern in DEVICES:
         for _, parent, last in matches(config, pattern):
@@ -283,7 +285,7 @@ def cpu_only(config: dict, vllm_available: bool) -> None:
     def native(node: Any) -> None:
         for key, value in (node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list)
                            else ()):
-            if key in PRECISION_KEYS and value in ("bf16", "bfloat16"):
+            if key in PRECISION_KEYS and value in ("bf16", "bfloat16", "float16"):
                 node[key] = "auto"
             else:
                 native(value)

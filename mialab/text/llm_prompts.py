@@ -1,7 +1,9 @@
 """Plumbing for LLM-backed perturbation backends: prompt templates, list parsing, re-prompting.
 
-Every LLM backend takes a plain ``generate(prompts: list[str]) -> list[str]`` callable (one
-completion per prompt), so any engine (transformers, vLLM rollouts, an API) can be plugged in.
+Every LLM backend takes a ``generate(prompts: list[str], *, attempt: int) -> list[str]`` callable (one
+completion per prompt; ``attempt`` numbers the rounds of :func:`collect_items`, so that a sampling engine
+asked again answers from a fresh seed, :func:`mialab.lm.engine.text_generator`), so any engine
+(transformers, vLLM rollouts, an API) can be plugged in.
 Templates live in ``resources/prompts/lara/NAME.txt`` and use ``str.format`` fields.
 """
 
@@ -15,7 +17,7 @@ from typing import Callable
 
 from mialab.core.paths import PROMPTS
 
-Generate = Callable[[list[str]], list[str]]
+Generate = Callable[..., list[str]]
 
 PROMPT_DIR = PROMPTS / "lara"
 
@@ -76,21 +78,23 @@ def parse_list(output: str) -> list[str]:
 
 
 def collect_items(prompts: list[str], generate: Generate, accept: Callable[[int, str], list[str]],
-                  n_items: int, *, max_attempts: int = 3, what: str = "items",
+                  n_items: int, *, max_attempts: int = 3, what: str = "items", min_items: int | None = None,
                   fallback: Callable[[list[int]], list[list[str]]] | None = None) -> list[list[str]]:
-    """Ask ``generate`` until each prompt has ``n_items`` distinct accepted items.
+    """Ask ``generate`` until each prompt has ``n_items`` distinct accepted items (after ``max_attempts``, a prompt
+    with ``min_items`` of them keeps those).
 
     ``accept(i, completion)`` returns the valid items found in prompt ``i``'s completion. Only
-    prompts still short of items are sent again (useful with a sampling engine; a greedy one
-    repeats itself). Still short after ``max_attempts`` rounds: ValueError naming them, or, given
-    ``fallback(indices) -> items``, those prompts' items from it instead (logged).
+    prompts still short of items are sent again, as round ``attempt`` (a sampling engine answers them
+    from a fresh seed; a greedy one repeats itself). Still short after ``max_attempts`` rounds:
+    ValueError naming them, or, given ``fallback(indices) -> items``, those prompts' items from it
+    instead (logged).
     """
     items: list[list[str]] = [[] for _ in prompts]
-    for _ in range(max_attempts):
+    for attempt in range(max_attempts):
         todo = [i for i, got in enumerate(items) if len(got) < n_items]
         if not todo:
             break
-        outputs = generate([prompts[i] for i in todo])
+        outputs = generate([prompts[i] for i in todo], attempt=attempt)
         if len(outputs) != len(todo):
             raise ValueError(f"generate returned {len(outputs)} completions for {len(todo)} prompts")
         for i, out in zip(todo, outputs):
@@ -100,7 +104,7 @@ def collect_items(prompts: list[str], generate: Generate, accept: Callable[[int,
                 if len(items[i]) < n_items and key not in seen:
                     items[i].append(item)
                     seen.add(key)
-    short = [i for i, got in enumerate(items) if len(got) < n_items]
+    short = [i for i, got in enumerate(items) if len(got) < (n_items if min_items is None else min_items)]
     if short and fallback is not None:
         logging.getLogger(__name__).warning("%s: %d of %d prompt(s) still invalid after %d attempt(s) take the "
                                             "fallback", what, len(short), len(prompts), max_attempts)
@@ -108,6 +112,6 @@ def collect_items(prompts: list[str], generate: Generate, accept: Callable[[int,
             items[i] = got
         short = []
     if short:
-        raise ValueError(f"{what}: {len(short)} prompt(s) still lack {n_items} valid item(s) after "
+        raise ValueError(f"{what}: {len(short)} prompt(s) still lack {min_items or n_items} valid item(s) after "
                          f"{max_attempts} attempt(s), e.g. prompt indices {short[:5]}")
     return items

@@ -1,11 +1,13 @@
 """GRPO runner: TRL's ``GRPOTrainer`` with config-driven hyperparameters, optional LoRA, exact resume.
 
 GRPO (Shao et al. 2024) samples ``num_generations`` completions per prompt, scores them with a
-reward, standardises the rewards within each prompt's group into advantages and maximises the
+reward, centres the rewards within each prompt's group into advantages (``scale_rewards: group`` divides
+by the group's standard deviation too; ``none``: verl's ``grpo_use_std: False``) and maximises the
 clipped policy-gradient objective, minus ``beta`` x KL to the initial policy (``beta = 0``: no
 reference model is loaded). The reward is any callable ``(completions, **columns) ->
 list[float]`` (:mod:`mialab.training.rewards`); the training set is a table with a ``prompt`` column
-and the columns the reward reads. Prompts are plain text (no chat template is applied).
+and the columns the reward reads. A prompt is plain text (sent as it is) or a conversation (a list of
+``{role, content}`` turns) that TRL renders with the tokenizer's chat template and its generation prompt.
 
 Entropy bonus (verl's ``entropy_coeff``): ``entropy_coeff > 0`` subtracts that times the policy's
 entropy from the loss, the entropy of each completion token's full next-token distribution (at the
@@ -15,9 +17,22 @@ entropy`` added to every token's loss. TRL's own ``entropy_coef`` is not used: i
 mean whatever the loss type.
 
 Batching (TRL's semantics): ``batch_size`` completions per device and micro-step, i.e.
-``batch_size / num_generations`` prompts; ``grad_accum`` micro-steps per optimizer step. An epoch
-is one pass over the prompts in a seeded random order; a remainder smaller than one generation
-batch is left out of that epoch (TRL's ``RepeatSampler``).
+``batch_size / num_generations`` prompts; ``grad_accum`` micro-steps per optimizer step. A rollout
+batch (TRL's generation batch) is ``steps_per_generation`` micro-steps per device (absent: ``grad_accum``,
+one optimizer step per rollout batch); with more, the batch's completions, shuffled, feed
+``steps_per_generation / grad_accum`` optimizer steps (x ``num_iterations``), each on the log-probability
+ratio to the policy that sampled them, clipped at ``epsilon``: verl's PPO mini-batches
+(``ppo_mini_batch_size``; the LaRA code's eurus_grpo.sh: 16 updates per 128-prompt batch, 8 prompts each).
+:func:`update_arithmetic` gives the prompts per rollout batch and per update of a world size. An epoch
+is one pass over the prompts in a seeded random order; a remainder smaller than one rollout
+batch is left out of that epoch (TRL's ``RepeatSampler``; verl's ``drop_last``).
+
+Loss scale (``policy_loss_scale``): TRL's loss times a constant. The LaRA code's verl fork
+(``loss_remove_token_mean``) sums each completion's token losses over the response width and adds the
+completions of a rank's mini-batch: TRL's ``dr_grpo`` (the mean of those sums) times the completions a rank
+takes per update (``ppo_mini_batch_size x n / n_gpus``: 8), which only gradient clipping and Adam's epsilon
+see. ``entropy_aggregation``: ``like_loss`` (default) or ``token_mean`` (the fork's ``masked_mean`` of each
+micro-batch, TRL's own bonus).
 
 Checkpoints and resume. A trainer checkpoint (weights or LoRA adapter, optimizer, scheduler, RNG
 states, trainer state) is written to ``work_dir`` every ``save_steps`` optimizer steps and at the
@@ -27,8 +42,8 @@ interrupted job) or from a given checkpoint of the same run (the previous epoch'
 run epoch by epoch gives the same weights as training it at once. Two changes to TRL make that
 hold: the prompt order of epoch ``e`` depends only on ``(seed, e)`` (stock TRL draws every
 epoch's order from one generator, which a resumed run restarts, repeating epoch 0's order), and
-the checkpoint lands on a generation boundary (``num_iterations = 1`` or ``save_steps`` and the
-steps per epoch multiples of it; otherwise a resumed run regenerates a reused batch). On CPU the
+the checkpoint lands on a rollout-batch boundary (one update per rollout batch, or ``save_steps`` and the
+steps per epoch multiples of ``updates_per_rollout``; otherwise a resumed run regenerates a reused batch). On CPU the
 run is deterministic under ``seed`` (``full_determinism``). An epoch ends at a global step counted
 in whole optimizer steps (:func:`steps_per_epoch`), so a checkpoint part-way through an epoch is
 resumed, never taken for the epoch's end.
@@ -43,13 +58,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 import pandas as pd
 
 from mialab.core.settings import settings_from
 from mialab.training.checkpoints import refusing_pickled_code
 
 PRECISIONS = ("fp32", "bf16", "auto")
+#: how the entropy bonus aggregates a micro-batch's token entropies (module doc)
+ENTROPY_AGGREGATIONS = ("like_loss", "token_mean")
 
 
 @dataclass(frozen=True)
@@ -62,7 +78,8 @@ class GRPOSettings:
     ...; :func:`vllm_generation`); None generates with transformers. ``max_prompt_length`` keeps the last
     that many prompt tokens (a leading BOS is kept), as TRL did before it dropped the option;
     None keeps every token. ``max_steps > 0`` overrides ``epochs``. ``entropy_coeff``: the entropy
-    bonus's coefficient (module doc; 0: none, TRL's loss unchanged).
+    bonus's coefficient (module doc; 0: none, TRL's loss unchanged). ``steps_per_generation``,
+    ``policy_loss_scale`` and ``entropy_aggregation``: the module doc's batching and loss scale.
     """
 
     lr: float = 1.0e-6
@@ -73,6 +90,7 @@ class GRPOSettings:
     batch_size: int = 8
     grad_accum: int = 1
     num_iterations: int = 1
+    steps_per_generation: int | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -81,6 +99,8 @@ class GRPOSettings:
     epsilon: float = 0.2
     loss_type: str = "dapo"
     entropy_coeff: float = 0.0
+    entropy_aggregation: str = "like_loss"
+    policy_loss_scale: float = 1.0
     scale_rewards: str = "group"
     lr_scheduler: str = "constant"
     warmup_steps: int = 0
@@ -101,6 +121,17 @@ class GRPOSettings:
         if self.batch_size % self.num_generations:
             raise ValueError(f"batch_size {self.batch_size} must be a multiple of num_generations "
                              f"{self.num_generations} (whole prompt groups per micro-step)")
+        if self.micro_steps_per_generation % self.grad_accum:
+            raise ValueError(f"steps_per_generation {self.steps_per_generation} must be a multiple of grad_accum "
+                             f"{self.grad_accum} (whole optimizer steps per rollout batch)")
+        if self.entropy_aggregation not in ENTROPY_AGGREGATIONS:
+            raise ValueError(f"unknown entropy_aggregation {self.entropy_aggregation!r}; known: "
+                             f"{', '.join(ENTROPY_AGGREGATIONS)}")
+
+    @property
+    def micro_steps_per_generation(self) -> int:
+        """Micro-steps per device of one rollout batch (TRL's ``steps_per_generation``; absent: ``grad_accum``)."""
+        return self.grad_accum if self.steps_per_generation is None else self.steps_per_generation
 
     @classmethod
     def from_config(cls, spec: dict) -> GRPOSettings:
@@ -147,7 +178,8 @@ def grpo_config(settings: GRPOSettings, output_dir: str | os.PathLike, *, device
     return GRPOConfig(
         output_dir=str(output_dir), learning_rate=s.lr, beta=s.beta, num_train_epochs=s.epochs,
         max_steps=s.max_steps, num_generations=s.num_generations, per_device_train_batch_size=s.batch_size,
-        gradient_accumulation_steps=s.grad_accum, num_iterations=s.num_iterations, temperature=s.temperature,
+        gradient_accumulation_steps=s.grad_accum, steps_per_generation=s.micro_steps_per_generation,
+        num_iterations=s.num_iterations, temperature=s.temperature,
         top_p=s.top_p, top_k=s.top_k, max_completion_length=s.max_completion_length, epsilon=s.epsilon,
         loss_type=s.loss_type, scale_rewards=s.scale_rewards, lr_scheduler_type=s.lr_scheduler,
         warmup_steps=s.warmup_steps, weight_decay=s.weight_decay, max_grad_norm=s.grad_clip,
@@ -168,23 +200,33 @@ def lora_config(options: dict):
 
 def epoch_seed(seed: int, epoch: int) -> int:
     """Seed of epoch ``epoch``'s prompt order: independent of the epochs before it."""
-    return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+    from mialab.lm.engine import derived_seed
+
+    return derived_seed(seed, epoch)
+
+
+def update_arithmetic(settings: GRPOSettings, world_size: int) -> dict[str, int]:
+    """A run's batches on ``world_size`` processes: ``rollout_prompts`` (prompts of one rollout batch, verl's
+    ``train_batch_size``), ``update_prompts`` (prompts per optimizer step, verl's ``ppo_mini_batch_size``) and
+    ``updates_per_rollout`` (optimizer steps per rollout batch)."""
+    s = settings
+    completions = s.batch_size * world_size
+    return {"rollout_prompts": completions * s.micro_steps_per_generation // s.num_generations,
+            "update_prompts": completions * s.grad_accum // s.num_generations,
+            "updates_per_rollout": s.micro_steps_per_generation // s.grad_accum * s.num_iterations}
 
 
 def steps_per_epoch(n_prompts: int, settings: GRPOSettings, world_size: int = 1) -> int:
-    """Optimizer steps in one epoch over ``n_prompts`` prompts (TRL's ``RepeatSampler`` arithmetic).
-
-    One generation batch is ``batch_size x world_size x grad_accum`` completions, i.e. that over
-    ``num_generations`` prompts; an epoch holds the whole generation batches of its prompts, each
-    used for ``num_iterations`` optimizer steps.
-    """
+    """Optimizer steps in one epoch over ``n_prompts`` prompts (TRL's ``RepeatSampler`` arithmetic):
+    the whole rollout batches of its prompts (:func:`update_arithmetic`), each used for
+    ``updates_per_rollout`` optimizer steps."""
     s = settings
-    prompts_per_generation = s.batch_size * world_size * s.grad_accum // s.num_generations
-    if n_prompts < prompts_per_generation:
-        raise ValueError(f"{n_prompts} prompts are fewer than one generation batch of {prompts_per_generation} "
-                         f"(batch_size {s.batch_size} x {world_size} processes x grad_accum {s.grad_accum} / "
-                         f"num_generations {s.num_generations})")
-    return n_prompts // prompts_per_generation * s.num_iterations
+    batches = update_arithmetic(s, world_size)
+    if n_prompts < batches["rollout_prompts"]:
+        raise ValueError(f"{n_prompts} prompts are fewer than one rollout batch of {batches['rollout_prompts']} "
+                         f"(batch_size {s.batch_size} x {world_size} processes x steps_per_generation "
+                         f"{s.micro_steps_per_generation} / num_generations {s.num_generations})")
+    return n_prompts // batches["rollout_prompts"] * batches["updates_per_rollout"]
 
 
 def truncate_prompt(ids: Sequence[int], max_length: int | None, bos_token_id: int | None) -> list[int]:
@@ -230,10 +272,13 @@ def _trainer_class():
                 self.generator.manual_seed(epoch_seed(self.seed, epoch))
 
     class ResumableGRPOTrainer(GRPOTrainer):
-        """``GRPOTrainer`` with epoch-seeded prompt order, prompt truncation and verl's entropy bonus (module doc)."""
+        """``GRPOTrainer`` with epoch-seeded prompt order, prompt truncation, a loss scale and verl's entropy bonus
+        (module doc)."""
 
-        def __init__(self, *args, max_prompt_length: int | None = None, entropy_coeff: float = 0.0, **kwargs):
+        def __init__(self, *args, max_prompt_length: int | None = None, entropy_coeff: float = 0.0,
+                     entropy_aggregation: str = "like_loss", policy_loss_scale: float = 1.0, **kwargs):
             self.max_prompt_length, self.entropy_coeff, self._entropies = max_prompt_length, entropy_coeff, None
+            self.entropy_aggregation, self.policy_loss_scale = entropy_aggregation, policy_loss_scale
             super().__init__(*args, **kwargs)
 
         def _get_per_token_logps_and_entropies(self, *args, **kwargs):
@@ -243,8 +288,9 @@ def _trainer_class():
             return out
 
         def _compute_loss(self, model, inputs):
-            """TRL's loss minus ``entropy_coeff`` x the entropy aggregated like it (:func:`aggregate_like_loss`)."""
-            loss = super()._compute_loss(model, inputs)
+            """TRL's loss times ``policy_loss_scale``, minus ``entropy_coeff`` x the entropy aggregated like the
+            loss or as a token mean (:func:`aggregate_like_loss`; module doc)."""
+            loss = super()._compute_loss(model, inputs) * self.policy_loss_scale
             entropies, self._entropies = self._entropies, None
             if not self.entropy_coeff:
                 return loss
@@ -253,8 +299,9 @@ def _trainer_class():
             window = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if training:  # num_items_in_batch spans the generation batch: one accumulation window of it
                 window = window * accumulation / self.args.steps_per_generation
+            how = self.loss_type if self.entropy_aggregation == "like_loss" else "bnpo"   # bnpo: a token mean
             return loss - self.entropy_coeff * aggregate_like_loss(
-                entropies, inputs["completion_mask"], self.loss_type, accumulation=accumulation,
+                entropies, inputs["completion_mask"], how, accumulation=accumulation,
                 max_completion_length=self.max_completion_length, window_tokens=window)
 
         def _get_train_sampler(self, dataset=None):
@@ -402,6 +449,7 @@ def run_grpo(model_path: str, data: pd.DataFrame, reward: Callable | list[Callab
         peft_config=lora_config(settings.lora) if settings.lora else None,
         callbacks=[finite_gradients(), epoch_checkpoints(epoch_steps, total, target), *(callbacks or [])],
         max_prompt_length=settings.max_prompt_length, entropy_coeff=settings.entropy_coeff,
+        entropy_aggregation=settings.entropy_aggregation, policy_loss_scale=settings.policy_loss_scale,
     )
     # a resumed checkpoint of this job's own work folder is moved aside if refused; another job's is its output
     with (refusing_pickled_code(start, move_aside=Path(start).parent == Path(work_dir)) if start is not None
