@@ -18,6 +18,7 @@ from mialab.data.sources import local_paths
 from mialab.core.integrity import check_stages
 from mialab.core.jobs import entry_point, export_entry_points, go_offline, tune_malloc
 from mialab.lm.loading import allow_hub_kernels, trusts_remote_code
+from mialab.pipeline.lock import apply_lock, check_sources_fetched, lock_path, read_lock
 from mialab.pipeline.prefetch import check_hub_cache
 from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
 from mialab.pipeline.sizing import Sizing
@@ -37,11 +38,19 @@ check_config_files(workflow.config_settings.configfiles, sys.argv[1:])
 for _key, _value in typed_overrides(workflow.config_settings.config_args):  # --config values keep their YAML types
     update_config(config, {_key: _value})
 validate_config(config)  # schemas/config.schema.yaml, defaults filled in; finite numbers
+# the config's lock file (mialab.pipeline.lock): the hub revisions rule prefetch resolved for it
+CONFIG_FILE = workflow.configfiles[0] if workflow.configfiles else None
+LOCK = lock_path(workflow.configfiles)
 if rehearsing(config):  # CPU rehearsal (mialab.pipeline.rehearsal): the paper config with local data samples, checked as written
     _paper = with_samples(config)
     config.clear()
     config.update(_paper)
+else:
+    apply_lock(config, read_lock(LOCK))
 check_config(config)
+# every data source pinned and fetched before any job (dry runs included), except for the run that fetches them
+if workflow.is_main_process and not rehearsing(config) and "prefetch" not in workflow.dag_settings.targets:
+    check_sources_fetched(config, LOCK, sys.argv[1:])
 # batches, tensor parallelism and lengths vs the models and the GPUs each job gets (the profile's
 # set-resources); at plan time only: a job's own process sees its node's GPUs, not every rule's
 if workflow.is_main_process:

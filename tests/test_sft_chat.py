@@ -59,6 +59,9 @@ def test_paper_contamination_configs_use_chat_sft_and_the_tiny_world_keeps_plain
             if spec.get("kind") == "sft":
                 sft[f"{path.stem}/{name}"] = spec
     assert len(sft) == 7 and all(s.get("format") == "chat" and s.get("members") for s in sft.values())
-    assert all(len(s["filler"]["columns"]) == 2 for s in sft.values())
+    # the released mixes' general examples: the Tulu-3 SFT mix's conversations whole; distillation: question, attempt
+    assert {n: s["filler"]["columns"] for n, s in sft.items() if s["filler"]["columns"] != ["messages"]} == {
+        "adra_distillation/qwen25_s1_1": ["question", "deepseek_attempt"],
+        "adra_distillation_s1/qwen25_s1": ["question", "gemini_attempt"]}
     models = default_config()["models"]
     assert "format" not in models["sft"] and models["chat"]["format"] == "chat" and "members" not in models["chat"]
