@@ -2,7 +2,7 @@
 
 A hub dataset a config pins (``{hub: org/name, revision: <commit>}``) is read at that revision. One without a
 ``revision`` is resolved by rule ``prefetch`` when it first fetches it: the commit the hub serves then is written
-to the config's lock file, ``<config>.lock.yaml`` beside the first config file the command names (the complete
+to the config's lock file, ``<config>.lock`` beside the first config file the command names (the complete
 config; its overlays share it), and every later run reads the dataset at that commit. Commit the lock file with
 the config: two users of the same config then read the same data. To move to a newer revision, delete the entry
 (or the file) and run ``prefetch`` again.
@@ -14,7 +14,7 @@ job, naming each and the one command that fetches them.
 
 from __future__ import annotations
 
-import argparse
+import os
 import shlex
 from pathlib import Path
 
@@ -24,14 +24,14 @@ from mialab.core.io import write_text
 from mialab.data.sources import cached_file, describe, is_file, is_hub
 from mialab.pipeline.config import ConfigError, load_yaml, walk_config
 
-LOCK_SUFFIX = ".lock.yaml"
+LOCK_SUFFIX = ".lock"
 HEADER = ("# Hub revisions resolved by rule prefetch for the hub datasets {config} names without a revision\n"
           "# (mialab/pipeline/lock.py). Commit this file with the config: every run reads these commits.\n")
 
 
 def lock_path(config_files) -> Path | None:
-    """The lock file of a run's config files: ``<first>.lock.yaml`` beside the first (None without one)."""
-    files = [Path(f) for f in config_files]
+    """The lock file of a run's config files: ``<first>.lock`` beside the first (None without one)."""
+    files = [Path(os.path.relpath(f)) for f in config_files]   # as the user wrote it (Snakemake makes it absolute)
     if not files:
         return None
     first = files[0]
@@ -73,23 +73,31 @@ def write_lock(path: Path, resolved: dict[str, str], config: str) -> None:
     """Add ``resolved`` (``org/name -> commit``) to lock file ``path`` (entries already there are kept)."""
     entries = {**read_lock(path), **resolved}
     body = yaml.safe_dump({"datasets": dict(sorted(entries.items()))}, sort_keys=False)
-    write_text(HEADER.format(config=config) + body, path)
+    write_text(HEADER.format(config=os.path.relpath(config)) + body, path)
+
+
+def command_line(argv: list[str]):
+    """A Snakemake command line ``argv`` (less the program) as Snakemake's own parser reads it."""
+    from snakemake.cli import get_argument_parser
+
+    return get_argument_parser().parse_known_args(argv)[0]
+
+
+def fetches(argv: list[str]) -> bool:
+    """Whether Snakemake command line ``argv`` runs rule ``prefetch`` (names it as a target)."""
+    return "prefetch" in command_line(argv).targets
 
 
 def prefetch_command(argv: list[str]) -> str:
-    """The ``snakemake ... prefetch`` command of a run's command line ``argv`` (less the program): its
-    Snakefile, working directory, profile and config files, then the target ``prefetch``."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("-s", "--snakefile")
-    parser.add_argument("-d", "--directory")
-    parser.add_argument("--profile")
-    parser.add_argument("--configfile", "--configfiles", nargs="+", default=[])
-    args = parser.parse_known_args(argv)[0]
-    words = ["snakemake"]
+    """The ``snakemake prefetch ...`` command of a run's command line ``argv`` (less the program): the target
+    first (a word after ``--configfile`` would be read as one more config file), then the run's Snakefile,
+    working directory, profile and config files."""
+    args = command_line(argv)
+    words = ["snakemake", "prefetch"]
     for flag, value in (("-s", args.snakefile), ("-d", args.directory), ("--profile", args.profile)):
-        words += [flag, value] if value else []
-    words += ["--configfile", *args.configfile] if args.configfile else []
-    return shlex.join([*words, "prefetch"])
+        words += [flag, str(value)] if value else []
+    words += ["--configfile", *map(str, args.configfile)] if args.configfile else []
+    return shlex.join(words)
 
 
 def missing_sources(config: dict, lock: Path | None) -> list[str]:
@@ -98,19 +106,22 @@ def missing_sources(config: dict, lock: Path | None) -> list[str]:
     cache (``MIALAB_DATA_CACHE``)."""
     from huggingface_hub import snapshot_download
 
-    lines = []
+    problems: dict[str, list[str]] = {}   # what is missing -> the config keys that name it
     for key, source in hub_sources(config):
         if "revision" not in source:
-            lines.append(f"{key}: {describe(source)}: no revision, and no entry in {lock or 'a lock file'}")
+            problems.setdefault(f"hub dataset {source['hub']}: no revision, and no entry in {lock or 'a lock file'}",
+                                []).append(key)
             continue
         try:
             snapshot_download(source["hub"], repo_type="dataset", revision=source["revision"], local_files_only=True)
         except Exception:   # noqa: BLE001  (any way of not finding it offline: not cached)
-            lines.append(f"{key}: {describe(source)}: not in the hub cache (HF_HOME)")
+            problems.setdefault(f"hub dataset {source['hub']} at {source['revision']}: not in the hub cache (HF_HOME)",
+                                []).append(key)
     for key, source in file_sources(config):
         if not cached_file(source).is_file():
-            lines.append(f"{key}: {describe(source)}: not in the data cache ({cached_file(source)})")
-    return lines
+            problems.setdefault(f"{describe(source)}: not in the data cache ({cached_file(source).parent})",
+                                []).append(key)
+    return [f"{what} ({', '.join(keys)})" for what, keys in problems.items()]
 
 
 def check_sources_fetched(config: dict, lock: Path | None, argv: list[str]) -> None:
