@@ -384,7 +384,7 @@ CASES = {
         at("calibdcd", "detectors", "dpdllm", "reference_model", value="bsae")),
     "was-uncached-hub-dataset-offline": Bad(
         "rule", r"hub dataset org/data \(split train, revision 0{40}\): not in the local hub cache, and HF_HUB_OFFLINE "
-                r"is set.*snakemake <your --profile and --configfile arguments> prefetch",
+                r"is set.*snakemake prefetch <your --profile and --configfile arguments>",
         run=offline_hub_dataset),
     "was-null-text": Bad(
         "rule", r"w\.jsonl: column 'input', row 1: missing instead of text",

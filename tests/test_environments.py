@@ -66,7 +66,7 @@ def test_a_run_that_needs_vllm_fails_before_any_job(tmp_path):
 
     root = with_stand_in_hashes(repo_copy(tmp_path))
     command = "snakemake --cores 1 --configfile configs/paper/adra_aime.yaml"
-    fetch_stand_ins(root, command)   # its data, from the stand-in hub
+    assert fetch_stand_ins(root, command).returncode == 0   # its data, from the stand-in hub
     env = {**os.environ, **stand_in_hub()[0], "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "0",
            "MIALAB_VLLM_VENV": "/nonexistent", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     proc = subprocess.run(command.split(), cwd=root, env=env, capture_output=True, text=True, timeout=300)

@@ -168,7 +168,7 @@ def hub_offline() -> bool:
 
 #: what a job that finds a source missing from its cache is told to run
 FETCH_HINT = ("fetch it where the network is reachable, with the same HF_HOME and MIALAB_DATA_CACHE: snakemake "
-              "<your --profile and --configfile arguments> prefetch (docs/slurm.md, \"Staging\")")
+              "prefetch <your --profile and --configfile arguments> (docs/slurm.md, \"Staging\")")
 
 
 def hub_snapshot(source: dict) -> str:

@@ -228,6 +228,5 @@ def check_hub_cache(config: dict) -> None:
             + "\n  ".join(f"{i.key}: {i.repo_id}{' (hub kernel)' if i.repo_type == 'kernel' else ''} (revision "
                            f"{i.revision or (f'v{i.version}' if i.version else 'unpinned: the default branch')})"
                            for i in missing)
-            + "\nfetch them where the hub is reachable, with the same HF_HOME: snakemake <your --profile and "
-              "--configfile arguments> prefetch (rules/prefetch.smk), or export HF_HUB_OFFLINE=0 to let the jobs "
-              "download")
+            + "\nfetch them where the hub is reachable, with the same HF_HOME: snakemake prefetch <your --profile and "
+              "--configfile arguments> (rules/prefetch.smk), or export HF_HUB_OFFLINE=0 to let the jobs download")
