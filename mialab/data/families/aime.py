@@ -1,14 +1,14 @@
 """AIME problems with full solutions, post-training (SFT contamination) style.
 
-Source: one or more JSON/JSONL files or hub ids (an entry may be ``{source, year}`` to give the
-year of a file without a year column) with ``problem``, ``solution``, ``year``,
-``aime_number``, ``problem_number`` (the DeepScaleR / AIMO shape), or, instead of the last three, the problem's
-AoPS wiki ``url`` they are read from (the ADRA authors' ``ADRA-RL/AIME-2021-2025-Cleaned``: :func:`with_url_numbers`). Prefix rule: the full problem
-plus the first ``solution_prefix_ratio`` (default 0.25) of the solution's words; the suffix is the
-rest of the solution. ``solution_prefix_ratio: 0``: the prefix is the problem only and the suffix
-the whole solution (the released ADRA code's candidates: its assistant prefix, the reconstruction
-task's ``assistant_prefix_ratio``, then gives the first 25% of the solution once). ``max_words``
-optionally caps the solution (the tiny world uses short texts).
+Source: one or more JSON/JSONL files or hub ids (an entry may be ``{source, year}`` to give the year of a file
+without a year column) with ``problem``, ``solution``, ``year``, ``aime_number``, ``problem_number`` (the
+DeepScaleR / AIMO shape), or, instead of the last three, the problem's AoPS wiki ``url`` they are read from
+(the ADRA authors' ``ADRA-RL/AIME-2021-2025-Cleaned``: :func:`with_url_numbers`). Prefix rule: the full
+problem plus the first ``solution_prefix_ratio`` (default 0.25) of the solution's words; the suffix is the
+rest of the solution. ``solution_prefix_ratio: 0``: the prefix is the problem only and the suffix the whole
+solution (the released ADRA code's candidates: its assistant prefix, the reconstruction task's
+``assistant_prefix_ratio``, then gives the first 25% of the solution once). ``max_words`` optionally caps the
+solution (the tiny world uses short texts).
 
 Membership rules:
 - ``years``: ``member_years`` are members, ``nonmember_years`` non-members (the paper: 2021-2024
@@ -34,13 +34,13 @@ _COLUMNS = ["problem", "solution", "year", "aime_number", "problem_number"]
 
 
 def _read_sources(sources: str | dict | list) -> pd.DataFrame:
-    """Concatenate sources; an entry is a path/hub id or ``{source: ..., year: Y}`` for files
-    that carry no year column (e.g. a single-year answers-only file)."""
+    """Concatenate sources; an entry is a table (a path, hub dataset or fetched file) or ``{source: ..., year: Y}``
+    for files that carry no year column (e.g. a single-year answers-only file)."""
     frames = []
     for entry in sources if isinstance(sources, list) else [sources]:
-        src = entry["source"] if isinstance(entry, dict) else entry
+        src = entry["source"] if isinstance(entry, dict) and "source" in entry else entry
         df = read_table(src)
-        if isinstance(entry, dict) and "year" in entry:
+        if src is not entry:   # {source, year}
             df["year"] = int(entry["year"])
         if "year" not in df.columns and "url" in df.columns:
             df = with_url_numbers(df, source=src)

@@ -1,15 +1,15 @@
 """Dolma3 arXiv (ADRA appendix B.1): arXiv documents of the Dolma3 pretraining mix vs later papers.
 
-``source``: the members, arXiv documents from the Dolma3 mix (Proof-Pile-2 arXiv, cutoff April
-2023; a Dolma-shaped file or hub id with a ``text`` column). ``nonmember_source``: arXiv papers
-released after the mix cutoff (same ``text`` column; the paper checks them with OlmoTrace).
-``text_column`` renames the text column for both. Without ``nonmember_source``, ``source`` holds both, labelled
-by its ``label`` column (1 member, 0 non-member): the ADRA authors' ``ADRA-RL/Dolma3-Arxiv-MIA-1k``
-(``adra/utils_rl/process_data/process_dolma3_arxiv_mia.py``: 1,000 of each, already cut to 2,048 Tulu-2 tokens). Documents are long, so they are truncated before
-the pretraining prefix rule (first ``prefix_ratio``, default 0.5, of words): to their first
-``max_tokens`` tokens of ``tokenizer`` when both are set (the released code: 2048 tokens of the
-Tulu-2 tokenizer, decoded back to text), else to ``max_words`` words (default 512, our offline
-choice: the opening of the paper, within ADRA's 1028-token prompt/response budget).
+``source``: the members, arXiv documents from the Dolma3 mix (Proof-Pile-2 arXiv, cutoff April 2023; a
+Dolma-shaped file or hub id with a ``text`` column). ``nonmember_source``: arXiv papers released after the mix
+cutoff (same ``text`` column; the paper checks them with OlmoTrace). ``text_column`` renames the text column
+for both. Without ``nonmember_source``, ``source`` holds both, labelled by its ``label`` column (1 member, 0
+non-member): the ADRA authors' ``ADRA-RL/Dolma3-Arxiv-MIA-1k``
+(``adra/utils_rl/process_data/process_dolma3_arxiv_mia.py``: 1,000 of each, already cut to 2,048 Tulu-2
+tokens). Documents are long, so they are truncated before the pretraining prefix rule (first ``prefix_ratio``,
+default 0.5, of words): to their first ``max_tokens`` tokens of ``tokenizer`` when both are set (the released
+code: 2048 tokens of the Tulu-2 tokenizer, decoded back to text), else to ``max_words`` words (default 512,
+our offline choice: the opening of the paper, within ADRA's 1028-token prompt/response budget).
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """Tulu3 SFT mix subsets, Aya and WildChat (ADRA appendix B.2): post-training mixture style.
 
-Members: the single-turn conversations of the Tulu3 SFT mix (``source``: hub
-``allenai/tulu-3-sft-mixture`` or a local file of its shape, columns ``messages`` = list of
-``{role, content}`` and ``source``) whose ``source`` value is one of ``member_sources`` (default
-for ``subset: aya`` ``ai2-adapt-dev/tulu_v3.9_aya_100k``, for ``subset: wildchat``
-``ai2-adapt-dev/tulu_v3.9_wildchat_100k``); ``member_sources: []`` takes every row, for a table of the
-subset alone (the ADRA authors' processed member sets, e.g. ``ADRA-RL/tulu-aya-processed``). Non-members: ``nonmember_source``, conversations of
-the original dataset that the mix left out (e.g. ``allenai/tulu-3-wildchat-unused``), in the
-``messages`` shape or, with ``nonmember_columns: {user: inputs, assistant: targets}``, as two
-text columns (the Aya dataset's own shape).
+Members: the single-turn conversations of the Tulu3 SFT mix (``source``: hub ``allenai/tulu-3-sft-mixture`` or
+a local file of its shape, columns ``messages`` = list of ``{role, content}`` and ``source``) whose ``source``
+value is one of ``member_sources`` (default for ``subset: aya`` ``ai2-adapt-dev/tulu_v3.9_aya_100k``, for
+``subset: wildchat`` ``ai2-adapt-dev/tulu_v3.9_wildchat_100k``); ``member_sources: []`` takes every row, for a
+table of the subset alone (the ADRA authors' processed member sets, e.g. ``ADRA-RL/tulu-aya-processed``).
+Non-members: ``nonmember_source``, conversations of the original dataset that the mix left out (e.g.
+``allenai/tulu-3-wildchat-unused``), in the ``messages`` shape or, with ``nonmember_columns: {user: inputs,
+assistant: targets}``, as two text columns (the Aya dataset's own shape).
 
 Single-turn only: exactly one user turn followed by one assistant turn. Both turns are limited to
 ``max_turn_tokens`` (default 1024): a conversation with a longer turn is dropped (logged), so
