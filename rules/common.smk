@@ -18,6 +18,7 @@ from mialab.data.sources import local_paths
 from mialab.core.integrity import check_stages
 from mialab.core.jobs import entry_point, export_entry_points, go_offline, tune_malloc
 from mialab.lm.loading import allow_hub_kernels, trusts_remote_code
+from mialab.pipeline.lock import apply_lock, check_sources_fetched, fetches, lock_path, read_lock
 from mialab.pipeline.prefetch import check_hub_cache
 from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
 from mialab.pipeline.sizing import Sizing
@@ -37,11 +38,20 @@ check_config_files(workflow.config_settings.configfiles, sys.argv[1:])
 for _key, _value in typed_overrides(workflow.config_settings.config_args):  # --config values keep their YAML types
     update_config(config, {_key: _value})
 validate_config(config)  # schemas/config.schema.yaml, defaults filled in; finite numbers
+# the config's lock file (mialab.pipeline.lock): the hub revisions rule prefetch resolved for it
+CONFIG_FILE = workflow.configfiles[0] if workflow.configfiles else None
+LOCK = lock_path(workflow.configfiles)
 if rehearsing(config):  # CPU rehearsal (mialab.pipeline.rehearsal): the paper config with local data samples, checked as written
     _paper = with_samples(config)
     config.clear()
     config.update(_paper)
+else:
+    apply_lock(config, read_lock(LOCK))
 check_config(config)
+# every data source pinned and fetched before any job (dry runs included), except for the run that fetches them
+FETCHING = workflow.is_main_process and fetches(sys.argv[1:])  # this run fetches them (rule prefetch, the login node)
+if workflow.is_main_process and not rehearsing(config) and not FETCHING:
+    check_sources_fetched(config, LOCK, sys.argv[1:])
 # batches, tensor parallelism and lengths vs the models and the GPUs each job gets (the profile's
 # set-resources); at plan time only: a job's own process sees its node's GPUs, not every rule's
 if workflow.is_main_process:
@@ -90,15 +100,16 @@ SIZING = Sizing(config, benchmarks=PLAN.output("benchmarks"))
 
 
 onstart:
-    # a run (not a dry run) on a cluster or a GPU machine that asks for vLLM fails before any job when
-    # vLLM is missing, instead of generating with transformers (a CPU run and its rehearsal may)
+    # a run (not a dry run, nor the one that fetches the data) on a cluster or a GPU machine that asks for vLLM
+    # fails before any job when vLLM is missing, instead of generating with transformers (a CPU run and its
+    # rehearsal may)
     _executor = workflow.executor_plugin.cli_prefix if workflow.executor_plugin else "local"
-    if workflow.is_main_process and not rehearsing(config) and (_executor != "local" or visible_gpus()):
+    if workflow.is_main_process and not FETCHING and not rehearsing(config) and (_executor != "local" or visible_gpus()):
         check_vllm_installed(config)
     # devices a local run's jobs do not see, and hub models its offline jobs would not find, fail before any job
-    if workflow.is_main_process and _executor == "local":
+    if workflow.is_main_process and not FETCHING and _executor == "local":
         check_devices(config, visible_gpus())
-    if workflow.is_main_process and "prefetch" not in {job.rule.name for job in workflow.dag.needrun_jobs()}:
+    if workflow.is_main_process and not FETCHING:
         check_hub_cache(config)
 
 

@@ -25,8 +25,6 @@ import logging
 import os
 import pickle
 import re
-import sys
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -210,15 +208,8 @@ def resume_other_jobs_checkpoint(folder: Path) -> None:
 
 
 def offline_hub_dataset(tmp: Path) -> None:
-    """read_table of a hub dataset the offline cache does not hold (``datasets`` stands in, failing)."""
-    def load_dataset(*args, **kwargs):
-        raise ConnectionError("Couldn't reach the Hub")
-
-    sys.modules["datasets"] = types.SimpleNamespace(load_dataset=load_dataset)
-    try:
-        read_table({"hub": "org/data", "split": "train"})
-    finally:
-        del sys.modules["datasets"]
+    """read_table of a hub dataset the offline hub cache does not hold (the suite runs with HF_HUB_OFFLINE=1)."""
+    read_table({"hub": "org/data", "split": "train", "revision": "0" * 40})
 
 
 def pool_frame(n: int, labels=(1, 0)) -> pd.DataFrame:
@@ -367,6 +358,13 @@ CASES = {
     "was-hub-dataset-id-malformed": Bad(
         "plan", r"datasets\.wikimia\.pool\.source\.hub: 'not a hub id' does not match",
         at("datasets", "wikimia", "pool", "source", value={"hub": "not a hub id"})),
+    "new-file-source-without-its-hash": Bad(
+        "plan", r"datasets\.wikimia\.pool\.source: \{'url': .* is none of the forms it accepts .*\{url, sha256\}",
+        at("datasets", "wikimia", "pool", "source", value={"url": "https://example.org/wikimia.parquet"})),
+    "new-github-source-at-a-branch": Bad(
+        "plan", r"datasets\.wikimia\.pool\.source\.commit: 'main' does not match '\^\[0-9a-f\]\{40\}\$'",
+        at("datasets", "wikimia", "pool", "source", value={"github": "org/data", "commit": "main",
+                                                            "path": "wikimia.parquet", "sha256": "0" * 64})),
     "was-missing-filler": Bad(
         "plan", r"models\.base\.filler: .*nope\.txt' does not exist",
         at("models", "base", "filler", value="resources/data/tinyshakespeare/nope.txt")),
@@ -385,8 +383,8 @@ CASES = {
                 r"model \(.*base.*\)",
         at("calibdcd", "detectors", "dpdllm", "reference_model", value="bsae")),
     "was-uncached-hub-dataset-offline": Bad(
-        "rule", r"hub dataset org/data \(split train\).*HF_HUB_OFFLINE.*hf download "
-                r"org/data --repo-type dataset",
+        "rule", r"hub dataset org/data \(split train, revision 0{40}\): not in the local hub cache, and HF_HUB_OFFLINE "
+                r"is set.*snakemake prefetch <your --profile and --configfile arguments>",
         run=offline_hub_dataset),
     "was-null-text": Bad(
         "rule", r"w\.jsonl: column 'input', row 1: missing instead of text",

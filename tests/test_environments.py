@@ -62,13 +62,13 @@ def test_a_run_that_needs_vllm_fails_before_any_job(tmp_path):
     import subprocess
     import sys
 
-    from workflow_helpers import add_stand_ins, command_config, repo_copy
+    from workflow_helpers import fetch_stand_ins, repo_copy, stand_in_hub, with_stand_in_hashes
 
-    root = repo_copy(tmp_path)
+    root = with_stand_in_hashes(repo_copy(tmp_path))
     command = "snakemake --cores 1 --configfile configs/paper/adra_aime.yaml"
-    add_stand_ins(root, command_config(root, command))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "0", "MIALAB_VLLM_VENV": "/nonexistent",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    assert fetch_stand_ins(root, command).returncode == 0   # its data, from the stand-in hub
+    env = {**os.environ, **stand_in_hub()[0], "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "0",
+           "MIALAB_VLLM_VENV": "/nonexistent", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     proc = subprocess.run(command.split(), cwd=root, env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "vLLM is configured but not installed" in out, out[-3000:]

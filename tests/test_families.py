@@ -351,3 +351,36 @@ def test_the_exact_repeats_a_family_drops_are_counted_for_the_pools_manifest(tmp
     (tmp_path / "h.jsonl").write_text("\n".join(json.dumps(r) for r in rows + rows[:2]) + "\n")
     assert build_pool({"family": "wikimia_24_hard", "source": str(tmp_path / "h.jsonl")})[1] == 2
     assert build_pool({"family": "wikimia", "source": "resources/data/wikimia/WikiMIA_length64.parquet"})[1] == 0
+
+
+# --- the authors' released tables (their columns, in the CPU rehearsal's samples) ----------------------------
+
+RELEASED = ROOT / "resources" / "rehearsal" / "data"
+
+
+def test_the_released_tables_build_their_pools(tmp_path):
+    """ADRA-RL/AIME-2021-2025-Cleaned: each year read from the problem's AoPS url; ADRA-RL/Dolma3-Arxiv-MIA-1k and
+    LaRA's benchmark files: members and non-members in one table, by its label column, LaRA's question the last chat
+    turn (plus AIME 2025 as further non-members, columns named otherwise); ADRA-RL's processed Aya members: every
+    row a member."""
+    aime = pool("aime", source=str(RELEASED / "adra_aime_cleaned.jsonl"), solution_prefix_ratio=0.0)
+    assert aime.groupby("label")["group"].agg(lambda g: sorted(set(g))).to_dict() == {
+        0: ["2025"], 1: ["2021", "2022", "2023", "2024"]}
+    assert aime["id"].str.fullmatch(r"aime-202[1-5]-[12]-[1-5]").all() and aime["id"].is_unique
+    pd.DataFrame([{"problem": "p", "solution": "s", "url": "https://example.org/x"}]).to_json(
+        tmp_path / "u.jsonl", orient="records", lines=True)
+    with pytest.raises(ValueError, match=r"column 'url', row 0: 'https://example.org/x' is not an AoPS AIME problem"):
+        get_family("aime")({"source": str(tmp_path / "u.jsonl")})
+    dolma = pool("dolma3_arxiv", source=str(RELEASED / "adra_dolma3_arxiv_mia.jsonl"))
+    assert dolma["label"].value_counts().to_dict() == {1: 24, 0: 24}
+    lara = pool("lara_rl", source=str(RELEASED / "lara_olmo_benchmark.jsonl"), label_column="member",
+                problem_column="prompt[-1].content", nonmember_source=str(RELEASED / "lara_aime25.jsonl"),
+                nonmember_columns={"problem": "problem"}, model="olmo")
+    assert lara.groupby(["label", "group"]).size().to_dict() == {(0, "heldout"): 24, (1, "olmo"): 12}  # AIME 2026 once
+    assert lara.loc[lara["group"] == "olmo", "text"].str.endswith("\\boxed{Your answer}").all()
+    with pytest.raises(ValueError, match="lara_rl: name the non-members"):
+        get_family("lara_rl")({"source": str(RELEASED / "lara_aime25.jsonl")})
+    aya = pool("tulu3", subset="aya", source=str(RELEASED / "adra_tulu_aya.jsonl"), member_sources=[],
+               nonmember_source=str(RELEASED / "adra_aya_nonmembers.jsonl"), response_prefix_ratio=0.0)
+    assert aya["label"].value_counts().to_dict() == {1: 40, 0: 40}
+

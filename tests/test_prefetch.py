@@ -1,22 +1,48 @@
-"""Staging (mialab.pipeline.prefetch, rule prefetch): every hub model and dataset a config names is fetched into
-HF_HOME from a hub (here a local one, tests/fake_hub.py: no outside network), and the jobs then read
-them offline; an exported HF_HUB_OFFLINE=0 is kept."""
+"""Staging (mialab.pipeline.prefetch, rule prefetch): every hub model, hub dataset and file a config names is
+fetched into HF_HOME and the data cache from a hub and a file server (here local ones, tests/fake_hub.py: no
+outside network), the revisions it resolved into the config's lock file (mialab.pipeline.lock), and the jobs then
+read them offline; a run whose sources are not pinned and fetched stops at plan time naming them and the one
+command to run; an exported HF_HUB_OFFLINE=0 is kept."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 from fake_hub import serve
-from workflow_helpers import REPO, foundation_config, make_workdir, snakemake
+from workflow_helpers import (
+    PAPER_CONFIGS,
+    REPO,
+    checkout_copy,
+    dry_run_as_documented,
+    foundation_config,
+    make_workdir,
+    repo_copy,
+    run_documented,
+    snakemake,
+    validated,
+)
 
+from mialab.data.sources import cached_file, column_values, read_table
 from mialab.lm.vllm_backend import VLLMBackend
-from mialab.pipeline.prefetch import HubItem, hub_items, prefetch
+from mialab.pipeline.config import ConfigError, data_paths
+from mialab.pipeline.lock import (
+    apply_lock,
+    file_sources,
+    hub_sources,
+    lock_path,
+    prefetch_command,
+    read_lock,
+    write_lock,
+)
+from mialab.pipeline.prefetch import HubItem, fetch_file, fetch_files, hub_items, prefetch
 
 
 def paper(name: str) -> dict:
@@ -41,9 +67,10 @@ def test_hub_items_of_paper_configs():
     expected = {(ds["pool"]["source"]["hub"], ds["pool"]["source"].get("split")): f"datasets.{d}.pool.source"
                 for d, ds in paper("calibdcd_instruct_models")["datasets"].items()}
     assert datasets == expected and datasets[("swj0419/WikiMIA", "WikiMIA_length64")] == "datasets.wikimia.pool.source"
-    adra = {i.repo_id: i.key for i in hub_items(paper("adra_aime"))}
-    assert adra["Qwen/Qwen3-Embedding-8B"] == "n_sampling.metrics.embedding_model"
-    assert not any(i.repo_type == "dataset" for i in hub_items(paper("adra_aime")))   # local files only
+    adra = {(i.repo_type, i.repo_id): i.key for i in hub_items(paper("adra_aime"))}
+    assert adra[("model", "Qwen/Qwen3-Embedding-8B")] == "n_sampling.metrics.embedding_model"
+    assert adra[("dataset", "ADRA-RL/AIME-2021-2025-Cleaned")] == "datasets.aime.pool.source"
+    assert adra[("dataset", "allenai/tulu-3-sft-mixture")] == "models.tulu2_aime.filler.source"   # an SFT filler too
     tiny = foundation_config()
     tiny["n_sampling"] = {"metrics": {"embedding_model": "all-MiniLM-L6-v2"}}   # the packaged encoder
     assert hub_items(tiny) == []
@@ -66,14 +93,23 @@ def test_exported_hub_online_is_kept_by_the_vllm_worker(monkeypatch):
     assert backend.worker_env()["HF_HUB_OFFLINE"] == "1"
 
 
+COMMIT = "7e79e2d33899010b0f2f5d9aa55168c07f55a6c9"
+
+
 @pytest.mark.slow
 def test_prefetch_from_a_local_hub_then_the_jobs_run_offline(tmp_path: Path, monkeypatch):
-    """rule prefetch against a hub served from a folder; then, the hub gone, build_pool reads the hub
-    dataset offline from the same HF_HOME, and the model's files are in the hub cache (no pickles)."""
+    """Before prefetch a dry run stops naming the unpinned hub dataset, the file not yet fetched and the command;
+    rule prefetch against a hub and a file server served from a folder fetches them, writes the hub dataset's
+    revision into the config's lock file; then, the servers gone, build_pool reads both offline (the hub dataset
+    from its snapshot at the locked revision, the file from the data cache), and the model's files are in the hub
+    cache (no pickles)."""
     root = tmp_path / "hub"
     ds = root / "datasets" / "swj0419" / "WikiMIA" / "data"
     ds.mkdir(parents=True)
     shutil.copy(REPO / "resources/data/wikimia/WikiMIA_length64.parquet", ds / "WikiMIA_length64-00000-of-00001.parquet")
+    raw = root / "raw" / "org" / "aime" / COMMIT / "data" / "aime_1983_2023.json"
+    raw.parent.mkdir(parents=True)
+    shutil.copy(REPO / "resources/data/aime/aime_1983_2023.json", raw)
     lm = root / "models" / "org" / "tiny-lm"
     lm.mkdir(parents=True)
     (lm / "config.json").write_text('{"model_type": "llama"}')
@@ -82,15 +118,24 @@ def test_prefetch_from_a_local_hub_then_the_jobs_run_offline(tmp_path: Path, mon
     (lm / "modeling_tiny.py").write_text("raise SystemExit")
     cfg = foundation_config()
     cfg["seeds"] = [0]
-    cfg["datasets"] = {"wikimia": cfg["datasets"]["wikimia"]}
-    cfg["models"]["sft"]["members"]["dataset"] = "wikimia"
     cfg["datasets"]["wikimia"]["pool"]["source"] = {"hub": "swj0419/WikiMIA", "split": "WikiMIA_length64"}
+    aime_file = {"github": "org/aime", "commit": COMMIT, "path": "data/aime_1983_2023.json",
+                 "sha256": hashlib.sha256(raw.read_bytes()).hexdigest()}
+    cfg["datasets"]["aime"]["pool"]["source"][0] = aime_file
     cfg["models"]["released"] = {"kind": "hf", "path": "org/tiny-lm", "datasets": []}
     workdir = make_workdir(tmp_path / "work", cfg)
-    hf_home = tmp_path / "hf_home"
+    hf_home, data_cache = tmp_path / "hf_home", tmp_path / "data"
     server, requests = serve(root)
     monkeypatch.setenv("HF_HOME", str(hf_home))
+    monkeypatch.setenv("MIALAB_DATA_CACHE", str(data_cache))
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setenv("MIALAB_GITHUB_RAW", f"http://127.0.0.1:{server.server_port}/raw")
+    before = snakemake(workdir, "-n", "splits", check=False)
+    out = before.stdout + before.stderr
+    assert before.returncode != 0 and "data sources not fetched yet" in out, out[-3000:]
+    assert "hub dataset swj0419/WikiMIA: no revision, and no entry in config.lock (datasets.wikimia.pool.source)" in out
+    assert f"/org/aime/{COMMIT}/data/aime_1983_2023.json: not in the data cache" in out
+    assert f"snakemake prefetch -s {REPO / 'Snakefile'} -d {workdir} --configfile {workdir / 'config.yaml'}" in out
     try:
         snakemake(workdir, "--cores", "1", "prefetch", timeout=300)   # HF_HUB_OFFLINE=1 is exported: the rule goes online itself
     finally:
@@ -101,9 +146,116 @@ def test_prefetch_from_a_local_hub_then_the_jobs_run_offline(tmp_path: Path, mon
     snapshot = Path(manifest["items"][0]["fetched"])
     assert snapshot.is_relative_to(hf_home) and sorted(p.name for p in snapshot.iterdir()) == ["config.json",
                                                                                               "model.safetensors"]
+    assert [(f["key"], Path(f["fetched"])) for f in manifest["files"]] == [
+        ("datasets.aime.pool.source[0]", cached_file(aime_file))]
+    assert read_lock(workdir / "config.lock") == {"swj0419/WikiMIA": "0123456789abcdef0123456789abcdef01234567"}
     served = len(requests)
     snakemake(workdir, "--cores", "1", "splits", timeout=300)   # offline: the hub is down
     assert len(requests) == served
     (pool,) = workdir.glob("results/pools/wikimia/*/pool.parquet")
     assert len(pd.read_parquet(pool)) == len(pd.read_parquet(REPO / "resources/data/wikimia/WikiMIA_length64.parquet"))
+    (manifest,) = workdir.glob("results/pools/wikimia/*/manifest.json")
+    assert json.loads(manifest.read_text())["config"]["source"]["revision"] == "0123456789abcdef0123456789abcdef01234567"
+    assert list(workdir.glob("results/pools/aime/*/pool.parquet"))
     assert os.environ.get("HF_HUB_OFFLINE") != "0"
+
+
+# --- file sources, the lock file ----------------------------------------------------------------------------------
+
+def test_a_file_is_fetched_streamed_and_checked_and_a_wrong_hash_keeps_nothing(tmp_path: Path, monkeypatch):
+    root = tmp_path / "srv"
+    raw = root / "raw" / "org" / "data" / COMMIT / "sets" / "table.parquet"
+    raw.parent.mkdir(parents=True)
+    pd.DataFrame({"prompt": [[{"role": "user", "content": "q"}]], "member": [1]}).to_parquet(raw)
+    digest = hashlib.sha256(raw.read_bytes()).hexdigest()
+    server, requests = serve(root)
+    monkeypatch.setenv("MIALAB_DATA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MIALAB_GITHUB_RAW", f"http://127.0.0.1:{server.server_port}/raw")
+    source = {"github": "org/data", "commit": COMMIT, "path": "sets/table.parquet", "sha256": digest}
+    wrong = {**source, "sha256": "0" * 64}
+    try:
+        with pytest.raises(FileNotFoundError, match="not in the data cache .*snakemake prefetch <your --profile and "
+                                                    "--configfile arguments>"):
+            read_table(source)   # a job never downloads
+        with pytest.raises(RuntimeError, match=f"datasets.x.pool.source: could not fetch file https://raw.githubuser"
+                                               f"content.com/org/data/{COMMIT}/sets/table.parquet: .*sha256 is {digest}, "
+                                               f"the config's {'0' * 64}; not kept"):
+            fetch_files([("datasets.x.pool.source", wrong)])
+        assert not (tmp_path / "cache").exists() or not any(p.is_file() for p in (tmp_path / "cache").rglob("*"))
+        (row,) = fetch_files([("datasets.x.pool.source", source)])
+        assert Path(row["fetched"]) == tmp_path / "cache" / digest / "table.parquet" == cached_file(source)
+        served = len(requests)
+        assert fetch_file(source) == cached_file(source) and len(requests) == served   # fetched once
+    finally:
+        server.shutdown()
+    assert column_values(read_table(source), "prompt[-1].content", source=source).tolist() == ["q"]
+    with pytest.raises(ValueError, match=r"only http\(s\) URLs"):
+        fetch_file({"url": "file:///etc/passwd.json", "sha256": digest})
+
+
+def test_the_lock_file_pins_what_the_config_leaves_open(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    config = {"datasets": {"a": {"pool": {"source": {"hub": "org/a"}, "nonmember_source": {"hub": "org/b",
+                                                                                            "revision": "v1"}}}},
+              "models": {"m": {"filler": {"source": {"hub": "org/a", "split": "train"}}}}}
+    lock = lock_path([str(tmp_path / "configs" / "exp.yaml"), "configs/overlay.yaml"])
+    assert lock == Path("configs/exp.lock") and read_lock(lock) == {}
+    write_lock(lock, {"org/a": "c" * 40}, str(tmp_path / "configs" / "exp.yaml"))
+    write_lock(lock, {"org/c": "d" * 40}, "configs/exp.yaml")   # added, the earlier entries kept
+    assert read_lock(lock) == {"org/a": "c" * 40, "org/c": "d" * 40}
+    assert lock.read_text().startswith("# Hub revisions resolved by rule prefetch for the hub datasets configs/exp.yaml")
+    apply_lock(config, read_lock(lock))
+    assert [(k, s.get("revision")) for k, s in hub_sources(config)] == [
+        ("datasets.a.pool.source", "c" * 40), ("datasets.a.pool.nonmember_source", "v1"),   # a pin in the config wins
+        ("models.m.filler.source", "c" * 40)]
+    lock.write_text("datasets: [org/a]\n")
+    with pytest.raises(ConfigError, match="configs/exp.lock: not a lock file"):
+        read_lock(lock)
+    assert prefetch_command(["-n", "all", "--profile", "profiles/slurm", "--configfile", "configs/exp.yaml"]) == \
+        "snakemake prefetch --profile profiles/slurm --configfile configs/exp.yaml"
+
+
+# --- the paper configs, as a new user runs them -------------------------------------------------------------------
+
+def documented(path: Path) -> str:
+    (line,) = [ln for ln in path.read_text().splitlines() if ln.startswith("# Run: ")]
+    return line.removeprefix("# Run: ")
+
+
+@pytest.fixture(scope="module")
+def fresh_clone(tmp_path_factory) -> Path:
+    return repo_copy(tmp_path_factory.mktemp("clone"))
+
+
+@pytest.mark.parametrize("path", PAPER_CONFIGS, ids=[p.stem for p in PAPER_CONFIGS])
+def test_before_prefetch_a_paper_config_stops_naming_its_sources_and_the_command(path: Path, fresh_clone: Path):
+    """A fresh clone: the documented command's dry run fails at plan time, naming every source a job could not read
+    and the one command that fetches them (run as written, with the stand-in hub, it plans: test_paper_configs)."""
+    proc = run_documented(fresh_clone, documented(path))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "data sources not fetched yet" in out, out[-3000:]
+    assert f"with: snakemake prefetch --profile profiles/slurm --configfile configs/paper/{path.name}\n" in out
+    config = yaml.safe_load(path.read_text())
+    for key, source in hub_sources(config):   # (a pinned one is named too where the hub cache lacks it)
+        if "revision" not in source:
+            assert f"hub dataset {source['hub']}: no revision" in out and key in out, (key, out[-3000:])
+    for key, source in file_sources(config):
+        assert source['sha256'] in out and key in out, (key, out[-3000:])
+    assert "Job stats" not in out
+
+
+@pytest.mark.parametrize("path", PAPER_CONFIGS, ids=[p.stem for p in PAPER_CONFIGS])
+def test_a_paper_config_reads_only_pinned_sources_and_the_repository(path: Path):
+    """After prefetch (the stand-in hub, in the shared clone; the dry run passing means every source is pinned and
+    in the caches) every hub dataset has a revision, in the config or in the lock file prefetch wrote beside it,
+    every file source a sha256, and every local data path is a file of the repository: nothing made by hand."""
+    proc = dry_run_as_documented(documented(path))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    config = validated(yaml.safe_load((checkout_copy() / "configs" / "paper" / path.name).read_text()))
+    lock = read_lock(checkout_copy() / "configs" / "paper" / f"{path.stem}.lock")
+    open_ = [s["hub"] for _, s in hub_sources(config) if "revision" not in s]
+    assert set(open_) == set(lock), (open_, lock)
+    assert all(len(s["sha256"]) == 64 for _, s in file_sources(config))
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True).stdout.split())
+    assert all(p in tracked and p.startswith("resources/") for _, p in data_paths(config)), data_paths(config)

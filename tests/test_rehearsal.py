@@ -16,6 +16,7 @@ import yaml
 from workflow_helpers import REPO, job_stats, make_workdir, planned_jobs, planned_wildcards, snakemake, validated
 
 from mialab.data.registry import get_family
+from mialab.data.sources import is_file, is_hub
 from mialab.pipeline.config import data_paths
 from mialab.pipeline.plan import Plan
 from mialab.pipeline.rehearsal import (
@@ -77,12 +78,12 @@ def hub_models(cfg: dict) -> dict[str, str]:
     return out
 
 
-def has_hub(source) -> bool:
-    """Whether a source (a table, ``{source, ...}``, a list) names a hub dataset."""
+def fetched(source) -> bool:
+    """Whether a source (a table, ``{source, ...}``, a list) names a hub dataset or a file to fetch."""
     if isinstance(source, list):
-        return any(map(has_hub, source))
+        return any(map(fetched, source))
     if isinstance(source, dict):
-        return "hub" in source or has_hub(source.get("source"))
+        return is_hub(source) or is_file(source) or fetched(source.get("source"))
     return False
 
 
@@ -117,10 +118,8 @@ def test_every_hub_model_becomes_a_stand_in_of_its_family(path: Path):
 def test_every_dataset_source_becomes_an_existing_local_sample(path: Path, tmp_path):
     cfg = paper(path)
     out = rehearse(cfg, vllm_available=False)
-    assert has_hub([p[last] for pattern in DATA_KEYS for _, p, last in matches(cfg, pattern)]) == \
-        (path.stem not in ("adra_aime", "adra_aime_13b", "adra_aime_paraphrased",
-                           "lara_rl_models"))  # the paper configs' hub data, then none
-    assert not has_hub([p[last] for pattern in DATA_KEYS for _, p, last in matches(out, pattern)])
+    assert fetched([p[last] for pattern in DATA_KEYS for _, p, last in matches(cfg, pattern)])   # the papers' data
+    assert not fetched([p[last] for pattern in DATA_KEYS for _, p, last in matches(out, pattern)])   # then none
     named = data_paths(out)
     assert named and all((REPO / p).is_file() for _, p in named), [p for _, p in named if not (REPO / p).is_file()]
     n_per_class = {n: ds["split"]["n_per_class"] for n, ds in out["datasets"].items()}

@@ -59,6 +59,32 @@ def test_paper_contamination_configs_use_chat_sft_and_the_tiny_world_keeps_plain
             if spec.get("kind") == "sft":
                 sft[f"{path.stem}/{name}"] = spec
     assert len(sft) == 7 and all(s.get("format") == "chat" and s.get("members") for s in sft.values())
-    assert all(len(s["filler"]["columns"]) == 2 for s in sft.values())
+    # the released mixes' general examples: the Tulu-3 SFT mix's conversations whole; distillation: question, attempt
+    assert {n: s["filler"]["columns"] for n, s in sft.items() if s["filler"]["columns"] != ["messages"]} == {
+        "adra_distillation/qwen25_s1_1": ["question", "deepseek_attempt"],
+        "adra_distillation_s1/qwen25_s1": ["question", "gemini_attempt"]}
     models = default_config()["models"]
     assert "format" not in models["sft"] and models["chat"]["format"] == "chat" and "members" not in models["chat"]
+
+
+def test_a_conversation_column_fills_the_sft_as_the_released_mixer_renders_it(tokenizer, tmp_path):
+    """``columns: [messages]`` (the Tulu-3 SFT mix): each row's conversation rendered whole by the chat template
+    (the released data_mixer.py); one the template refuses is left out; a cell that is no conversation is an error
+    naming the row."""
+    from mialab.training.sft import chat_filler
+
+    table = tmp_path / "mix.jsonl"
+    rows = [{"messages": [{"role": "user", "content": "Find x."}, {"role": "assistant", "content": "x is one."}]},
+            {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                          {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Bye"}]},
+            {"messages": [{"role": "narrator", "content": "Once"}]}]
+    pd.DataFrame(rows).to_json(table, orient="records", lines=True)
+    tokenizer.chat_template = ("{% for m in messages %}{% if m['role'] not in ['user', 'assistant'] %}"
+                               "{{ raise_exception('unknown role') }}{% endif %}<|{{ m['role'] }}|>\n{{ m['content'] }}"
+                               "</s>\n{% endfor %}")
+    texts = chat_filler(tokenizer, {"source": str(table), "columns": ["messages"]})
+    assert texts == ["<|user|>\nFind x.</s>\n<|assistant|>\nx is one.</s>\n",
+                     "<|user|>\nHi</s>\n<|assistant|>\nHello</s>\n<|user|>\nBye</s>\n<|assistant|>\nBye</s>\n"]
+    pd.DataFrame({"messages": ["just text"]}).to_json(table, orient="records", lines=True)
+    with pytest.raises(ValueError, match=r"mix\.jsonl: column 'messages', row 0: not a conversation"):
+        chat_filler(tokenizer, {"source": str(table), "columns": ["messages"]})

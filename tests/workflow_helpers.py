@@ -18,7 +18,6 @@ from pathlib import Path
 import yaml
 from snakemake.utils import update_config, validate
 
-from mialab.pipeline.config import data_paths
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS_LINE = re.compile(r"^# jobs: (\d+)(?: \((.*)\))?$", re.M)  # a config header's planned jobs
@@ -114,39 +113,88 @@ def repo_copy(dest: Path) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def checkout_copy() -> Path:
-    """One :func:`repo_copy` per test process (removed at exit), where documented commands run."""
+    """One :func:`repo_copy` per test process (removed at exit), where documented commands run; its paper
+    configs name the stand-in hub's files (:func:`with_stand_in_hashes`)."""
     root = Path(tempfile.mkdtemp(prefix="mialab-checkout-"))
     atexit.register(shutil.rmtree, root, True)
-    return repo_copy(root)
+    return with_stand_in_hashes(repo_copy(root))
 
 
 @functools.lru_cache(maxsize=None)
 def dry_run_as_documented(command: str) -> subprocess.CompletedProcess:
-    """:func:`run_documented` in :func:`checkout_copy`, once per command line and test process."""
-    return run_documented(checkout_copy(), command)
+    """:func:`run_documented` in :func:`checkout_copy`, once per command line and test process, after its sources
+    were fetched there from the stand-in hub (:func:`fetch_stand_ins`)."""
+    fetched = fetch_stand_ins(checkout_copy(), command)
+    proc = run_documented(checkout_copy(), command)
+    if fetched is not None and fetched.returncode:   # shown where the dry run fails too
+        proc.stderr += f"\n(the prefetch run before it failed:\n{(fetched.stdout + fetched.stderr)[-3000:]})"
+    return proc
 
 
-def add_stand_ins(root: Path, config: dict) -> list[str]:
-    """Empty files under ``root`` for the local data ``config`` names that is not there (the user's
-    copies of paper data: a dry run needs them to exist, not their rows); returns their paths."""
-    made = []
-    for _, name in data_paths(config):
-        path = root / name
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
-            made.append(name)
-    return made
+PAPER_CONFIGS = sorted((REPO / "configs" / "paper").glob("*.yaml"))
 
 
-def run_documented(root: Path, command: str, timeout: int = 600) -> subprocess.CompletedProcess:
+@functools.lru_cache(maxsize=None)
+def stand_in_hub() -> tuple[dict[str, str], dict[str, str]]:
+    """One local hub and file server per test process (tests/fake_hub.py) serving stand-ins, with the real
+    columns, of every source the paper configs name, and the caches a run fetches them into (removed at exit):
+    (the environment that points a run there, each file source's sha256 -> its stand-in's)."""
+    from fake_hub import serve, stand_in_sources
+
+    root = Path(tempfile.mkdtemp(prefix="mialab-hub-"))
+    atexit.register(shutil.rmtree, root, True)
+    hashes = stand_in_sources(root / "hub", [validated(yaml.safe_load(p.read_text())) for p in PAPER_CONFIGS])
+    server, _ = serve(root / "hub")
+    atexit.register(server.shutdown)
+    address = f"http://127.0.0.1:{server.server_port}"
+    return {"HF_ENDPOINT": address, "MIALAB_GITHUB_RAW": f"{address}/raw", "HF_HOME": str(root / "hf"),
+            "MIALAB_DATA_CACHE": str(root / "data")}, hashes
+
+
+def with_stand_in_hashes(root: Path) -> Path:
+    """``root``'s paper configs with each file source's sha256 replaced by its stand-in's (the stand-in hub serves
+    other bytes than the real file); nothing else changes."""
+    _, hashes = stand_in_hub()
+    for path in (root / "configs" / "paper").glob("*.yaml"):
+        text = path.read_text()
+        for real, stand_in in hashes.items():
+            text = text.replace(real, stand_in)
+        path.write_text(text)
+    return root
+
+
+_FETCHED: set[tuple[Path, tuple[str, ...]]] = set()
+
+
+def fetch_stand_ins(root: Path, command: str) -> subprocess.CompletedProcess | None:
+    """Run ``snakemake prefetch`` for the config files of ``command`` in ``root`` against the stand-in hub (once per
+    root and config files): the lock file beside the first, the sources in the caches every run in ``root`` reads
+    (:func:`run_documented`). A command of a config without hub or file sources fetches nothing; a failed prefetch
+    (a command meant to fail, e.g. two complete configs) is returned, not raised."""
+    from mialab.pipeline.lock import file_sources, hub_sources
+
+    argv = shlex.split(command)
+    files = tuple(argv[argv.index("--configfile") + 1:]) if "--configfile" in argv else ("config.yaml",)
+    files = tuple(f for f in files[:next((i for i, f in enumerate(files) if f.startswith("-")), len(files))])
+    config = command_config(root, command)
+    if (root, files) in _FETCHED or not (hub_sources(config) or file_sources(config)):
+        return None
+    proc = run_documented(root, shlex.join(["snakemake", "prefetch", "--cores", "1", "--configfile", *files]), dry=False)
+    if proc.returncode == 0:
+        _FETCHED.add((root, files))
+    return proc
+
+
+def run_documented(root: Path, command: str, timeout: int = 600, *, dry: bool = True) -> subprocess.CompletedProcess:
     """A documented ``snakemake ...`` command line run as written in ``root``, as a dry run (``-n`` added
-    after the word ``snakemake`` unless the line is one already), with the venv's tools on PATH."""
+    after the word ``snakemake`` unless the line is one already, or ``dry`` is false), with the venv's tools on
+    PATH and the stand-in hub's caches (:func:`stand_in_hub`: where :func:`fetch_stand_ins` fetched)."""
     argv = shlex.split(command)
     assert argv[0] == "snakemake", command
-    if not {"-n", "--dry-run", "--dryrun"} & set(argv):
+    if dry and not {"-n", "--dry-run", "--dryrun"} & set(argv):
         argv.insert(1, "-n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = {**os.environ, **stand_in_hub()[0], "HF_HUB_OFFLINE": "1",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     return subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -184,10 +232,9 @@ def check_command(command: str, expected: tuple[int, dict[str, int]] | None = No
     config = command_config(checkout_copy(), command)
     if "datasets" not in config:   # a sweep's config (workflow/sweep.smk): its runs are of its base experiment
         config = {k: v for base in config["base"] for k, v in yaml.safe_load((REPO / base).read_text()).items()}
-    stand_ins = add_stand_ins(checkout_copy(), config)
     proc = dry_run_as_documented(command)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{command!r} failed ({proc.returncode}; stand-ins {stand_ins}):\n{out[-4000:]}"
+    assert proc.returncode == 0, f"{command!r} failed ({proc.returncode}):\n{out[-4000:]}"
     for name, configured in (("model", config["models"]), ("dataset", config["datasets"])):
         foreign = planned_wildcards(out, name) - set(configured)
         assert not foreign, f"{command!r} plans jobs of {name}s its config does not name: {sorted(foreign)}"

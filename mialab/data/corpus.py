@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from mialab.data.registry import config_schema
-from mialab.data.sources import read_table, require_columns
+from mialab.data.sources import column_values, read_table
 from mialab.text.prefix import truncate_words
 
 #: a table corpus's ``columns`` when its spec names none (the schema's ``$defs/corpus`` default)
@@ -44,12 +44,19 @@ def row_filter(df: pd.DataFrame, where: list[dict], *, source: str) -> pd.Series
     return mask
 
 
+def corpus_rows(spec: dict) -> pd.DataFrame:
+    """The rows of a table corpus ``{source, where, ...}`` that meet its ``where`` conditions (:func:`row_filter`)."""
+    df = read_table(spec["source"])
+    return df[row_filter(df, spec["where"], source=spec["source"])] if spec.get("where") else df
+
+
 def read_corpus(spec: str | dict) -> list[str]:
     """Texts of a corpus.
 
     ``spec`` is a ``.txt`` path (one text: the whole file) or ``{source, columns, where, max_words}``:
     rows of a table (``where`` conditions such as ``[{column: year, op: "<", value: 2011}]``, see
-    :func:`row_filter`), the ``columns`` joined by a blank line, each text capped at ``max_words``
+    :func:`row_filter`), the ``columns`` (names, or paths into cells such as ``prompt[-1].content``:
+    :func:`mialab.data.sources.column_values`) joined by a blank line, each text capped at ``max_words``
     words (applied to the last column).
     """
     if isinstance(spec, str):
@@ -57,13 +64,10 @@ def read_corpus(spec: str | dict) -> list[str]:
     src = spec["source"]
     if str(src).endswith(".txt") and Path(src).is_file():
         return [Path(src).read_text(encoding="utf-8")]
-    df = read_table(src)
+    df = corpus_rows(spec)
     cols = spec.get("columns", DEFAULT_COLUMNS)
-    require_columns(df, cols, source=src)
-    if spec.get("where"):
-        df = df[row_filter(df, spec["where"], source=src)]
     texts = []
-    for row in df[cols].itertuples(index=False):
+    for row in zip(*(column_values(df, c, source=src) for c in cols)):
         *head, last = [" ".join(str(v).split()) if i == len(cols) - 1 else str(v).strip() for i, v in enumerate(row)]
         texts.append("\n\n".join([*head, truncate_words(last, spec.get("max_words"))]))
     if not texts:

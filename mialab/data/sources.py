@@ -1,11 +1,16 @@
-"""Read a raw corpus: a local file or folder, or a hub dataset.
+"""Read a raw corpus: a local file or folder, a hub dataset, or a file fetched from a URL.
 
-In the config a source is a local path when written as a plain string, and a hub dataset only
-when written ``{hub: org/name}`` (optionally with ``revision``, ``split``, ``subset``): nothing is
-guessed from the string, so a mistyped path fails as a missing path (before any job, in
-:func:`mialab.pipeline.config.check_config`) instead of as an unreachable hub id. Hub datasets are read
-with ``datasets.load_dataset``, which honours ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``.
-Read errors name the file and, where it applies, the row, column or byte offset.
+In the config a source is a local path when written as a plain string, and otherwise a mapping that says
+its kind: ``{hub: org/name}`` a hub dataset (with ``revision``, ``split``, ``subset``), ``{url: ..., sha256:
+...}`` a file at a URL and ``{github: owner/name, commit: ..., path: ..., sha256: ...}`` a file of a public
+GitHub repository at a commit. Nothing is guessed from a string, so a mistyped path fails as a missing path
+(before any job, in :func:`mialab.pipeline.config.check_config`) instead of as an unreachable hub id.
+
+Nothing here downloads. Rule ``prefetch`` (:mod:`mialab.pipeline.prefetch`) fetches hub datasets into the
+hub cache (``HF_HOME``) and files into :func:`data_cache`, each file under its ``sha256`` (checked after the
+download); the jobs read them from there offline: a hub dataset from its cached snapshot at its revision
+(``datasets.load_dataset`` of that folder), a file from :func:`cached_file`. Read errors name the file and,
+where it applies, the row, column or byte offset.
 """
 
 from __future__ import annotations
@@ -13,11 +18,15 @@ from __future__ import annotations
 import io
 import json
 import os
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlparse
 
 import numpy as np
 import pandas as pd
 import pyarrow
+
+from mialab.core.paths import user_cache
 
 FORMATS = ("parquet, csv, tsv, json (an array of row objects) or jsonl (one row object, or one string, "
            "per line)")
@@ -29,13 +38,24 @@ _READERS = {
 }
 
 
+#: where a ``{github: ...}`` file is fetched from (``MIALAB_GITHUB_RAW`` overrides it, e.g. a mirror)
+GITHUB_RAW = "https://raw.githubusercontent.com"
+
+
 def is_hub(source) -> bool:
     """Whether a config source is a hub dataset (``{hub: org/name, ...}``)."""
     return isinstance(source, dict) and "hub" in source
 
 
+def is_file(source) -> bool:
+    """Whether a config source is a fetched file (``{url: ...}`` or ``{github: ...}``, each with its sha256)."""
+    return isinstance(source, dict) and ("url" in source or "github" in source)
+
+
 def describe(source) -> str:
-    """A source as messages name it: the path, or ``hub dataset org/name (split s)``."""
+    """A source as messages name it: the path, ``hub dataset org/name (split s)`` or ``file <url>``."""
+    if is_file(source):
+        return f"file {file_url(source, base=GITHUB_RAW)}"
     if not is_hub(source):
         return str(source)
     extra = ", ".join(f"{k} {source[k]}" for k in ("subset", "split", "revision") if source.get(k))
@@ -47,8 +67,28 @@ def local_paths(source) -> list[str]:
     if isinstance(source, list):
         return [p for s in source for p in local_paths(s)]
     if isinstance(source, dict):
-        return [] if is_hub(source) else local_paths(source["source"])
+        return [] if is_hub(source) or is_file(source) else local_paths(source["source"])
     return [source]
+
+
+def file_url(source: dict, base: str | None = None) -> str:
+    """Where a file source is fetched from: its ``url``, or the raw file of ``github`` at ``commit``
+    (under ``base``, default ``$MIALAB_GITHUB_RAW`` or :data:`GITHUB_RAW`)."""
+    if "url" in source:
+        return source["url"]
+    base = (base or os.environ.get("MIALAB_GITHUB_RAW") or GITHUB_RAW).rstrip("/")
+    return f"{base}/{source['github']}/{source['commit']}/{source['path']}"
+
+
+def data_cache() -> Path:
+    """Where fetched files live: ``$MIALAB_DATA_CACHE``, else ``~/.cache/mialab/data`` (docs/files.md)."""
+    return user_cache("data", "MIALAB_DATA_CACHE")
+
+
+def cached_file(source: dict) -> Path:
+    """The cached copy of a file source: ``<data cache>/<sha256>/<its file name>`` (the name keeps its format)."""
+    name = PurePosixPath(source["path"] if "github" in source else urlparse(source["url"]).path).name
+    return data_cache() / source["sha256"] / name
 
 
 def read_text(path: str | Path) -> str:
@@ -126,36 +166,90 @@ def hub_offline() -> bool:
                for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
-def read_hub(source: dict, *, subset: str | None = None) -> pd.DataFrame:
-    """Read hub dataset ``source`` (``subset`` overrides its own); without a ``split`` its only split."""
-    import datasets  # heavy; only needed for hub datasets
+#: what a job that finds a source missing from its cache is told to run
+FETCH_HINT = ("fetch it where the network is reachable, with the same HF_HOME and MIALAB_DATA_CACHE: snakemake "
+              "prefetch <your --profile and --configfile arguments> (docs/slurm.md, \"Staging\")")
 
-    name, split = source["hub"], source.get("split")
-    subset = subset or source.get("subset")
+
+def hub_snapshot(source: dict) -> str:
+    """The folder of hub dataset ``source`` at its ``revision`` in the hub cache (huggingface_hub's
+    ``snapshot_download``: offline, under ``HF_HUB_OFFLINE``, only what the cache holds)."""
+    from huggingface_hub import snapshot_download
+
     try:
-        data = datasets.load_dataset(name, subset, split=split, revision=source.get("revision"))
+        return snapshot_download(source["hub"], repo_type="dataset", revision=source.get("revision"))
     except Exception as e:
         if not hub_offline():
             raise
-        raise RuntimeError(
-            f"{describe(source)}: not readable from the local hub cache, and HF_HUB_OFFLINE / "
-            f"HF_DATASETS_OFFLINE is set, so nothing is downloaded ({type(e).__name__}: {e}). Prefetch it "
-            f"where the hub is reachable, with the same HF_HOME (e.g. `hf download {name} --repo-type dataset`, "
-            "or one run without HF_HUB_OFFLINE), or give a local copy as the source") from e
+        raise RuntimeError(f"{describe(source)}: not in the local hub cache, and HF_HUB_OFFLINE is set, so nothing "
+                           f"is downloaded ({type(e).__name__}: {e}); {FETCH_HINT}") from e
+
+
+def load_hub(source: dict, *, subset: str | None = None):
+    """Hub dataset ``source`` (``subset`` overrides its own) as a ``datasets.Dataset``, read from its cached
+    snapshot (:func:`hub_snapshot`); without a ``split`` its only split."""
+    import datasets  # heavy; only needed for hub datasets
+
+    split, subset = source.get("split"), subset or source.get("subset")
+    data = datasets.load_dataset(hub_snapshot(source), subset, split=split)
     if split is None:
         if len(data) != 1:
             raise ValueError(f"{describe(source)} has splits {list(data)}; name one with `split:`")
         data = next(iter(data.values()))
-    return data.to_pandas()
+    return data
+
+
+def read_hub(source: dict, *, subset: str | None = None) -> pd.DataFrame:
+    """Read hub dataset ``source`` (:func:`load_hub`) as a frame."""
+    return load_hub(source, subset=subset).to_pandas()
 
 
 def read_table(source: str | dict, *, subset: str | None = None) -> pd.DataFrame:
-    """Read config source ``source``: a local path (which must exist) or ``{hub: org/name, ...}``."""
+    """Read config source ``source``: a local path (which must exist), a hub dataset or a fetched file."""
     if is_hub(source):
         return read_hub(source, subset=subset)
+    if is_file(source):
+        path = cached_file(source)
+        if not path.is_file():
+            raise FileNotFoundError(f"{describe(source)}: not in the data cache ({path}); {FETCH_HINT}")
+        return read_local(path)
     if not Path(source).exists():
         raise FileNotFoundError(f"{source}: no such file or folder (a hub dataset is written {{hub: org/name}})")
     return read_local(source)
+
+
+# a column, or a value inside one: ``prompt[-1].content`` (a list's item, a mapping's key); never evaluated
+COLUMN_PATH = re.compile(r"^[^.\[\]]+(?:\.[^.\[\]]+|\[-?\d+\])*$")
+_STEP = re.compile(r"\.([^.\[\]]+)|\[(-?\d+)\]")
+
+
+def column_values(df: pd.DataFrame, path: str, *, source) -> pd.Series:
+    """The values of column ``path`` of ``df``: a column's name, or a path into its cells, ``name`` then
+    ``.key`` (a mapping's value) and ``[i]`` (a list's item) steps, e.g. ``prompt[-1].content`` (the last
+    chat turn's text, as the LaRA code reads a prompt) or ``reward_model.ground_truth``. A column named
+    exactly ``path`` wins. A cell the path does not reach is an error naming the source, the path and the row."""
+    if path in df.columns:
+        return df[path]
+    if not COLUMN_PATH.match(path):
+        raise ValueError(f"{describe(source)}: column {path!r} is not a column name nor a path such as "
+                         "prompt[-1].content")
+    root = re.split(r"[.\[]", path, maxsplit=1)[0]
+    require_columns(df, [root], source=source)
+    steps = [(key or None, None if key else int(index)) for key, index in _STEP.findall(path[len(root):])]
+
+    def walk(row: int, value):
+        for key, index in steps:
+            try:
+                if not isinstance(value, dict if key is not None else (list, tuple, np.ndarray)):
+                    raise TypeError
+                value = value[key] if key is not None else value[index]
+            except (KeyError, IndexError, TypeError):
+                raise ValueError(f"{describe(source)}: column {path!r}, row {row}: the cell has no "
+                                 f"{key if key is not None else f'item {index}'} ({type(value).__name__} "
+                                 f"{str(value)[:80]!r})") from None
+        return value
+
+    return pd.Series([walk(i, v) for i, v in enumerate(df[root])], index=df.index, name=path)
 
 
 def require_columns(df: pd.DataFrame, columns: list[str], *, source) -> None:

@@ -243,18 +243,16 @@ class Plan:
 
     @functools.lru_cache(maxsize=None)
     def pool(self, dataset: str) -> Stage:
-        """The candidate pool: keyed by the content of its local sources, a hub source by its
-        ``revision`` (the manifest lists the hub datasets without one as unpinned)."""
+        """The candidate pool: keyed by the content of its local sources, a hub source by its ``revision`` (given,
+        or from the config's lock file: mialab.pipeline.lock), a fetched file by its ``sha256``."""
         spec = self.config["datasets"][dataset]["pool"]
         extra = {}
         if "nonmember_source" in spec:
             extra["nonmember_sources"] = source_fingerprint(spec["nonmember_source"], self.hash_cache)
-        unpinned = unpinned_hubs([spec["source"], spec.get("nonmember_source")])
-        notes = {"unpinned_hub_datasets": unpinned} if unpinned else None
         return self.stage("pools", {"dataset": dataset}, {
             "dataset": dataset, "config": spec, "sources": source_fingerprint(spec["source"], self.hash_cache),
             **extra,
-        }, notes)
+        })
 
     @functools.lru_cache(maxsize=None)
     def split(self, dataset: str, seed: int) -> Stage:
@@ -400,18 +398,13 @@ class Plan:
                      {"kind": "hf", "path": path, "revision": spec.get("revision", "unpinned"), **kernels})
 
     def unpinned(self) -> list[str]:
-        """A warning for every hub model or hub dataset of the config without a ``revision``: its
-        key cannot see a change on the hub."""
-        out = [f"models.{name}.path: hub model {spec['path']!r} has no revision, so its key cannot see a "
-               f"change on the hub; pin it with models.{name}.revision: <commit>"
-               for name, spec in self.config["models"].items()
-               if spec["kind"] == "hf" and "revision" not in spec and not os.path.isdir(spec["path"])]
-        for name, ds in self.config["datasets"].items():
-            for key in ("source", "nonmember_source"):
-                out += [f"datasets.{name}.pool.{key}: hub dataset {hub!r} has no revision, so its key cannot "
-                        f"see a change on the hub; pin it with revision: <commit> beside its hub: id"
-                        for hub in unpinned_hubs(ds["pool"].get(key))]
-        return out
+        """A warning for every hub model of the config without a ``revision``: its key cannot see a change on the
+        hub. (A hub dataset without one stops the run instead, unless its lock entry pins it:
+        mialab.pipeline.lock.)"""
+        return [f"models.{name}.path: hub model {spec['path']!r} has no revision, so its key cannot see a "
+                f"change on the hub; pin it with models.{name}.revision: <commit>"
+                for name, spec in self.config["models"].items()
+                if spec["kind"] == "hf" and "revision" not in spec and not os.path.isdir(spec["path"])]
 
     @functools.lru_cache(maxsize=None)
     def rl_run(self, name: str) -> Stage:
@@ -480,13 +473,6 @@ class Plan:
                 if ds in wanted:
                     pairs.append((model, ds))
         return pairs
-
-
-def unpinned_hubs(source: Any) -> list[str]:
-    """The hub datasets a config source names (entries ``{hub: org/name, ...}``) without a ``revision``."""
-    items = [s["source"] if isinstance(s, dict) and "source" in s else s for s in _as_list(source)]
-    items = [i for s in items for i in _as_list(s)]
-    return [s["hub"] for s in items if isinstance(s, dict) and "hub" in s and "revision" not in s]
 
 
 def _as_list(x: Any) -> list:

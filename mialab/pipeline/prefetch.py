@@ -1,17 +1,21 @@
-"""Staging: every hub model and dataset a config names, downloaded into ``HF_HOME`` before the jobs run.
+"""Staging: every hub model, hub dataset and file a config names, downloaded before the jobs run.
 
 Rule ``prefetch`` (rules/prefetch.smk, a local rule: it runs where Snakemake runs, the login node) calls
-:func:`prefetch`; the compute jobs then read everything offline from the same ``HF_HOME`` (they keep
-``HF_HUB_OFFLINE=1`` unless the user exported ``HF_HUB_OFFLINE=0``). The hub is ``HF_ENDPOINT``
-(default huggingface.co); a gated model needs ``HF_TOKEN`` or ``hf auth login``.
+:func:`prefetch` and :func:`fetch_files`; the compute jobs then read everything offline from the same ``HF_HOME``
+and ``MIALAB_DATA_CACHE`` (they keep ``HF_HUB_OFFLINE=1`` unless the user exported ``HF_HUB_OFFLINE=0``). The hub
+is ``HF_ENDPOINT`` (default huggingface.co); a gated model needs ``HF_TOKEN`` or ``hf auth login``.
 
 - Models (``models.<name>.path`` of a hub id, and hub ids named as ``embedding_model``,
   ``reference_model``, ``key_token_model(s)``, ``mlm_model`` or a paraphraser's ``model``): huggingface_hub's
   ``snapshot_download`` of the files a job loads (:data:`MODEL_FILES`: safetensors weights, configs,
   tokenizer files; no pickled weights), Python files too only for a model whose config sets
   ``trust_remote_code``.
-- Datasets (every ``{hub: org/name, ...}`` source): read once as ``build_pool`` reads them
-  (:func:`mialab.data.sources.read_hub`, i.e. ``datasets.load_dataset``), which leaves them in its cache.
+- Datasets (every ``{hub: org/name, ...}`` source): huggingface_hub's ``snapshot_download`` of the repository at
+  its revision, then read once as ``build_pool`` reads it (:func:`mialab.data.sources.load_hub`: its split must
+  exist). A dataset without a revision is fetched at the commit the hub serves now, which the rule writes into
+  the config's lock file (:mod:`mialab.pipeline.lock`).
+- Files (every ``{url: ...}`` / ``{github: ...}`` source): streamed into the data cache under their ``sha256``
+  (:func:`fetch_file`: written atomically, the digest checked before the file is kept).
 - Hub kernels, when a model's config sets ``hub_kernels``: the CUDA builds (for this environment's torch)
   of every kernel repository transformers maps a layer to (:func:`kernel_items`), through the ``kernels``
   library's ``install_kernel`` into the hub cache, without importing them; repositories transformers marks
@@ -23,14 +27,18 @@ not ``org/name`` are not hub models.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mialab.data.sources import hub_offline
+from mialab.core.io import atomic_path
+from mialab.data.sources import cached_file, describe, file_url, hub_offline
 from mialab.pipeline.config import ConfigError, walk_config
+from mialab.pipeline.lock import hub_sources
 
 #: Keys outside ``models:`` whose string value may name a hub model.
 MODEL_KEYS = ("embedding_model", "reference_model", "key_token_model", "key_token_models", "mlm_model", "model")
@@ -70,12 +78,12 @@ def hub_items(config: dict) -> list[HubItem]:
             items.append(HubItem(f"models.{name}.path", "model", spec["path"], spec.get("revision"),
                                  trust_remote_code=bool(spec.get("trust_remote_code"))))
     for key, value in walk_config({k: v for k, v in config.items() if k != "models"}, ""):
-        if isinstance(value, dict) and isinstance(value.get("hub"), str):
-            items.append(HubItem(key, "dataset", value["hub"], value.get("revision"), value.get("split"),
-                                 value.get("subset")))
-        elif (LIST_ITEM.sub("", key.rsplit(".", 1)[-1]) in MODEL_KEYS and isinstance(value, str)
-              and is_hub_model(value, config)):
+        if (LIST_ITEM.sub("", key.rsplit(".", 1)[-1]) in MODEL_KEYS and isinstance(value, str)
+                and is_hub_model(value, config)):
             items.append(HubItem(key, "model", value))
+    for key, source in hub_sources(config):   # the datasets' sources, then the models' (an SFT filler)
+        items.append(HubItem(key, "dataset", source["hub"], source.get("revision"), source.get("split"),
+                             source.get("subset")))
     kernels = [name for name, spec in config["models"].items() if spec.get("hub_kernels")]
     if kernels:
         items += kernel_items(f"models.{kernels[0]}.hub_kernels")
@@ -121,12 +129,50 @@ def fetch_model(item: HubItem) -> str:
 
 
 def fetch_dataset(item: HubItem) -> str:
-    """Read ``item`` as build_pool does (into the datasets cache); return what was read."""
-    from mialab.data.sources import read_hub
+    """Download ``item``'s repository at its revision into the hub cache and read it as build_pool does; return
+    the snapshot folder (its name is the commit)."""
+    from huggingface_hub import snapshot_download
 
-    source = {"hub": item.repo_id, **{k: v for k in ("revision", "split") if (v := getattr(item, k))}}
-    rows = len(read_hub(source, subset=item.subset))
-    return f"{rows} rows"
+    from mialab.data.sources import load_hub
+
+    folder = snapshot_download(item.repo_id, repo_type="dataset", revision=item.revision)
+    source = {"hub": item.repo_id, "revision": Path(folder).name, **({"split": item.split} if item.split else {})}
+    load_hub(source, subset=item.subset)
+    return folder
+
+
+def fetch_file(source: dict, *, timeout: float = 120) -> Path:
+    """Download file source ``source`` into the data cache (:func:`mialab.data.sources.cached_file`), streamed and
+    hashed on the way, written atomically: a copy whose SHA-256 is not the config's is an error naming both, and
+    is not kept. A file already cached (checked when it was fetched) is not fetched again."""
+    final = cached_file(source)
+    if final.is_file():
+        return final
+    url = file_url(source)
+    if not url.startswith(("https://", "http://")):
+        raise ValueError(f"{url}: only http(s) URLs are fetched")
+    digest = hashlib.sha256()
+    with atomic_path(final) as tmp:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:  # noqa: S310 (http(s))
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != source["sha256"]:
+            raise ValueError(f"{url}: the downloaded file's sha256 is {digest.hexdigest()}, the config's "
+                             f"{source['sha256']}; not kept (a changed file, or a wrong hash in the config)")
+    return final
+
+
+def fetch_files(sources: list[tuple[str, dict]], fetch: Callable[[dict], Path] = fetch_file) -> list[dict]:
+    """Fetch every (config key, file source); one manifest row each. A failure names the key and the file."""
+    rows = []
+    for key, source in sources:
+        try:
+            where = fetch(source)
+        except Exception as err:
+            raise RuntimeError(f"{key}: could not fetch {describe(source)}: {err}") from err
+        rows.append({"key": key, "url": file_url(source), "sha256": source["sha256"], "fetched": str(where)})
+    return rows
 
 
 def prefetch(items: list[HubItem], *, model: Callable[[HubItem], str] = fetch_model,
@@ -182,6 +228,5 @@ def check_hub_cache(config: dict) -> None:
             + "\n  ".join(f"{i.key}: {i.repo_id}{' (hub kernel)' if i.repo_type == 'kernel' else ''} (revision "
                            f"{i.revision or (f'v{i.version}' if i.version else 'unpinned: the default branch')})"
                            for i in missing)
-            + "\nfetch them where the hub is reachable, with the same HF_HOME: snakemake <your --profile and "
-              "--configfile arguments> prefetch (rules/prefetch.smk), or export HF_HUB_OFFLINE=0 to let the jobs "
-              "download")
+            + "\nfetch them where the hub is reachable, with the same HF_HOME: snakemake prefetch <your --profile and "
+              "--configfile arguments> (rules/prefetch.smk), or export HF_HUB_OFFLINE=0 to let the jobs download")

@@ -6,8 +6,8 @@
   embedding model) becomes a tiny stand-in of the same architecture class with the same special
   tokens and chat template (``resources/rehearsal/models.yaml``), a folder that rule
   ``rehearsal_model`` builds under ``results/rehearsal/models/<name>/<key>/model``;
-- every hub dataset and every missing local data file becomes a local sample with the same columns
-  (``resources/rehearsal/datasets.yaml``);
+- every hub dataset, fetched file and missing local data file becomes a local sample with the same columns
+  (``resources/rehearsal/datasets.yaml``), so a rehearsal downloads nothing;
 - counts shrink to what 2 CPU cores run in minutes (:data:`SHRINK`; one seed, the first), devices
   become the CPU, and vLLM backends become the hf backend where the vLLM worker's environment has no
   working vLLM;
@@ -31,6 +31,7 @@ from typing import Any, Iterator
 import yaml
 
 from mialab.core.paths import RESOURCES
+from mialab.data.sources import GITHUB_RAW, file_url, is_file, is_hub
 from mialab.data.registry import config_schema
 from mialab.pipeline.cluster_checks import worker_problem, worker_vllm
 from mialab.pipeline.plan import LAYOUTS, Plan, Stage, source_fingerprint, stable_hash
@@ -220,11 +221,15 @@ def stand_in_paths(config: Any) -> set[str]:
 
 # -- data ---------------------------------------------------------------------------------------
 def sample_of(table_entry: Any, key: str) -> Any:
-    """The local sample of one table (a local path, or ``{hub: ...}``); an existing local path is kept."""
+    """The local sample of one table (a local path, ``{hub: ...}``, or a file source, by its URL); an existing
+    local path is kept."""
     samples = table("datasets")
-    if isinstance(table_entry, dict) and "hub" in table_entry:
+    if is_hub(table_entry):
         found = samples["hub"].get(table_entry["hub"])
         what = f"hub dataset {table_entry['hub']!r}"
+    elif is_file(table_entry):
+        url = file_url(table_entry, base=GITHUB_RAW)
+        found, what = samples["file"].get(url), f"file {url}"
     elif isinstance(table_entry, str):
         if os.path.exists(table_entry):
             return table_entry
@@ -246,7 +251,7 @@ def sampled(source: Any, key: str) -> Any:
 
 
 def with_samples(config: dict) -> dict:
-    """``config`` with every hub dataset and missing local data file swapped for its local sample."""
+    """``config`` with every hub dataset, fetched file and missing local data file swapped for its local sample."""
     out = copy.deepcopy(config)
     for pattern in DATA_KEYS:
         for key, parent, last in list(matches(out, pattern)):

@@ -11,12 +11,12 @@ Install the data with ``apt-get install wordnet-base`` (or point ``source`` at a
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import warnings
 from pathlib import Path
 
 from mialab.core.io import atomic_directory
+from mialab.core.paths import user_cache
 
 DEBIAN_WORDNET = "/usr/share/wordnet"
 WNDB_FILES = tuple(f"{kind}.{pos}" for pos in ("adj", "adv", "noun", "verb") for kind in ("data", "index")) + (
@@ -39,10 +39,7 @@ LEXNAMES = (
 def cache_dir() -> Path:
     """Where the NLTK-readable copy lives: ``$MIALAB_WORDNET_CACHE`` when set, else
     ``$XDG_CACHE_HOME/mialab/wordnet-3.0`` (``~/.cache/mialab/wordnet-3.0``); docs/files.md."""
-    if os.environ.get("MIALAB_WORDNET_CACHE"):
-        return Path(os.environ["MIALAB_WORDNET_CACHE"]).expanduser()
-    base = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser()
-    return base / "mialab" / "wordnet-3.0"
+    return user_cache("wordnet-3.0", "MIALAB_WORDNET_CACHE")
 
 
 def prepare_corpus(source: str = DEBIAN_WORDNET) -> Path:

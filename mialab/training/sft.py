@@ -68,6 +68,52 @@ def build_post_training_corpus(filler_texts: list[str], *, seed: int) -> tuple[l
                       "contamination_rate": 0.0}
 
 
+def chat_filler(tokenizer, spec: dict) -> list[str]:
+    """The filler of a ``format: chat`` entry, rendered by the tokenizer's chat template: with two ``columns``,
+    each (user, assistant) pair (:func:`read_chat_pairs`); with one, each row's conversation as it is, a list of
+    ``{role, content}`` turns such as the Tulu SFT mixes' ``messages`` (:func:`read_conversations`), which is
+    how the released ADRA code's ``adra/utils_rl/data_mixer.py`` renders its general examples (lines 555-568)."""
+    if len(spec.get("columns", [])) == 1:
+        return render_conversations(tokenizer, read_conversations(spec))
+    return render_chat(tokenizer, read_chat_pairs(spec))
+
+
+def read_conversations(spec: dict) -> list[list[dict]]:
+    """The conversations of a filler table's one column (``columns: [messages]``), its ``where`` rows; a cell
+    that is not a list of ``{role, content}`` turns is an error naming the source and the row."""
+    from mialab.data.corpus import corpus_rows
+    from mialab.data.sources import column_values, describe
+
+    column, source = spec["columns"][0], spec["source"]
+    conversations = []
+    for row, turns in enumerate(column_values(corpus_rows(spec), column, source=source)):
+        try:
+            conversations.append([{"role": str(t["role"]), "content": str(t["content"])} for t in turns])
+        except (KeyError, TypeError):
+            raise ValueError(f"{describe(source)}: column {column!r}, row {row}: not a conversation (a list of "
+                             f"{{role, content}} turns): {str(turns)[:80]!r}") from None
+    return conversations
+
+
+def render_conversations(tokenizer, conversations: list[list[dict]]) -> list[str]:
+    """Each conversation rendered by the tokenizer's chat template; one the template refuses (a role it does not
+    know) is left out and counted in the log, as data_mixer.py leaves it out (lines 559-568)."""
+    from jinja2 import TemplateError
+
+    if tokenizer.chat_template is None:
+        raise ValueError("format 'chat' needs a tokenizer with a chat template")
+    texts = []
+    for turns in conversations:
+        try:
+            texts.append(tokenizer.apply_chat_template(turns, tokenize=False))
+        except TemplateError:
+            continue
+    if len(texts) < len(conversations):
+        console.log(f"SFT filler: left out {len(conversations) - len(texts)} of {len(conversations)} conversations "
+                    "the chat template refuses")
+    return texts
+
+
 def read_chat_pairs(spec: dict) -> list[tuple[str, str]]:
     """(user, assistant) pairs of a filler table whose ``columns`` name the user and the assistant column.
 
@@ -78,7 +124,7 @@ def read_chat_pairs(spec: dict) -> list[tuple[str, str]]:
 
     columns = spec.get("columns", [])
     if len(columns) != 2:
-        raise ValueError(f"format 'chat' needs filler columns [user, assistant], got {columns}")
+        raise ValueError(f"format 'chat' needs filler columns [user, assistant] (or [conversation]), got {columns}")
     users = read_corpus({**spec, "columns": [columns[0]], "max_words": None})
     assistants = read_corpus({**spec, "columns": [columns[1]]})
     return list(zip(users, assistants, strict=True))
@@ -112,8 +158,7 @@ def stage_corpus(spec: dict, member_pools: list, tokenizer=None, *, seed: int) -
     chat-rendered) plus, when the entry has ``members``, the members of its one pool at ``contamination_rate``."""
     from mialab.data.corpus import read_corpus
 
-    filler = (read_corpus(spec["filler"]) if tokenizer is None
-              else render_chat(tokenizer, read_chat_pairs(spec["filler"])))
+    filler = read_corpus(spec["filler"]) if tokenizer is None else chat_filler(tokenizer, spec["filler"])
     if not spec.get("members"):
         return build_post_training_corpus(filler, seed=seed)
     (pool,) = member_pools

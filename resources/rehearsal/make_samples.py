@@ -68,20 +68,18 @@ def main() -> None:
     jsonl("wikimia_24_hard.jsonl", [
         {"title": f"Article {i}", "date": "2024-01-01", "input": text, "id": f"a{i}", "diff": 500, "label": label}
         for i in range(24) for label, text in ((1, members[i]), (0, nonmembers[i]))])
-    # Dolma3 arXiv members and post-cutoff papers
-    jsonl("dolma3_arxiv_members.jsonl", [
-        {"id": f"m{i}", "text": shakespeare(100 + i, 100), "source": "arxiv", "added": "2023-01-01",
-         "created": "2022-01-01", "metadata": "{}"} for i in range(24)])
-    jsonl("arxiv_2025.jsonl", [
-        {"id": f"n{i}", "text": nonmembers[24 + i] + " " + nonmembers[48 + i], "source": "arxiv", "added": "2025-06-01",
-         "created": "2025-05-01", "metadata": "{}"} for i in range(24)])
-    # AIME 2025 stand-in (problems with solutions; the config gives the year): AIME 1983-1984, marked
-    jsonl("aime_2025.jsonl", [{"problem": "(Rehearsal stand-in) " + r["problem"], "solution": r["solution"],
-                               "answer": str(r["answer"]), "aime_number": 1 + i // 15, "problem_number": 1 + i % 15}
-                              for i, r in enumerate(aime(1983, 1984)[:24])])
-    # the Tulu2 SFT mix as (prompt, completion) rows
-    jsonl("tulu2_mix.jsonl", [{"prompt": "Continue the passage: " + words(shakespeare(300 + i), 20),
-                               "completion": " ".join(shakespeare(300 + i).split()[20:])} for i in range(48)])
+    # ADRA-RL/Dolma3-Arxiv-MIA-1k: Dolma3 arXiv members and post-cutoff papers in one labelled table
+    jsonl("adra_dolma3_arxiv_mia.jsonl", [
+        {"text": text, "meta": json.dumps({"arxiv_id": f"{2200 + 300 * label}.{i:05d}"}), "label": label,
+         "id": f"{2200 + 300 * label}.{i:05d}"}
+        for i in range(24) for label, text in ((1, shakespeare(100 + i, 100)),
+                                               (0, nonmembers[24 + i] + " " + nonmembers[48 + i]))])
+    # ADRA-RL/AIME-2021-2025-Cleaned: problems with solutions and their AoPS urls (the year is read from the url),
+    # AIME 1983-1986 here, marked, posing as 2021-2025
+    jsonl("adra_aime_cleaned.jsonl", [
+        {"problem": "(Rehearsal stand-in) " + r["problem"], "solution": r["solution"], "answer": str(r["answer"]),
+         "url": f"https://artofproblemsolving.com/wiki/index.php/{2021 + i // 10}_AIME_{'I' * (1 + i % 10 // 5)}"
+                f"_Problems/Problem_{1 + i % 5}"} for i, r in enumerate(aime(1983, 1986)[:50])])
     # s1K-1.1: problems with a Gemini and a DeepSeek trace each
     jsonl("s1k_1_1.jsonl", [{
         "solution": str(r["answer"]), "question": r["problem"], "cot_type": "math", "source_type": "aime",
@@ -99,26 +97,53 @@ def main() -> None:
              "messages": chat("Write a few lines in an old style about " + words(shakespeare(400 + i), 6),
                               shakespeare(400 + i, 40))} for i in range(40)]
     jsonl("tulu3_mix.jsonl", mix)
-    jsonl("aya_unused.jsonl", [{"inputs": "Summarise this passage: " + words(nonmembers[100 + i], 20),
-                                "targets": nonmembers[100 + i]} for i in range(40)])
-    jsonl("tulu3_wildchat_unused.jsonl", [
-        {"id": f"wcu-{i}", "messages": chat("Write a few lines in an old style about " + words(shakespeare(500 + i), 6),
-                                            shakespeare(500 + i, 40))} for i in range(40)])
+    # ADRA-RL's processed Aya / WildChat sets: the members (rows of the mix's subset) and the non-members (rows the
+    # mix left out), single-turn, with the turn lengths the processing scripts counted
+    def processed(rows: list[dict]) -> list[dict]:
+        return [{**r, "user_tokens": len(r["messages"][0]["content"].split()),
+                 "assistant_tokens": len(r["messages"][1]["content"].split())} for r in rows]
+
+    jsonl("adra_tulu_aya.jsonl", processed([r for r in mix if r["source"].endswith("aya_100k")]))
+    jsonl("adra_aya_nonmembers.jsonl", processed([
+        {"id": f"ayau-{i}", "dataset": "ai2-adapt-dev/tulu_v3.9_aya_unused",
+         "messages": chat("Summarise this passage: " + words(nonmembers[100 + i], 20), nonmembers[100 + i])}
+        for i in range(40)]))
+    jsonl("adra_tulu_wildchat.jsonl", processed([r for r in mix if r["source"].endswith("wildchat_100k")]))
+    jsonl("adra_wildchat_nonmembers.jsonl", processed([
+        {"conversation_hash": f"h{i}", "messages": chat("Write a few lines in an old style about "
+                                                        + words(shakespeare(500 + i), 6), shakespeare(500 + i, 40))}
+        for i in range(40)]))
     # WikiMIA-64, arXivTection, BookTection: 30 + 30 passages each (CalibDCD reads every pool text)
     jsonl("wikimia.jsonl", [{"input": t, "label": label} for label, texts in ((1, members), (0, nonmembers))
                             for t in texts[200:230]])
     decop("arxivtection.csv", [(t, f"Paper {i // 5}", 1) for i, t in enumerate(members[150:180])]
           + [(t, f"Paper {10 + i // 5}", 0) for i, t in enumerate(nonmembers[150:180])])
     decop("booktection.csv", [(shakespeare(600 + i), f"Book {i // 6}", int(i < 30)) for i in range(60)])
-    # olympiads-ref: proof and answer problems with solutions (AIME 2000-2003 here)
-    jsonl("olympiads_ref.jsonl", [{"problem": r["problem"], "solution": r["solution"], "year": r["year"],
-                                   "exam": "AIME", "problem_type": "Algebra"} for r in aime(2000, 2003)[:48]])
-    # LaRA: each model's RL members, the held-out problems, the RL-MIA filler problems (disjoint years)
-    jsonl("lara_eurus_members.jsonl", problems(aime(1988, 1989)[:24]))
-    jsonl("lara_limr_members.jsonl", problems(aime(1990, 1991)[:24]))
-    jsonl("lara_olmo3_rlzero_members.jsonl", problems(aime(1992, 1993)[:24]))
-    jsonl("lara_heldout_math.jsonl", problems(aime(1994, 1995)[:24]))
-    jsonl("lara_rl_mia_math.jsonl", problems(aime(1996, 1999)[:48]))
+    # ADRA-RL/Olympiads-Cleaned: proof and answer problems with solutions (AIME 2000-2003 here)
+    jsonl("adra_olympiads_cleaned.jsonl", [{"problem": r["problem"], "solution": r["solution"], "year": r["year"],
+                                            "exam": "AIME", "problem_type": "Algebra"} for r in aime(2000, 2003)[:48]])
+    # LaRA (github talzoomanzoo/rl-data-contamination-mj): each model's benchmark (its RL members and AIME 2026 as
+    # chat prompts, member column; Olmo's non-members twice, as there), AIME 2025 (problem, answer), and each
+    # model's RL training set on the hub (its members again, and the RL-MIA filler problems: member 0)
+    heldout = problems(aime(1994, 1995)[:24])
+    for model, first in (("eurus", 1988), ("limr", 1990), ("olmo", 1992)):
+        rl = problems(aime(first, first + 1)[:12])
+        twice = 2 if model == "olmo" else 1
+        jsonl(f"lara_{model}_benchmark.jsonl", [
+            {"data_source": source, "prompt": lara_prompt(r["problem"]), "answer": r["answer"], "member": member}
+            for member, source, rows in ((0, "aime26", heldout[:12] * twice), (1, model, rl)) for r in rows])
+        fillers = problems(aime(1996, 1999)[:48])
+        jsonl(f"lara_{model}_rl_train.jsonl", [
+            {"data_source": source, "prompt": lara_prompt(r["problem"]),
+             "reward_model": {"ground_truth": r["answer"], "style": "rule"}, "member": member}
+            for member, source, rows in ((1, model, rl), (0, "olympiads", fillers)) for r in rows])
+    jsonl("lara_aime25.jsonl", [{**r, "id": str(i)} for i, r in enumerate(heldout[12:])])
+
+
+def lara_prompt(problem: str) -> list[dict]:
+    """A LaRA benchmark prompt: a system turn, then the problem with the code's answer instruction."""
+    return [{"content": "Reason step by step.", "role": "system"},
+            {"content": problem + "\n\nPresent the answer in LaTex format: \\boxed{Your answer}", "role": "user"}]
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
 """AIME problems with full solutions, post-training (SFT contamination) style.
 
-Source: one or more JSON/JSONL files or hub ids (an entry may be ``{source, year}`` to give the
-year of a file without a year column) with ``problem``, ``solution``, ``year``,
-``aime_number``, ``problem_number`` (the DeepScaleR / AIMO shape). Prefix rule: the full problem
-plus the first ``solution_prefix_ratio`` (default 0.25) of the solution's words; the suffix is the
-rest of the solution. ``solution_prefix_ratio: 0``: the prefix is the problem only and the suffix
-the whole solution (the released ADRA code's candidates: its assistant prefix, the reconstruction
-task's ``assistant_prefix_ratio``, then gives the first 25% of the solution once). ``max_words``
-optionally caps the solution (the tiny world uses short texts).
+Source: one or more JSON/JSONL files or hub ids (an entry may be ``{source, year}`` to give the year of a file
+without a year column) with ``problem``, ``solution``, ``year``, ``aime_number``, ``problem_number`` (the
+DeepScaleR / AIMO shape), or, instead of the last three, the problem's AoPS wiki ``url`` they are read from
+(the ADRA authors' ``ADRA-RL/AIME-2021-2025-Cleaned``: :func:`with_url_numbers`). Prefix rule: the full
+problem plus the first ``solution_prefix_ratio`` (default 0.25) of the solution's words; the suffix is the
+rest of the solution. ``solution_prefix_ratio: 0``: the prefix is the problem only and the suffix the whole
+solution (the released ADRA code's candidates: its assistant prefix, the reconstruction task's
+``assistant_prefix_ratio``, then gives the first 25% of the solution once). ``max_words`` optionally caps the
+solution (the tiny world uses short texts).
 
 Membership rules:
 - ``years``: ``member_years`` are members, ``nonmember_years`` non-members (the paper: 2021-2024
@@ -18,6 +19,8 @@ Membership rules:
 """
 
 from __future__ import annotations
+
+import re
 
 import pandas as pd
 
@@ -31,14 +34,16 @@ _COLUMNS = ["problem", "solution", "year", "aime_number", "problem_number"]
 
 
 def _read_sources(sources: str | dict | list) -> pd.DataFrame:
-    """Concatenate sources; an entry is a path/hub id or ``{source: ..., year: Y}`` for files
-    that carry no year column (e.g. a single-year answers-only file)."""
+    """Concatenate sources; an entry is a table (a path, hub dataset or fetched file) or ``{source: ..., year: Y}``
+    for files that carry no year column (e.g. a single-year answers-only file)."""
     frames = []
     for entry in sources if isinstance(sources, list) else [sources]:
-        src = entry["source"] if isinstance(entry, dict) else entry
+        src = entry["source"] if isinstance(entry, dict) and "source" in entry else entry
         df = read_table(src)
-        if isinstance(entry, dict) and "year" in entry:
+        if src is not entry:   # {source, year}
             df["year"] = int(entry["year"])
+        if "year" not in df.columns and "url" in df.columns:
+            df = with_url_numbers(df, source=src)
         require_columns(df, ["problem", "year"], source=src)
         df["year"] = integer_years(df["year"], source=src)
         if "solution" not in df.columns:
@@ -49,6 +54,25 @@ def _read_sources(sources: str | dict | list) -> pd.DataFrame:
         df["_source"] = describe(src)
         frames.append(df[_COLUMNS + ["_source"]])
     return pd.concat(frames, ignore_index=True)
+
+
+# an AoPS wiki problem page, e.g. .../2025_AIME_I_Problems/Problem_11 (the released ADRA code reads the year so:
+# adra/utils_rl/data_mixer.py:50-66, verl/examples/data_preprocess/post_training_custom_mia.py:1174-1190)
+AOPS_URL = re.compile(r"/(\d{4})_AIME(?:_(I{1,2}))?_Problems/Problem_(\d+)")
+
+
+def with_url_numbers(df: pd.DataFrame, *, source) -> pd.DataFrame:
+    """``df`` with ``year``, ``aime_number`` (I: 1, II: 2, a single contest: 0) and ``problem_number`` read from
+    its ``url`` column (:data:`AOPS_URL`); a url of another shape is an error naming the row."""
+    found = df["url"].astype(str).map(AOPS_URL.search)
+    bad = found.isna().to_numpy()
+    if bad.any():
+        row = int(bad.argmax())
+        raise ValueError(f"{describe(source)}: column 'url', row {row}: {df['url'].iloc[row]!r} is not an AoPS AIME "
+                         f"problem page (.../<year>_AIME_<I|II>_Problems/Problem_<n>; {int(bad.sum())} such row(s))")
+    return df.assign(year=found.map(lambda m: int(m.group(1))),
+                     aime_number=found.map(lambda m: len(m.group(2) or "")),
+                     problem_number=found.map(lambda m: int(m.group(3))))
 
 
 def integer_years(years: pd.Series, *, source) -> pd.Series:

@@ -1,13 +1,13 @@
 """Tulu3 SFT mix subsets, Aya and WildChat (ADRA appendix B.2): post-training mixture style.
 
-Members: the single-turn conversations of the Tulu3 SFT mix (``source``: hub
-``allenai/tulu-3-sft-mixture`` or a local file of its shape, columns ``messages`` = list of
-``{role, content}`` and ``source``) whose ``source`` value is one of ``member_sources`` (default
-for ``subset: aya`` ``ai2-adapt-dev/tulu_v3.9_aya_100k``, for ``subset: wildchat``
-``ai2-adapt-dev/tulu_v3.9_wildchat_100k``). Non-members: ``nonmember_source``, conversations of
-the original dataset that the mix left out (e.g. ``allenai/tulu-3-wildchat-unused``), in the
-``messages`` shape or, with ``nonmember_columns: {user: inputs, assistant: targets}``, as two
-text columns (the Aya dataset's own shape).
+Members: the single-turn conversations of the Tulu3 SFT mix (``source``: hub ``allenai/tulu-3-sft-mixture`` or
+a local file of its shape, columns ``messages`` = list of ``{role, content}`` and ``source``) whose ``source``
+value is one of ``member_sources`` (default for ``subset: aya`` ``ai2-adapt-dev/tulu_v3.9_aya_100k``, for
+``subset: wildchat`` ``ai2-adapt-dev/tulu_v3.9_wildchat_100k``); ``member_sources: []`` takes every row, for a
+table of the subset alone (the ADRA authors' processed member sets, e.g. ``ADRA-RL/tulu-aya-processed``).
+Non-members: ``nonmember_source``, conversations of the original dataset that the mix left out (e.g.
+``allenai/tulu-3-wildchat-unused``), in the ``messages`` shape or, with ``nonmember_columns: {user: inputs,
+assistant: targets}``, as two text columns (the Aya dataset's own shape).
 
 Single-turn only: exactly one user turn followed by one assistant turn. Both turns are limited to
 ``max_turn_tokens`` (default 1024): a conversation with a longer turn is dropped (logged), so
@@ -76,8 +76,9 @@ def load_pool(spec: dict) -> pd.DataFrame:
         raise KeyError(f"tulu3: set 'subset' (known: {sorted(MEMBER_SOURCES)}) or 'member_sources'")
     wanted = spec.get("member_sources", MEMBER_SOURCES.get(subset))
     mix = read_table(spec["source"])
-    require_columns(mix, ["messages", "source"], source=spec["source"])
-    mix = mix[mix["source"].isin(wanted)]
+    if wanted:   # [] : every row is a member (a table of the subset alone)
+        require_columns(mix, ["messages", "source"], source=spec["source"])
+        mix = mix[mix["source"].isin(wanted)]
     if mix.empty:
         raise ValueError(f"tulu3: no row of {describe(spec['source'])} has source in {wanted}")
     members = conversations(mix, source=spec["source"], columns=None)
