@@ -378,6 +378,20 @@ def test_the_released_tables_build_their_pools(tmp_path):
                 nonmember_columns={"problem": "problem"}, model="olmo")
     assert lara.groupby(["label", "group"]).size().to_dict() == {(0, "heldout"): 24, (1, "olmo"): 12}  # AIME 2026 once
     assert lara.loc[lara["group"] == "olmo", "text"].str.endswith("\\boxed{Your answer}").all()
+    # the benchmark's answer-format line is its prompts', not the problem's: removed from its rows, so the added
+    # AIME 2025 non-members (without it) read alike and the templates give all of them the line back
+    line = "\n\nPresent the answer in LaTex format: \\boxed{Your answer}"
+    bare = pool("lara_rl", source=str(RELEASED / "lara_olmo_benchmark.jsonl"), label_column="member",
+                problem_column="prompt[-1].content", instruction_suffix=line,
+                nonmember_source=str(RELEASED / "lara_aime25.jsonl"), nonmember_columns={"problem": "problem"},
+                model="olmo")
+    assert not bare["text"].str.contains("Present the answer").any() and len(bare) == len(lara)
+    assert set(bare.loc[bare["group"] == "olmo", "text"]) == {t.removesuffix(" " + " ".join(line.split()))
+                                                           for t in lara.loc[lara["group"] == "olmo", "text"]}
+    with pytest.raises(ValueError, match=r"lara_aime25.jsonl: row 0 \(\d+ row\(s\) in all\) does not end with "
+                                         r"instruction_suffix"):
+        pool("lara_rl", source=str(RELEASED / "lara_aime25.jsonl"), instruction_suffix=line,
+             nonmember_source=str(RELEASED / "lara_aime25.jsonl"), model="x")
     with pytest.raises(ValueError, match="lara_rl: name the non-members"):
         get_family("lara_rl")({"source": str(RELEASED / "lara_aime25.jsonl")})
     aya = pool("tulu3", subset="aya", source=str(RELEASED / "adra_tulu_aya.jsonl"), member_sources=[],
