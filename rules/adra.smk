@@ -17,8 +17,8 @@
 #   adra_sft/...) and the untrained policy's (adra_init/..., where step 0 is evaluated) join the results
 #   table through SCORE_PROVIDERS; intermediate steps stay in the report.
 # - adra_report (dataset, every N-Sampling dataset): top-5 / primary-metric AUROC of N-Sampling, ADRA
-#   where it runs and the best passive baseline, and AUROC against the RL step; `snakemake adra` builds
-#   them and all they need.
+#   where it runs and the best passive baseline, AUROC against the RL step and the config's paper targets on the
+#   dataset beside the run's figures (paper_targets); `snakemake adra` builds them and all they need.
 
 rule adra_train:
     input:
@@ -112,6 +112,8 @@ rule adra_report:
         trains=lambda wc: [run for run, _ in ADRA_PLAN.report_logs(wc.dataset, SEEDS)],
         primary=config.get("n_sampling", {}).get("primary_metric"),
         fpr_targets=config["evaluation"]["fpr_targets"],
+        paper_targets=lambda wc: paper_targets(wc.dataset),
+        bootstrap=config["evaluation"]["bootstrap"],
     log:
         PLAN.log("adra_report", "{dataset}"),
     script:

@@ -17,8 +17,9 @@
 # - calibdcd_calibrate (model, dataset): every variant of every detector on every seed; a (detector,
 #   seed)'s score table (columns calibdcd/<detector>/original and calibdcd/<detector>/<variant>,
 #   in <key>/<detector>/seed-<s>/) joins the results table through SCORE_PROVIDERS.
-# - calibdcd_report: the paper's tables (main results, ablations, false-positive recovery);
-#   `snakemake calibdcd` builds it and everything it needs, nothing else.
+# - calibdcd_report: the paper's tables (main results, ablations, false-positive recovery), and the config's paper
+#   targets beside the run's figures (paper_targets); `snakemake calibdcd` builds it and everything it needs, nothing
+#   else.
 CALIBDCD_RUNS = CALIBDCD_PLAN.runs(SEEDS)
 CALIBDCD_BASELINES = CALIBDCD_PLAN.baselines()
 
@@ -206,6 +207,8 @@ rule calibdcd_report:
         baseline_runs=[(m, d, s) for m, d in CALIBDCD_PAIRS for s in SEEDS],
         baselines=CALIBDCD_BASELINES,
         fpr_targets=config["evaluation"]["fpr_targets"],
+        bootstrap=config["evaluation"]["bootstrap"],
+        paper_targets=config["paper_targets"],
     log:
         PLAN.log("calibdcd_report"),
     script:

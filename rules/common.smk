@@ -12,7 +12,7 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 
 from mialab.pipeline.cluster_checks import check_cluster_arithmetic, check_devices, check_vllm_installed, visible_gpus
-from mialab.pipeline.columns import check_columns
+from mialab.pipeline.columns import check_columns, check_targets
 from mialab.pipeline.config import check_config, check_config_files, check_yaml_files, typed_overrides, validate_config
 from mialab.data.sources import local_paths
 from mialab.core.integrity import check_stages
@@ -85,9 +85,12 @@ ADRA_PLAN = ADRAPlan(NS_PLAN, config)
 RL_PLAN = RLPlan(PLAN)
 LARA_PLAN = LaRAPlan(PLAN, config)
 CALIBDCD_PLAN = CalibDCDPlan(PLAN, config)
-# the headline's and the baseline's columns are among those the methods' score tables will hold
-check_columns(config["evaluation"], [*passive_columns(config), *NS_PLAN.columns(), *ADRA_PLAN.columns(),
-                                     *LARA_PLAN.columns(), *CALIBDCD_PLAN.columns()])
+# the headline's and the baseline's columns are among those the methods' score tables will hold, and each paper
+# target's figure is one the run computes
+COLUMNS = [*passive_columns(PLAN), *NS_PLAN.columns(), *ADRA_PLAN.columns(), *LARA_PLAN.columns(),
+           *CALIBDCD_PLAN.columns()]
+check_columns(config["evaluation"], COLUMNS)
+check_targets(config["paper_targets"], COLUMNS)
 
 # shell rules run "$MIALAB_PYTHON" and "$MIALAB_SCRIPTS/<script>": this process's, not params
 export_entry_points(workflow.basedir)
@@ -228,7 +231,7 @@ DATASET_OUTPUTS = [lambda ds: [PLAN.leakage(ds, s).path("leakage.parquet") for s
 def evaluation_outputs(dataset):
     """The evaluation tables of a dataset (``{dataset}``: rule evaluate_dataset's patterns)."""
     files = {"per_seed": "per_seed.parquet", "summary": "summary.parquet", "headline": "headline.parquet",
-             "roc": "roc.png"}
+             "reproduction": "reproduction.parquet", "roc": "roc.png"}
     return {name: PLAN.output("evaluation", dataset, file) for name, file in files.items()}
 
 
@@ -236,7 +239,12 @@ def evaluation_outputs(dataset):
 SUMMARY = {name: PLAN.output("evaluation", file) for name, file in (
     ("summary", "summary.parquet"), ("per_seed", "per_seed.parquet"), ("markdown", "summary.md"),
     ("csv", "summary.csv"), ("headline", "headline.parquet"), ("headline_csv", "headline.csv"),
-    ("forest", "forest.png"))}
+    ("reproduction_csv", "reproduction.csv"), ("forest", "forest.png"))}
+
+
+def paper_targets(dataset):
+    """The config's paper targets on ``dataset`` (the Reproduction tables' rows)."""
+    return [t for t in config["paper_targets"] if t["dataset"] == dataset]
 
 
 def dataset_outputs(dataset):

@@ -1,5 +1,6 @@
-# Per-dataset metrics, headline rows (bootstrap CIs, paired tests) and low-FPR ROC plots, then one
-# results table for all datasets: the headline first, every method and ablation as the appendix.
+# Per-dataset metrics, headline rows (bootstrap CIs, paired tests), the paper targets' rows and low-FPR ROC plots,
+# then one results table for all datasets: the headline first, the paper's figures beside the run's (Reproduction),
+# every method and ablation as the appendix.
 
 
 rule evaluate_dataset:
@@ -9,6 +10,7 @@ rule evaluate_dataset:
         per_seed=evaluation_outputs("{dataset}")["per_seed"],
         summary=evaluation_outputs("{dataset}")["summary"],
         headline=evaluation_outputs("{dataset}")["headline"],
+        reproduction=evaluation_outputs("{dataset}")["reproduction"],
         roc=report(
             evaluation_outputs("{dataset}")["roc"],
             category="ROC curves",
@@ -21,6 +23,7 @@ rule evaluate_dataset:
         headline=config["evaluation"]["headline"],
         baseline=config["evaluation"]["baseline"],
         bootstrap=config["evaluation"]["bootstrap"],
+        paper_targets=lambda wc: paper_targets(wc.dataset),
     log:
         PLAN.log("evaluate_dataset", "{dataset}"),
     script:
@@ -32,6 +35,7 @@ rule summarize:
         summaries=[evaluation_outputs(d)["summary"] for d in DATASETS],
         per_seed=[evaluation_outputs(d)["per_seed"] for d in DATASETS],
         headlines=[evaluation_outputs(d)["headline"] for d in DATASETS],
+        reproductions=[evaluation_outputs(d)["reproduction"] for d in DATASETS],
         leakage=LEAKAGE_TABLES,  # rules/leakage.smk's checks of the splits, beside the results
         pools=[PLAN.pool(d).path("manifest.json") for d in DATASETS],  # the exact repeats each pool dropped
     output:
@@ -50,6 +54,12 @@ rule summarize:
             category="Results table",
             subcategory="headline",
             caption="../report/headline.rst",
+        ),
+        reproduction_csv=report(
+            SUMMARY["reproduction_csv"],
+            category="Results table",
+            subcategory="reproduction",
+            caption="../report/reproduction.rst",
         ),
         forest=report(
             SUMMARY["forest"],

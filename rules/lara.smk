@@ -14,8 +14,9 @@
 # - lara_scores (model, dataset): RSM / DC / RSI, the detection score and its ablations, LaRA +
 #   Self-Critique per beta, a table per seed; joins the results table through SCORE_PROVIDERS.
 #   One job per (model, dataset) loads the model once for every seed.
-# - lara_report (dataset): the comparison table and the layer-wise figure; `snakemake lara` builds
-#   them and everything they need.
+# - lara_report (dataset): the comparison table with the config's paper targets beside the run's figures
+#   (paper_targets, the evaluation's rows), and the layer-wise figure; `snakemake lara` builds them and everything
+#   they need.
 LARA = config.get("lara")
 
 
@@ -112,6 +113,7 @@ rule lara_scores:
 rule lara_report:
     input:
         per_seed=evaluation_outputs("{dataset}")["per_seed"],
+        reproduction=evaluation_outputs("{dataset}")["reproduction"],  # the paper targets' rows
         metrics=lambda wc: [LARA_PLAN.scores(m, wc.dataset, s).path("metrics.parquet")
                             for m, s in LARA_PLAN.runs(wc.dataset, SEEDS)],
         splits=lambda wc: [split_file(wc.dataset, s) for _, s in LARA_PLAN.runs(wc.dataset, SEEDS)],
@@ -123,6 +125,7 @@ rule lara_report:
         runs=lambda wc: LARA_PLAN.runs(wc.dataset, SEEDS),
         models=lambda wc: LARA_PLAN.models(),
         fpr_targets=config["evaluation"]["fpr_targets"],
+        bootstrap=config["evaluation"]["bootstrap"],
     log:
         PLAN.log("lara_report", "{dataset}"),
     script:

@@ -50,7 +50,7 @@ from mialab.data.sources import read_table
 from mialab.lara.plan import LaRAPlan
 from mialab.n_sampling.plan import NSamplingPlan
 from mialab.pipeline.cluster_checks import check_cluster_arithmetic, check_devices
-from mialab.pipeline.columns import check_columns
+from mialab.pipeline.columns import check_columns, check_targets
 from mialab.pipeline.config import (
     ConfigError,
     check_config,
@@ -95,8 +95,9 @@ def plan_checks(cfg: dict) -> None:
     adra = ADRAPlan(ns, cfg)
     RLPlan(plan)
     lara, calibdcd = LaRAPlan(plan, cfg), CalibDCDPlan(plan, cfg)
-    check_columns(cfg["evaluation"], [*passive_columns(cfg), *ns.columns(), *adra.columns(), *lara.columns(),
-                                      *calibdcd.columns()])
+    columns = [*passive_columns(plan), *ns.columns(), *adra.columns(), *lara.columns(), *calibdcd.columns()]
+    check_columns(cfg["evaluation"], columns)
+    check_targets(cfg["paper_targets"], columns)
     for d in cfg["datasets"]:
         for s in plan.seeds():
             plan.leakage(d, s)

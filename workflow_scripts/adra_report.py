@@ -1,5 +1,6 @@
 """Rule adra_report: per dataset, every reconstruction attack's AUROC summary (top-5 mean, a fixed
-primary metric, the best metric) beside the best passive baseline, and AUROC against the RL step."""
+primary metric, the best metric) beside the best passive baseline, AUROC against the RL step, and the paper's
+figures beside the run's."""
 
 from mialab.core.jobs import setup_job
 
@@ -14,8 +15,9 @@ params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # 
 dataset = snakemake.wildcards.dataset  # noqa: F821
 tables = [(m, int(s), pd.read_parquet(p)) for (m, s), p in zip(params.runs, inputs.scores)]
 logs = [pd.read_parquet(path) for path in inputs.logs]
-table, with_steps, curve = report(dataset, tables, params.trains, logs, params.fpr_targets, params.primary)
-write_text(markdown(table, dataset, params.primary), output.markdown)
+table, with_steps, curve, reproduction = report(dataset, tables, params.trains, logs, params.fpr_targets,
+                                               params.primary, params.paper_targets, params.bootstrap)
+write_text(markdown(table, dataset, params.primary, reproduction, params.bootstrap["level"]), output.markdown)
 with atomic_path(output.table) as tmp:
     with_steps.to_csv(tmp, index=False)
 with atomic_path(output.steps) as tmp:

@@ -1,4 +1,5 @@
-"""Rule lara_report: LaRA's comparison table and the layer-wise figure of one dataset."""
+"""Rule lara_report: LaRA's comparison table with the paper's figures beside the run's, and the layer-wise figure of
+one dataset."""
 
 from mialab.core.jobs import setup_job
 
@@ -13,7 +14,8 @@ params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # 
 dataset = snakemake.wildcards.dataset  # noqa: F821
 summary = lara_summary(pd.read_parquet(inputs.per_seed).query("dataset == @dataset"), params.models,
                        params.fpr_targets)
-write_text(lara_markdown(summary, params.fpr_targets), output.markdown)
+write_text(lara_markdown(summary, params.fpr_targets, pd.read_parquet(inputs.reproduction),
+                         params.bootstrap["level"]), output.markdown)
 write_text(summary.round(4).to_csv(index=False), output.table)
 labels = {path: pd.read_parquet(path, columns=["id", "label"]) for path in dict.fromkeys(inputs.splits)}
 metrics = pd.concat([pd.read_parquet(m).assign(model=model, seed=seed).merge(labels[s], on="id", how="left")

@@ -103,7 +103,7 @@ class ADRAPlan:
         methods = [*VARIANTS, self.method(INIT)]
         running = [self.method(p) for p in self.policies() if p == INIT or p.endswith(FINAL)] if self.spec else []
         return [Columns(m, f"{re.escape(m)}/.+", tuple(self.ns.metric_columns(m)) if m in running else (),
-                        "adra.variants, adra.eval.steps, n_sampling.metrics") for m in methods]
+                        "adra.variants, adra.eval.steps, n_sampling.metrics", tuple(self.pairs())) for m in methods]
 
     def variants(self) -> list[str]:
         return list(self.spec["variants"]) if self.spec else []

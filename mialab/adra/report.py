@@ -9,6 +9,10 @@ seeds (mean and sample std):
   the five are picked on the evaluation labels, so it is optimistic);
 - ``primary``: the AUROC of one metric fixed in the config before any result was seen;
 - ``best``: the metric with the highest mean AUROC (for the passive baselines, the best baseline).
+
+Where the config lists the paper's figures on the dataset (``paper_targets``: the ADRA paper's AUROC and
+reconstruction tables), the report sets them beside the run's (:mod:`mialab.evaluation.reproduction`), the same
+rows as in ``results/evaluation/summary.md``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from mialab.evaluation.stage import evaluate_tables
+from mialab.evaluation.reproduction import computable, reproduction_markdown, reproduction_rows
+from mialab.evaluation.stage import evaluate_tables, merge_tables
 from mialab.n_sampling.attack import method_of, top_k_mean
 
 PASSIVE = "passive"
@@ -34,9 +39,10 @@ def metric_of(column: str) -> str:
     return column.split("/", 1)[1] if "/" in column else column
 
 
-def per_seed_aurocs(dataset: str, tables: list[tuple[str, int, pd.DataFrame]], fpr_targets: list[float]) -> pd.DataFrame:
-    """AUROC and TPR@FPR of every score column (rows dataset, model, seed, method, attack, metric, ...)."""
-    out = evaluate_tables([(m, dataset, s, t) for m, s, t in tables], fpr_targets)
+def per_seed_aurocs(tables: list[tuple[str, str, int, pd.DataFrame]], fpr_targets: list[float]) -> pd.DataFrame:
+    """AUROC and TPR@FPR of every score column of (model, dataset, seed, scores) ``tables`` (rows dataset, model,
+    seed, method, attack, metric, ...)."""
+    out = evaluate_tables(tables, fpr_targets)
     out["attack"] = out["method"].map(attack_of)
     out["metric"] = out["method"].map(metric_of)
     return out
@@ -109,8 +115,9 @@ def step_curve(summary_: pd.DataFrame, final_steps: dict[str, dict[str, int]]) -
     return pd.DataFrame(rows, columns=cols).sort_values(["model", "variant", "step"]).reset_index(drop=True)
 
 
-def markdown(summary_: pd.DataFrame, dataset: str, primary: str) -> str:
-    """The summary as a markdown table (AUROC in %)."""
+def markdown(summary_: pd.DataFrame, dataset: str, primary: str, reproduction: pd.DataFrame, level: float) -> str:
+    """The summary as a markdown table (AUROC in %), then the paper's figures beside the run's where the config lists
+    any (``reproduction``: :func:`report`'s rows, ``level`` their intervals')."""
     def cell(r, name):
         return "" if pd.isna(r.get(f"{name}_mean")) else f"{100 * r[f'{name}_mean']:.1f} ± {100 * r[f'{name}_std']:.1f}"
 
@@ -122,17 +129,22 @@ def markdown(summary_: pd.DataFrame, dataset: str, primary: str) -> str:
     for _, r in summary_.iterrows():
         lines.append(f"| {r['model']} | {r['attack']} | {cell(r, 'top5')} | {cell(r, 'primary')} | {cell(r, 'best')} "
                      f"| {r['best_metric']} | {r['n_seeds']} |")
+    if len(reproduction):
+        lines += ["", "## Reproduction", "", reproduction_markdown(reproduction, level)]
     return "\n".join(lines) + "\n"
 
 
 def report(dataset: str, tables: list[tuple[str, int, pd.DataFrame]], trains: list[tuple[str, str]],
-           logs: list[pd.DataFrame], fpr_targets: list[float], primary: str
-           ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(summary, summary with RL steps, step curve) of one dataset from its (model, seed, score table)
-    ``tables`` and the trainer ``logs`` of its (model, variant) ``trains``."""
-    table = summary(per_seed_aurocs(dataset, tables, fpr_targets), primary)
+           logs: list[pd.DataFrame], fpr_targets: list[float], primary: str, targets: list[dict], bootstrap: dict
+           ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(summary, summary with RL steps, step curve, reproduction rows) of one dataset from its (model, seed, score
+    table) ``tables`` and the trainer ``logs`` of its (model, variant) ``trains``; the reproduction rows are those
+    of the paper ``targets`` its tables hold (``bootstrap``: ``evaluation.bootstrap``)."""
+    merged = merge_tables([(m, dataset, s, t) for m, s, t in tables])
+    table = summary(per_seed_aurocs(merged, fpr_targets), primary)
     finals = final_steps(trains, logs)
-    return table, with_steps(table, finals), step_curve(table, finals)
+    reproduction = reproduction_rows(computable(targets, merged), merged, bootstrap)
+    return table, with_steps(table, finals), step_curve(table, finals), reproduction
 
 
 def step_figure(curve: pd.DataFrame, summary_: pd.DataFrame, dataset: str, path: str) -> None:

@@ -114,7 +114,7 @@ class CalibDCDPlan:
         variants = [UNCALIBRATED, *self.spec["variants"]] if self.spec else []
         return [Columns(f"calibdcd ({d})", score_column(d, ".+"),
                         tuple(score_column(d, v) for v in variants) if d in self.detectors() else (),
-                        "calibdcd.detectors, calibdcd.variants") for d in known]
+                        "calibdcd.detectors, calibdcd.variants", tuple(self.pairs())) for d in known]
 
     def report_outputs(self) -> dict[str, str]:
         """The report's files (rule calibdcd_report), by name."""

@@ -11,7 +11,9 @@
 - selection: the kept views, (r, lambda) and basis size of every run, and each view's FPP;
 - detectors beside the baselines: the uncalibrated detectors' AUC next to the passive baselines'
   (e.g. Min-K%++) on the same evaluation splits: on a base model a feature-based detector that
-  stays far below Min-K%++ does not find the pretraining members a likelihood attack finds.
+  stays far below Min-K%++ does not find the pretraining members a likelihood attack finds;
+- reproduction: the paper's figures the config lists (``paper_targets``, Tables 2 and 3) beside the run's
+  (:mod:`mialab.evaluation.reproduction`), the same rows as in ``results/evaluation/summary.md``.
 
 AUC and TPR come from the common evaluation (``results/evaluation/per_seed.parquet``), so the
 numbers are those of the results table. Metrics are fractions; tables show percentages.
@@ -25,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from mialab.evaluation.metrics import fpr_column
-from mialab.evaluation.stage import evaluate_tables
+from mialab.evaluation.reproduction import computable, reproduction_markdown, reproduction_rows
+from mialab.evaluation.stage import evaluate_tables, merge_tables
 
 PREFIX = "calibdcd/"
 DETECTOR_NAMES = {"veilprobe": "VeilProbe", "dpdllm": "DPDLLM"}
@@ -197,15 +200,17 @@ def markdown(df: pd.DataFrame, percent: Sequence[str] = (), index: bool = False)
 
 
 def paper_report(scores: list[tuple[str, str, int, pd.DataFrame]], summaries: list[dict], views: pd.DataFrame, *,
-                 fpr_targets: Sequence[float], baselines: list[tuple[str, str, int, pd.DataFrame]] = (),
-                 baseline_methods: Sequence[str] = ()) -> dict[str, str]:
+                 fpr_targets: Sequence[float], bootstrap: dict, targets: list[dict] = (),
+                 baselines: list[tuple[str, str, int, pd.DataFrame]] = (), baseline_methods: Sequence[str] = ()
+                 ) -> dict[str, str]:
     """The report of rule ``calibdcd_report``: its markdown and CSV tables, keyed as the rule's outputs.
 
     ``scores``: every (model, dataset, seed, calibrated scores) run, evaluated with the evaluation
     stage's own metrics (the results table's numbers); ``summaries``: the calibration summaries;
     ``views``: the per-view pressure rows with their run's model, dataset, detector and seed;
     ``baselines``: the passive baselines' (model, dataset, seed, scores) on the same splits, shown
-    beside the uncalibrated detectors (``baseline_methods`` their columns).
+    beside the uncalibrated detectors (``baseline_methods`` their columns); ``targets``: the config's paper targets,
+    those these tables hold set beside the run's figures (intervals by ``bootstrap``, ``evaluation.bootstrap``).
     """
     tpr5 = fpr_column(0.05)
     targets = sorted(set(fpr_targets) | {0.05})
@@ -224,11 +229,16 @@ def paper_report(scores: list[tuple[str, str, int, pd.DataFrame]], summaries: li
         both = pd.concat([per_seed, evaluate_tables(list(baselines), targets)], ignore_index=True)
         beside = ["## Uncalibrated detectors beside the likelihood baselines: AUC (same splits)\n\n"
                   + markdown(beside_baselines(both, "auroc", baseline_methods), index=True)]
+    merged = merge_tables([*scores, *baselines])
+    reproduction = reproduction_rows(computable(list(targets), merged), merged, bootstrap)
+    reproduced = ["## Reproduction: the paper's figures beside the run's\n\n"
+                  + reproduction_markdown(reproduction, bootstrap["level"])] if len(reproduction) else []
     sections = [
         "# CalibDCD\n\nAUC and TPR@5%FPR in %, mean ± std over seeds, on each seed's evaluation split "
         "(the split every method scores); calibration reads only the supervised labels and known non-members.\n",
         "## Main results: AUC (paper Table 2)\n\n" + markdown(main_results(per_seed, "auroc"), index=True),
         "## Main results: TPR@5%FPR (paper Table 3)\n\n" + markdown(main_results(per_seed, tpr5), index=True),
+        *reproduced,
         *beside,
         "## Ablations (paper Table 4; change from CalibDCD on the same runs)\n\n"
         + markdown(ablation.drop(columns="variant"), percent=pct),

@@ -103,6 +103,28 @@ def metric_draws(scores_by_seed: list, draws: Draws, metric: str) -> np.ndarray:
     return np.nanmean(per_seed, axis=0)
 
 
+def top_k_mean(values: np.ndarray, k: int) -> np.ndarray:
+    """Mean of the ``k`` largest of each column of ``values`` (metrics x draws)."""
+    return np.sort(values, axis=0)[::-1][:k].mean(axis=0)
+
+
+def top_k_draws(columns_by_seed: list[list], draws: Draws, k: int = 5) -> np.ndarray:
+    """Mean over seeds of the mean of the ``k`` largest AUROCs among several score columns (per seed, a list of
+    columns; the ADRA paper's summary of an attack) in every draw."""
+    per_seed = [top_k_mean(np.stack([weighted_auroc(np.asarray(s, dtype=np.float64), y, w) for s in columns]), k)
+                for columns, y, w in zip(columns_by_seed, draws.labels, draws.weights)]
+    return np.nanmean(per_seed, axis=0)
+
+
+def member_mean_draws(values_by_seed: list, draws: Draws) -> np.ndarray:
+    """Mean over seeds of the members' mean of a per-candidate value (a reconstruction metric) in every draw."""
+    per_seed = []
+    for v, y, w in zip(values_by_seed, draws.labels, draws.weights):
+        members = w * (y == 1)
+        per_seed.append(members @ np.asarray(v, dtype=np.float64) / members.sum(axis=1))
+    return np.nanmean(per_seed, axis=0)
+
+
 def interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """Percentile interval of bootstrap draws."""
     a = (1 - level) / 2

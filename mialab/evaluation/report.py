@@ -8,6 +8,7 @@ from sklearn.metrics import roc_curve
 
 from mialab.evaluation.headline import headline_markdown
 from mialab.evaluation.metrics import fpr_column
+from mialab.evaluation.reproduction import reproduction_markdown
 
 
 def markdown_table(summary: pd.DataFrame, metrics: list[str]) -> str:
@@ -183,10 +184,12 @@ def forest_figure(table: pd.DataFrame, headline: dict[str, str], path: str, leve
 
 def results_markdown(summary: pd.DataFrame, headline: pd.DataFrame, *, fpr_targets: list[float], bootstrap: dict,
                      truncation_warn: float, checks: pd.DataFrame | None = None,
-                     repeats: dict[str, int | None] | None = None, controls: list[str] = ()) -> str:
+                     repeats: dict[str, int | None] | None = None, controls: list[str] = (),
+                     reproduction: pd.DataFrame | None = None) -> str:
     """``results/summary.md``: warnings (truncation; when the split checks ran, ``checks``: their table, split
-    overlap; no-members ``controls`` off 50%), the headline, every method's row and the split checks beside
-    each dataset (``repeats``: the exact repeats each dataset's pool dropped)."""
+    overlap; no-members ``controls`` off 50%), the headline, the paper's figures beside the run's where the config
+    lists any (``reproduction``: :func:`mialab.evaluation.reproduction.reproduction_rows`), every method's row and
+    the split checks beside each dataset (``repeats``: the exact repeats each dataset's pool dropped)."""
     from mialab.checks.leakage import overlap_warning, per_dataset
 
     metrics = ["auroc", *(fpr_column(t) for t in fpr_targets)]
@@ -205,6 +208,8 @@ def results_markdown(summary: pd.DataFrame, headline: pd.DataFrame, *, fpr_targe
                    "`results/evaluation/<dataset>/roc.png` (low-FPR ROC of the headline rows); per-method figures "
                    "in `results/adra/report/<dataset>/steps.png` (AUROC against the RL step) and "
                    "`results/lara/report/<dataset>/layers.png` (LaRA's layers), where those methods ran.\n")
+    if reproduction is not None and len(reproduction):
+        markdown += "\n## Reproduction\n\n" + reproduction_markdown(reproduction, bootstrap["level"])
     markdown += ("\n## Appendix: every method and ablation\n\nAUROC and TPR at FPR ≤ target, in %, mean ± std over "
                  "seeds (higher score = member; see README, 'Conventions'). Summaries picked on the evaluation labels "
                  "(best, top-5) are optimistic.\n\n" + markdown_table(summary, metrics))

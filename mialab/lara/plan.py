@@ -74,13 +74,13 @@ class LaRAPlan:
         writes no early / mid column)."""
         key = "lara.detection.reference, lara.betas, lara.baselines.responses.min_k"
         if not self.spec:
-            return [Columns(p, f"{p}(/.+)?", (), key) for p in PREFIXES.values()]
+            return [Columns(p, f"{p}(/.+)?", (), key, ()) for p in PREFIXES.values()]
         prefix = PREFIXES[self.spec["detection"]["reference"]]
         detection = [prefix, *(f"{prefix}/{v}" for m in METRIC_NAMES for v in (m, f"no_{m}")),
                      *(f"{prefix}/{w}" for w in WINDOWS), *(f"{prefix}/lara+sc@{b:g}" for b in self.spec["betas"])]
         baselines = [f"lara/{c}" for c in (*GENERATED, *response_columns(self.spec["baselines"]["responses"]["min_k"]))]
-        return [Columns(p, f"{p}(/.+)?", tuple(c for c in [*detection, *baselines] if c.split("/")[0] == p), key)
-                for p in PREFIXES.values()]
+        return [Columns(p, f"{p}(/.+)?", tuple(c for c in [*detection, *baselines] if c.split("/")[0] == p), key,
+                        tuple(self.pairs())) for p in PREFIXES.values()]
 
     def models(self) -> list[str]:
         return list(dict.fromkeys(m for m, _ in self.pairs()))

@@ -5,7 +5,9 @@
   split (PPL = ``loss``, Min-K% = ``min_k@k``, Min-K%++ = ``min_k_plus_plus@k``), per model;
 - :func:`layer_figure`: per model (row) and metric (column), the mean over questions of the raw
   metric at every layer, members vs non-members (band: ± one standard error), with the clean
-  reference set's median as a dotted line. Labels are read here, for display only.
+  reference set's median as a dotted line. Labels are read here, for display only;
+- :func:`lara_markdown` ends with the paper's figures the config lists (``paper_targets``, Table 1) beside the
+  run's, the rows of the evaluation's Reproduction table (:mod:`mialab.evaluation.reproduction`) of these methods.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pandas as pd
 
 from mialab.evaluation.metrics import aggregate_over_seeds, fpr_column
 from mialab.evaluation.report import markdown_table
+from mialab.evaluation.reproduction import reproduction_markdown
 from mialab.lara.stages import EVALUATED, IN_SET_PREFIX, METRIC_COLUMNS, PREFIX, REFERENCE
 
 OUTPUT_BASELINES = ("loss", "min_k", "min_k_plus_plus")
@@ -38,8 +41,10 @@ def lara_summary(per_seed: pd.DataFrame, models: list[str], fpr_targets: list[fl
     return summary.sort_values("model", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 
 
-def lara_markdown(summary: pd.DataFrame, fpr_targets: list[float], notes: str = "") -> str:
-    """The summary as a markdown document (values in %)."""
+def lara_markdown(summary: pd.DataFrame, fpr_targets: list[float], reproduction: pd.DataFrame, level: float,
+                  notes: str = "") -> str:
+    """The summary as a markdown document (values in %), then the rows of ``reproduction`` (the evaluation's, at
+    ``level``) whose method the summary reports."""
     head = ("# LaRA and output-level baselines\n\nAUROC and TPR at FPR ≤ target, in %, mean ± std over seeds "
             "(higher score = member). `lara`: the detection score; `lara/<metric>`: one metric; `lara/no_<metric>`: "
             "leave one out; `lara/early|mid|late`: a 9:9:10 run of the layers; `lara_in_set...`: the same scores "
@@ -49,7 +54,10 @@ def lara_markdown(summary: pd.DataFrame, fpr_targets: list[float], notes: str = 
             "the LaRA code's output-level baselines on the model's greedy answers (`recall_lara_code` is its "
             "\"Recall\"; `min_k_response` keeps its sign, the inverse of Min-K%'s); `lara/lara+sc@b`: b pr(SC) + (1 - b) pr(LaRA); `loss` (PPL), "
             "`min_k@k`, `min_k_plus_plus@k`: the passive baselines on the split's texts.\n\n")
-    return head + (notes + "\n\n" if notes else "") + markdown_table(summary, ["auroc", *map(fpr_column, fpr_targets)])
+    mine = reproduction[reproduction["method"].map(is_reported).astype(bool)]
+    reproduced = ("\n## Reproduction\n\n" + reproduction_markdown(mine, level)) if len(mine) else ""
+    return (head + (notes + "\n\n" if notes else "") + markdown_table(summary, ["auroc", *map(fpr_column, fpr_targets)])
+            + reproduced)
 
 
 def layer_figure(metrics: pd.DataFrame, path: str, title: str) -> None:

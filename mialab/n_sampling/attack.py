@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from mialab.core.finite import require_finite
+from mialab.evaluation import bootstrap as bs
 from mialab.n_sampling.evaluation import AGGREGATIONS, aggregate_rollouts, score_rollouts
 from mialab.similarity.metrics import LEXICAL_METRICS
 
@@ -72,8 +73,8 @@ def method_of(column: str) -> str:
 
 def top_k_mean(aurocs: Sequence[float], k: int = 5) -> float:
     """Mean of the ``k`` largest AUROCs of an attack's metrics (the paper's summary, Table 10 / Figure 2)."""
-    values = np.sort(np.asarray(aurocs, dtype=np.float64))[::-1]
+    values = np.asarray(aurocs, dtype=np.float64)
     if values.size < k:
         raise ValueError(f"top-{k} mean needs at least {k} finite AUROCs, got {values.size}")
     require_finite(f"top-{k} mean: AUROCs", values)
-    return float(values[:k].mean())
+    return float(bs.top_k_mean(values[:, None], k)[0])

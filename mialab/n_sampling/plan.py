@@ -83,7 +83,7 @@ class NSamplingPlan:
     def columns(self) -> list[Columns]:
         """N-Sampling's score columns (:mod:`mialab.pipeline.columns`)."""
         return [Columns(METHOD, f"{METHOD}/.+", tuple(self.metric_columns(METHOD)) if self.spec else (),
-                        "n_sampling.metrics")]
+                        "n_sampling.metrics", tuple(self.pairs()))]
 
     def datasets(self) -> list[str]:
         return list(dict.fromkeys(d for _, d in self.pairs()))

@@ -28,6 +28,7 @@ import numpy as np
 from mialab.core.finite import require_finite
 from mialab.lm.logprobs import TokenStats
 from mialab.pipeline.columns import Columns
+from mialab.pipeline.plan import Plan
 
 SIGMA_EPS = 1e-12
 
@@ -99,13 +100,16 @@ def score_columns(scoring: dict, *, reference: bool) -> list[str]:
             for k in (scoring["k"] if takes_k(m) else [None])]
 
 
-def passive_columns(config: dict) -> list[Columns]:
+def passive_columns(plan: Plan) -> list[Columns]:
     """The passive baselines' columns (:class:`mialab.pipeline.columns.Columns`), one method each: what the
-    config's score tables hold (``r_loss`` where an evaluated model has a reference)."""
-    reference = any(spec.get("reference") for spec in config["models"].values())
-    written = score_columns(config["scoring"], reference=reference)
+    config's score tables hold, on every evaluated (model, dataset) pair (``r_loss`` on those of a model with a
+    reference)."""
+    pairs = plan.evaluated_pairs()
+    referenced = [(m, d) for m, d in pairs if plan.reference_of(m)]
+    written = score_columns(plan.config["scoring"], reference=bool(referenced))
     return [Columns(m, re.escape(m) + ("@.+" if takes_k(m) else ""),
-                    tuple(c for c in written if c.split("@")[0] == m), "scoring.methods, scoring.k")
+                    tuple(c for c in written if c.split("@")[0] == m), "scoring.methods, scoring.k",
+                    tuple(referenced if m in DERIVED else pairs))
             for m in KNOWN]
 
 
