@@ -267,6 +267,9 @@ def both(*changes):
 
 
 NAN, INF = float("nan"), float("inf")
+# a paper figure the default config computes (paper_targets; mialab.pipeline.columns.check_targets)
+TARGET = {"method": "min_k_plus_plus@0.2", "dataset": "wikimia", "model": "base", "metric": "auroc", "value": 95.5,
+          "source": {"paper": "P", "table": "Table 2", "row": "Min-K%++, WikiMIA"}}
 SFT_WHERE = ("models", "sft", "filler", "where", 0)
 CASES = {
     # ---- issue #32: silent ----
@@ -550,6 +553,39 @@ CASES = {
                 r"the columns adra_plus writes under adra\.variants.*adra_plus/lcs_ratio_ref@aon",
         at("evaluation", "headline", value={"ADRA+": "adra_plus/lcs_ratio@aon"}),
         base="adra"),
+    "new-paper-target-column-not-written": Bad(
+        "plan", r"paper_targets\[0\] \(min_k_plus_plus@0\.3 auroc on wikimia / base\): 'min_k_plus_plus@0\.3' is not "
+                r"among the columns min_k_plus_plus writes .*: min_k_plus_plus@0\.2",
+        at("paper_targets", value=[{**TARGET, "method": "min_k_plus_plus@0.3"}])),
+    "new-paper-target-column-of-no-method": Bad(
+        "plan", r"paper_targets\[1\] \(calibdcd/dpdlm/calibdcd auroc on wikimia / base\): 'calibdcd/dpdlm/calibdcd' "
+                r"is not a score column of any method",
+        at("paper_targets", value=[TARGET, {**TARGET, "method": "calibdcd/dpdlm/calibdcd"}])),
+    "new-paper-target-reconstruction-metric-typo": Bad(
+        "plan", r"paper_targets\[0\] \(n_sampling lcs@bon on aime / sft\): 'n_sampling/lcs@bon' is not among the "
+                r"columns n_sampling writes under n_sampling\.metrics: .*n_sampling/lcs_length@aon",
+        at("paper_targets", value=[{**TARGET, "method": "n_sampling", "metric": "lcs@bon", "dataset": "aime",
+                                    "model": "sft"}])),
+    "new-paper-target-on-a-pair-the-method-skips": Bad(
+        "plan", r"paper_targets\[0\] \(n_sampling top5_auroc on aime / base\): n_sampling writes "
+                r"'n_sampling/[a-z_]+@aon' on aime / sft, wikimia / base, not on aime / base",
+        at("paper_targets", value=[{**TARGET, "method": "n_sampling", "metric": "top5_auroc", "dataset": "aime"}])),
+    "new-paper-target-on-a-model-not-evaluated-on-the-dataset": Bad(
+        "plan", r"paper_targets\[0\] \(loss auroc on aime / chat\): loss writes 'loss' on .*, not on aime / chat",
+        at("paper_targets", value=[{**TARGET, "method": "loss", "dataset": "aime", "model": "chat"}])),
+    "new-paper-target-top5-of-a-column": Bad(
+        "plan", r"paper_targets\[0\] \(loss top5_auroc on wikimia / base\): top5_auroc is the mean of an attack's "
+                r"five best metric AUROCs, and 'loss' has 0 score column\(s\) in this config; its attacks: .*n_sampling",
+        at("paper_targets", value=[{**TARGET, "method": "loss", "metric": "top5_auroc"}])),
+    "new-paper-target-metric-typo": Bad(
+        "plan", r"paper_targets\[0\]\.metric: 'auc' does not match",
+        at("paper_targets", value=[{**TARGET, "metric": "auc"}])),
+    "new-paper-target-value-as-words": Bad(
+        "plan", r"paper_targets\[0\]\.value: 'about 90' is none of the forms it accepts \(the paper's figure as it prints it",
+        at("paper_targets", value=[{**TARGET, "value": "about 90"}])),
+    "new-paper-target-without-its-source": Bad(
+        "plan", r"paper_targets\[0\]: 'source' is a required property",
+        at("paper_targets", value=[{k: v for k, v in TARGET.items() if k != "source"}])),
     "new-baseline-method-not-run": Bad(
         "plan", r"evaluation\.baseline: 'min_k_plus_plus@0\.2' is a column of "
                 r"min_k_plus_plus, which this config does not run",
@@ -888,6 +924,10 @@ GOOD = {
     "headline rows of methods the config does not run": at("evaluation", "headline", value={
         "ADRA+": "adra_plus/lcs_ratio_ref@aon", "Loss": "loss"}),
     "a CUDA device a job would see": at("scoring", "device", value="cuda:0"),
+    "paper targets of every kind the run computes, a lost one among them": at("paper_targets", value=[
+        TARGET, {**TARGET, "metric": "tpr@5%fpr", "value": "not in the extracted text"},
+        {**TARGET, "method": "n_sampling", "metric": "top5_auroc"}, {**TARGET, "method": "n_sampling", "metric": "lcs_length@bon"},
+        {**TARGET, "method": "lara/cdd", "dataset": "aime", "model": "grpo_e1"}]),
 }
 
 
@@ -977,6 +1017,9 @@ WIRING = {
             "models.sft.train.lr: nan is not a finite number"),
     "k": ("plan", lambda text: text.replace("k: [0.2]", "k: [0.1]", 1),
           "evaluation.baseline: 'min_k_plus_plus@0.2' is not among the columns"),
+    "paper target": ("plan", lambda text: text + "paper_targets: [{method: min_k_plus_plus@0.3, dataset: wikimia, model: base, "
+                                              "metric: auroc, value: 95.5, source: {paper: P, table: T, row: R}}]\n",
+                     "paper_targets[0] (min_k_plus_plus@0.3 auroc on wikimia / base): 'min_k_plus_plus@0.3' is not among"),
     # run start (not in a dry run): devices, hub models
     "device": ("start", lambda text: text.replace("device: auto", "device: cuda:7", 1),
                "scoring.device: 'cuda:7', but"),

@@ -342,3 +342,102 @@ def test_the_no_member_models_are_those_no_member_reached_through_their_whole_li
               "rl1": {"kind": "rl", "init": "chat", "members": {"dataset": "a"}}, "given": {"kind": "hf", "path": "x"}}
     assert no_member_models(models) == ["control", "chat", "rl0"]
     assert no_member_models(validated(default_config())["models"]) == ["control"]   # the tiny world's
+
+
+# -- the paper's figures beside the run's (paper_targets, mialab.evaluation.reproduction) ---------------------------
+def _target(method, metric, value, dataset="d", model="m"):
+    return {"method": method, "dataset": dataset, "model": model, "metric": metric, "value": value,
+            "source": {"paper": "P", "table": "Table 1", "row": f"{method} {metric}"}}
+
+
+def _reproduction_tables():
+    """Two seeds of one (d, m), 3 members and 3 non-members each: Loss, six metric columns of the attack ``adra`` and
+    two of its reconstruction columns with hand-set member means."""
+    rng = np.random.default_rng(5)
+    y = np.array([1, 1, 1, 0, 0, 0])
+    loss = {0: [3, 2, 0.5, 1, 0, -1], 1: [1, 2, 3, -1, -2, -3]}  # AUROC 8/9 and 1; TPR@5%FPR (no FP) 2/3 and 1
+    jaccard = {0: [0.5, 0.3, 0.1, 0.9, 0.9, 0.9], 1: [0.2, 0.2, 0.2, 0.0, 0.0, 0.0]}  # members' means 0.3, 0.2
+    lcs = {0: [10, 20, 30, 0, 0, 0], 1: [40, 40, 40, 5, 5, 5]}  # members' means 20, 40 (words)
+    out = []
+    for seed in (0, 1):
+        t = pd.DataFrame({"id": [f"c{seed}-{i}" for i in range(6)], "label": y, "loss": np.array(loss[seed], float),
+                          "adra/jaccard@bon": jaccard[seed], "adra/lcs_length@aon": np.array(lcs[seed], float)})
+        for i in range(4):
+            t[f"adra/m{i}@aon"] = rng.normal(size=6) + i * y
+        out.append(("m", "d", seed, t))
+    return out
+
+
+def test_reproduction_rows_set_the_run_s_figure_with_its_interval_beside_the_paper_s():
+    """Each kind of figure on hand numbers (AUROC, TPR@5%FPR, an attack's top-5 AUROC, a reconstruction metric's
+    members' mean, in % or words); the intervals are the headline's (same draws); a lost figure stays NaN."""
+    from mialab.evaluation.headline import headline_table
+    from mialab.evaluation.reproduction import LOST, computable, reproduction_rows
+    from mialab.evaluation.stage import merge_tables
+
+    tables = merge_tables(_reproduction_tables())
+    targets = [_target("loss", "auroc", 80.0), _target("loss", "tpr@5%fpr", LOST), _target("adra", "top5_auroc", 70),
+               _target("adra", "jaccard@bon", 31.5), _target("adra", "lcs_length@aon", 28)]
+    rows = reproduction_rows(targets, tables, BOOT)
+    assert list(rows["metric"]) == ["auroc", "tpr@5%fpr", "top5_auroc", "jaccard@bon", "lcs_length@aon"]
+    r = rows.set_index("metric")
+    top5 = np.mean([np.sort([roc_auc_score(t["label"], t[c]) for c in t.columns if c.startswith("adra/")])[::-1][:5].mean()
+                    for _, _, _, t in tables])
+    expected = {"auroc": 100 * (8 / 9 + 1) / 2, "tpr@5%fpr": 100 * (2 / 3 + 1) / 2, "top5_auroc": 100 * top5,
+                "jaccard@bon": 25.0, "lcs_length@aon": 30.0}
+    for metric, value in expected.items():
+        assert r.loc[metric, "run"] == pytest.approx(value), metric
+        assert r.loc[metric, "run_lo"] <= r.loc[metric, "run_hi"] and r.loc[metric, "n_seeds"] == 2
+    assert list(r["unit"]) == ["%", "%", "%", "%", "words"]
+    assert r.loc["auroc", "paper"] == 80.0 and np.isnan(r.loc["tpr@5%fpr", "paper"])
+    assert r.loc["jaccard@bon", "source"] == "P Table 1, adra jaccard@bon"
+    h = headline_table(tables, {"Loss": "loss"}, "loss", [0.05], BOOT).iloc[0]
+    assert (r.loc["auroc", "run_lo"], r.loc["auroc", "run_hi"]) == pytest.approx((100 * h["auroc_lo"], 100 * h["auroc_hi"]))
+    assert r.loc["tpr@5%fpr", "run_hi"] == pytest.approx(100 * h["tpr@5%fpr_hi"])
+    # a target on another pair, or of columns these tables lack, is not computable here; asked anyway, it is an error
+    others = [_target("loss", "auroc", 1, model="m2"), _target("lara", "auroc", 1), _target("n_sampling", "top5_auroc", 1)]
+    assert computable([*targets, *others], tables) == targets
+    with pytest.raises(ValueError, match=r"lara auroc on d / m: no column lara in the score tables"):
+        reproduction_rows(others[1:2], tables, BOOT)
+
+
+def test_the_reproduction_table_gives_the_difference_and_where_the_paper_falls():
+    from mialab.evaluation.reproduction import ROW_COLUMNS, reproduction_markdown
+
+    def row(paper, run, lo, hi, metric="auroc"):
+        return {"dataset": "d", "model": "m", "method": "x", "metric": metric, "unit": "%", "paper": paper, "run": run,
+                "run_lo": lo, "run_hi": hi, "n_seeds": 3, "source": "P Table 2, X on D"}
+
+    rows = pd.DataFrame([row(70.0, 72.0, 65.0, 79.0), row(90.0, 72.0, 65.0, 79.0), row(60.0, 72.0, 65.0, 79.0),
+                         row(np.nan, 72.0, 65.0, 79.0)]).astype(ROW_COLUMNS)
+    lines = [line for line in reproduction_markdown(rows, 0.95).splitlines() if line.startswith("| d / m")]
+    assert lines[0] == "| d / m | `x` | `auroc` | 70.0 | 72.0 [65.0, 79.0] | +2.0 | inside | 3 | P Table 2, X on D |"
+    assert "| 90.0 | 72.0 [65.0, 79.0] | -18.0 | 11.0 above |" in lines[1]
+    assert "| 60.0 | 72.0 [65.0, 79.0] | +12.0 | 5.0 below |" in lines[2]
+    assert "| not in the extracted text | 72.0 [65.0, 79.0] | – | – |" in lines[3]
+    assert "run [95% CI]" in reproduction_markdown(rows, 0.95)
+    assert reproduction_markdown(rows.iloc[:0], 0.95).startswith("This config lists no paper figure")
+
+
+def test_summary_and_method_reports_print_the_reproduction_rows_only_where_the_config_lists_targets():
+    from mialab.adra.report import markdown as adra_markdown
+    from mialab.evaluation.headline import headline_table
+    from mialab.evaluation.report import results_markdown
+    from mialab.evaluation.reproduction import reproduction_rows
+    from mialab.evaluation.stage import evaluate_tables, merge_tables, summarise
+    from mialab.lara.report import lara_markdown, lara_summary
+
+    tables = merge_tables(_score_tables())
+    h = headline_table(tables, HEADLINE, "min_k_plus_plus@0.2", [0.05], BOOT)
+    per_seed = evaluate_tables(tables, [0.05])
+    summary = summarise(per_seed, [0.05])
+    rows = reproduction_rows([_target("min_k_plus_plus@0.2", "auroc", 88.8), _target("n_sampling", "jaccard@bon", 12)],
+                             tables, BOOT)
+    md = lambda r: results_markdown(summary, h, fpr_targets=[0.05], bootstrap=BOOT, truncation_warn=1.0, reproduction=r)
+    with_rows, without = md(rows), md(rows.iloc[:0])
+    assert with_rows.index("## Headline") < with_rows.index("## Reproduction") < with_rows.index("## Appendix")
+    assert "| d / m | `min_k_plus_plus@0.2` | `auroc` | 88.8 |" in with_rows and "## Reproduction" not in without
+    assert "| d / m | `n_sampling` | `jaccard@bon` | 12.0 |" in adra_markdown(pd.DataFrame(), "d", "x", rows, 0.95)
+    assert "## Reproduction" not in adra_markdown(pd.DataFrame(), "d", "x", rows.iloc[:0], 0.95)
+    lara = lara_markdown(lara_summary(per_seed, ["m"], [0.05]), [0.05], rows, 0.95)
+    assert "`min_k_plus_plus@0.2` | `auroc` | 88.8" in lara and "`n_sampling`" not in lara  # LaRA's methods only

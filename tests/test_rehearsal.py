@@ -337,13 +337,29 @@ def stand_ins_written(name: str, results: Path) -> None:
     assert {m["spec"]["hub"] for m in manifests} == set(hub.values())
 
 
+def reproduced(markdown: str, targets: list[dict]) -> None:
+    """A Reproduction table with a row of each paper target: the paper's figure (or that the text lost it) beside the
+    run's with its interval (the run's figures are the stand-ins', far from the paper's)."""
+    table = markdown.split("## Reproduction", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and line.split(" | ")[1].startswith("`")]
+    assert len(rows) == len(targets), (len(rows), len(targets), table[:3000])
+    for row, t in zip(rows, targets):
+        cells = row.split(" | ")
+        assert cells[:3] == [f"| {t['dataset']} / {t['model']}", f"`{t['method']}`", f"`{t['metric']}`"], row
+        paper = cells[3] if t["value"] == "not in the extracted text" else float(cells[3])
+        assert paper == (t["value"] if isinstance(paper, str) else pytest.approx(t["value"])), row
+        assert re.fullmatch(r"-?[0-9.]+ \[-?[0-9.]+, -?[0-9.]+\]", cells[4]), row
+        assert t["source"]["table"] in cells[-1] and t["source"]["row"] in cells[-1], row
+
+
 def rehearsal_written(name: str, workdir: Path) -> tuple[dict, Path]:
-    """What every end-to-end rehearsal of paper config ``name`` writes: the summary of each dataset, a stand-in of
-    each hub model (the paper config, its results folder)."""
+    """What every end-to-end rehearsal of paper config ``name`` writes: the summary of each dataset with the paper's
+    figures beside the run's, a stand-in of each hub model (the paper config, its results folder)."""
     cfg = yaml.safe_load((REPO / "configs" / "paper" / f"{name}.yaml").read_text())
     results = workdir / "results"
     summary = (results / "evaluation" / "summary.md").read_text()
     assert all(ds in summary for ds in cfg["datasets"]), summary[:2000]
+    reproduced(summary, sorted(cfg["paper_targets"], key=lambda t: list(cfg["datasets"]).index(t["dataset"])))
     stand_ins_written(name, results)
     return cfg, results
 
@@ -366,6 +382,7 @@ def adra_reports_written(cfg: dict, results: Path) -> None:
             assert expected <= attacks, (dataset, model, expected - attacks)
         markdown = (report / "adra.md").read_text()
         assert all(m in markdown for m in models), markdown[:2000]
+        reproduced(markdown, [t for t in cfg["paper_targets"] if t["dataset"] == dataset])
         assert table["top5_mean"].between(0, 1).any(), table
         assert (report / "steps.png").stat().st_size > 0
 
@@ -438,3 +455,5 @@ def test_paper_config_rehearses_one_dataset_end_to_end(name: str, tmp_path):
         assert {"lara", "lara/cdd", "lara/self_critique", "lara/recall_lara_code", "lara/dime"} <= methods, methods
     assert table["auroc_mean"].between(0, 1).all()
     assert (results / "lara" / "report" / dataset / "layers.png").stat().st_size > 0
+    reproduced((results / "lara" / "report" / dataset / "lara.md").read_text(),
+               [t for t in cfg["paper_targets"] if t["dataset"] == dataset])

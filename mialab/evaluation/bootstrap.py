@@ -117,11 +117,13 @@ def top_k_draws(columns_by_seed: list[list], draws: Draws, k: int = 5) -> np.nda
 
 
 def member_mean_draws(values_by_seed: list, draws: Draws) -> np.ndarray:
-    """Mean over seeds of the members' mean of a per-candidate value (a reconstruction metric) in every draw."""
+    """Mean over seeds of the members' mean of a per-candidate value (a reconstruction metric) in every draw (NaN for
+    a seed none of whose members a draw took)."""
     per_seed = []
     for v, y, w in zip(values_by_seed, draws.labels, draws.weights):
         members = w * (y == 1)
-        per_seed.append(members @ np.asarray(v, dtype=np.float64) / members.sum(axis=1))
+        total, count = members @ np.asarray(v, dtype=np.float64), members.sum(axis=1)
+        per_seed.append(np.divide(total, count, out=np.full(len(count), np.nan), where=count > 0))
     return np.nanmean(per_seed, axis=0)
 
 
