@@ -292,6 +292,46 @@ def test_recovery_sums_over_seeds_and_leaves_nothing_flagged_empty():
     assert empty["recovery_rate"].isna().all()
 
 
+def test_the_paper_report_sets_the_paper_targets_beside_the_run():
+    """paper_report's Reproduction section: the config's targets its score tables hold (the detectors' and the
+    baselines'), the same rows as the evaluation's; a target of another method or pair is left to its report."""
+    from mialab.calibdcd.report import paper_report
+    from mialab.evaluation.reproduction import reproduction_rows
+    from mialab.evaluation.stage import merge_tables
+
+    rng = np.random.default_rng(2)
+    y = np.r_[np.ones(10, int), np.zeros(10, int)]
+    scores, baselines, summaries, views = [], [], [], []
+    for seed in (0, 1):
+        ids = [f"w{seed}-{i}" for i in range(20)]
+        scores.append(("chat", "wiki", seed, pd.DataFrame({"id": ids, "label": y, **{
+            f"calibdcd/veilprobe/{v}": rng.normal(size=20) + y for v in ("original", "calibdcd", "random3")}})))
+        baselines.append(("chat", "wiki", seed, pd.DataFrame({"id": ids, "label": y, "n_tokens": 9,
+                                                               "min_k_plus_plus@0.2": rng.normal(size=20) + 2 * y})))
+        rec = {"view": "cue_answer", "flagged": 2, "recovered": 1, "recovery_rate": 0.5}
+        base = {"kept_views": ["cue_answer"], "rank": 3, "lam": 0.8, "basis_dim": 1, "n_supervised": 20,
+                "n_calibration": 4, "n_pool": 40, "recovery": rec}
+        summaries.append({"dataset": "wiki", "model": "chat", "detector": "veilprobe", "seed": seed,
+                          "variants": {"calibdcd": base, "random3": base}})
+        views.append(pd.DataFrame({"variant": "calibdcd", "view": ["cue_answer"], "fpp": [0.1], "kept": [True],
+                                   "model": "chat", "dataset": "wiki", "detector": "veilprobe", "seed": seed}))
+    target = {"method": "calibdcd/veilprobe/calibdcd", "dataset": "wiki", "model": "chat", "metric": "tpr@5%fpr",
+              "value": 81.6, "source": {"paper": "CalibDCD", "table": "Table 3", "row": "VeilProbe + CalibDCD, WikiMIA"}}
+    others = [{**target, "method": "min_k_plus_plus@0.2", "metric": "auroc", "value": "not in the extracted text"},
+              {**target, "model": "base"}, {**target, "method": "lara"}]
+    boot = {"resamples": 200, "level": 0.95, "seed": 0}
+    report = paper_report(scores, summaries, pd.concat(views, ignore_index=True), fpr_targets=[0.01], bootstrap=boot,
+                          paper_targets=[target, *others], baselines=baselines, baseline_methods=["min_k_plus_plus@0.2"])
+    section = report["markdown"].split("## Reproduction", 1)[1].split("\n## ", 1)[0]
+    rows = reproduction_rows([target, others[0]], merge_tables([*scores, *baselines]), boot)
+    lines = [line for line in section.splitlines() if line.startswith("| wiki / chat")]
+    assert len(lines) == 2 and lines[0].startswith("| wiki / chat | `calibdcd/veilprobe/calibdcd` | `tpr@5%fpr` | 81.6 | "
+                                                   f"{rows['run'][0]:.1f} [{rows['run_lo'][0]:.1f}, ")
+    assert "| `min_k_plus_plus@0.2` | `auroc` | not in the extracted text |" in lines[1]
+    assert "Reproduction" not in paper_report(scores, summaries, pd.concat(views, ignore_index=True), fpr_targets=[0.01],
+                                              bootstrap=boot, baselines=baselines)["markdown"]
+
+
 # --- stage keys --------------------------------------------------------------------------------------
 
 def validated(cfg: dict) -> dict:

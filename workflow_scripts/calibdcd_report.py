@@ -19,7 +19,7 @@ baselines = [(m, d, int(s), pd.read_parquet(p)) for (m, d, s), p in zip(params.b
 views = pd.concat([pd.read_parquet(p).assign(model=m, dataset=d, detector=det, seed=int(s))
                    for (m, d, det, s), p in zip(params.runs, inputs.views)], ignore_index=True)
 report = paper_report(scores, [json.loads(Path(p).read_text()) for p in inputs.summaries], views,
-                      fpr_targets=params.fpr_targets, bootstrap=params.bootstrap, targets=params.paper_targets,
+                      fpr_targets=params.fpr_targets, bootstrap=params.bootstrap, paper_targets=params.paper_targets,
                       baselines=baselines, baseline_methods=params.baselines)
 for name, text in report.items():
     write_text(text, output[name])

@@ -117,7 +117,7 @@ def step_curve(summary_: pd.DataFrame, final_steps: dict[str, dict[str, int]]) -
 
 def markdown(summary_: pd.DataFrame, dataset: str, primary: str, reproduction: pd.DataFrame, level: float) -> str:
     """The summary as a markdown table (AUROC in %), then the paper's figures beside the run's where the config lists
-    any (``reproduction``: :func:`report`'s rows, ``level`` their intervals')."""
+    any (``reproduction``: :func:`report`'s rows, their intervals at ``level``)."""
     def cell(r, name):
         return "" if pd.isna(r.get(f"{name}_mean")) else f"{100 * r[f'{name}_mean']:.1f} ± {100 * r[f'{name}_std']:.1f}"
 

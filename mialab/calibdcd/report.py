@@ -200,7 +200,7 @@ def markdown(df: pd.DataFrame, percent: Sequence[str] = (), index: bool = False)
 
 
 def paper_report(scores: list[tuple[str, str, int, pd.DataFrame]], summaries: list[dict], views: pd.DataFrame, *,
-                 fpr_targets: Sequence[float], bootstrap: dict, targets: list[dict] = (),
+                 fpr_targets: Sequence[float], bootstrap: dict, paper_targets: list[dict] = (),
                  baselines: list[tuple[str, str, int, pd.DataFrame]] = (), baseline_methods: Sequence[str] = ()
                  ) -> dict[str, str]:
     """The report of rule ``calibdcd_report``: its markdown and CSV tables, keyed as the rule's outputs.
@@ -209,7 +209,7 @@ def paper_report(scores: list[tuple[str, str, int, pd.DataFrame]], summaries: li
     stage's own metrics (the results table's numbers); ``summaries``: the calibration summaries;
     ``views``: the per-view pressure rows with their run's model, dataset, detector and seed;
     ``baselines``: the passive baselines' (model, dataset, seed, scores) on the same splits, shown
-    beside the uncalibrated detectors (``baseline_methods`` their columns); ``targets``: the config's paper targets,
+    beside the uncalibrated detectors (``baseline_methods`` their columns); ``paper_targets``: the config's,
     those these tables hold set beside the run's figures (intervals by ``bootstrap``, ``evaluation.bootstrap``).
     """
     tpr5 = fpr_column(0.05)
@@ -230,7 +230,7 @@ def paper_report(scores: list[tuple[str, str, int, pd.DataFrame]], summaries: li
         beside = ["## Uncalibrated detectors beside the likelihood baselines: AUC (same splits)\n\n"
                   + markdown(beside_baselines(both, "auroc", baseline_methods), index=True)]
     merged = merge_tables([*scores, *baselines])
-    reproduction = reproduction_rows(computable(list(targets), merged), merged, bootstrap)
+    reproduction = reproduction_rows(computable(list(paper_targets), merged), merged, bootstrap)
     reproduced = ["## Reproduction: the paper's figures beside the run's\n\n"
                   + reproduction_markdown(reproduction, bootstrap["level"])] if len(reproduction) else []
     sections = [
