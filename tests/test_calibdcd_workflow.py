@@ -316,20 +316,21 @@ def test_the_paper_report_sets_the_paper_targets_beside_the_run():
         views.append(pd.DataFrame({"variant": "calibdcd", "view": ["cue_answer"], "fpp": [0.1], "kept": [True],
                                    "model": "chat", "dataset": "wiki", "detector": "veilprobe", "seed": seed}))
     target = {"method": "calibdcd/veilprobe/calibdcd", "dataset": "wiki", "model": "chat", "metric": "tpr@5%fpr",
-              "value": 81.6, "source": {"paper": "CalibDCD", "table": "Table 3", "row": "VeilProbe + CalibDCD, WikiMIA"}}
+              "value": 81.6, "source": {"paper": "CalibDCD", "table": "Table 3", "row": "VeilProbe + CalibDCD"}}
     others = [{**target, "method": "min_k_plus_plus@0.2", "metric": "auroc", "value": "not in the extracted text"},
               {**target, "model": "base"}, {**target, "method": "lara"}]
     boot = {"resamples": 200, "level": 0.95, "seed": 0}
-    report = paper_report(scores, summaries, pd.concat(views, ignore_index=True), fpr_targets=[0.01], bootstrap=boot,
-                          paper_targets=[target, *others], baselines=baselines, baseline_methods=["min_k_plus_plus@0.2"])
+    views = pd.concat(views, ignore_index=True)
+    report = paper_report(scores, summaries, views, fpr_targets=[0.01], bootstrap=boot, paper_targets=[target, *others],
+                          baselines=baselines, baseline_methods=["min_k_plus_plus@0.2"])
     section = report["markdown"].split("## Reproduction", 1)[1].split("\n## ", 1)[0]
     rows = reproduction_rows([target, others[0]], merge_tables([*scores, *baselines]), boot)
     lines = [line for line in section.splitlines() if line.startswith("| wiki / chat")]
-    assert len(lines) == 2 and lines[0].startswith("| wiki / chat | `calibdcd/veilprobe/calibdcd` | `tpr@5%fpr` | 81.6 | "
-                                                   f"{rows['run'][0]:.1f} [{rows['run_lo'][0]:.1f}, ")
+    assert len(lines) == 2 and lines[0].startswith(
+        f"| wiki / chat | `calibdcd/veilprobe/calibdcd` | `tpr@5%fpr` | 81.6 | {rows['run'][0]:.1f} [{rows['run_lo'][0]:.1f}, ")
     assert "| `min_k_plus_plus@0.2` | `auroc` | not in the extracted text |" in lines[1]
-    assert "Reproduction" not in paper_report(scores, summaries, pd.concat(views, ignore_index=True), fpr_targets=[0.01],
-                                              bootstrap=boot, baselines=baselines)["markdown"]
+    assert "Reproduction" not in paper_report(scores, summaries, views, fpr_targets=[0.01], bootstrap=boot,
+                                              baselines=baselines)["markdown"]
 
 
 # --- stage keys --------------------------------------------------------------------------------------
