@@ -581,7 +581,7 @@ CASES = {
         "plan", r"paper_targets\[0\]\.metric: 'auc' does not match",
         at("paper_targets", value=[{**TARGET, "metric": "auc"}])),
     "new-paper-target-value-as-words": Bad(
-        "plan", r"paper_targets\[0\]\.value: 'about 90' is none of the forms it accepts \(the paper's figure as it prints it",
+        "plan", r"paper_targets\[0\]\.value: 'about 90' is none of the forms it accepts \(the paper's figure",
         at("paper_targets", value=[{**TARGET, "value": "about 90"}])),
     "new-paper-target-without-its-source": Bad(
         "plan", r"paper_targets\[0\]: 'source' is a required property",
@@ -926,7 +926,8 @@ GOOD = {
     "a CUDA device a job would see": at("scoring", "device", value="cuda:0"),
     "paper targets of every kind the run computes, a lost one among them": at("paper_targets", value=[
         TARGET, {**TARGET, "metric": "tpr@5%fpr", "value": "not in the extracted text"},
-        {**TARGET, "method": "n_sampling", "metric": "top5_auroc"}, {**TARGET, "method": "n_sampling", "metric": "lcs_length@bon"},
+        {**TARGET, "method": "n_sampling", "metric": "top5_auroc"},
+        {**TARGET, "method": "n_sampling", "metric": "lcs_length@bon"},
         {**TARGET, "method": "lara/cdd", "dataset": "aime", "model": "grpo_e1"}]),
 }
 
@@ -1017,8 +1018,9 @@ WIRING = {
             "models.sft.train.lr: nan is not a finite number"),
     "k": ("plan", lambda text: text.replace("k: [0.2]", "k: [0.1]", 1),
           "evaluation.baseline: 'min_k_plus_plus@0.2' is not among the columns"),
-    "paper target": ("plan", lambda text: text + "paper_targets: [{method: min_k_plus_plus@0.3, dataset: wikimia, model: base, "
-                                              "metric: auroc, value: 95.5, source: {paper: P, table: T, row: R}}]\n",
+    "paper target": ("plan", lambda text: text + "paper_targets: [{method: min_k_plus_plus@0.3, dataset: wikimia, "
+                                              "model: base, metric: auroc, value: 95.5, source: {paper: P, table: T, "
+                                              "row: R}}]\n",
                      "paper_targets[0] (min_k_plus_plus@0.3 auroc on wikimia / base): 'min_k_plus_plus@0.3' is not among"),
     # run start (not in a dry run): devices, hub models
     "device": ("start", lambda text: text.replace("device: auto", "device: cuda:7", 1),

@@ -326,8 +326,9 @@ def test_the_paper_report_sets_the_paper_targets_beside_the_run():
     section = report["markdown"].split("## Reproduction", 1)[1].split("\n## ", 1)[0]
     rows = reproduction_rows([target, others[0]], merge_tables([*scores, *baselines]), boot)
     lines = [line for line in section.splitlines() if line.startswith("| wiki / chat")]
-    assert len(lines) == 2 and lines[0].startswith(
-        f"| wiki / chat | `calibdcd/veilprobe/calibdcd` | `tpr@5%fpr` | 81.6 | {rows['run'][0]:.1f} [{rows['run_lo'][0]:.1f}, ")
+    run = f"{rows['run'][0]:.1f} [{rows['run_lo'][0]:.1f}, "
+    assert len(lines) == 2
+    assert lines[0].startswith(f"| wiki / chat | `calibdcd/veilprobe/calibdcd` | `tpr@5%fpr` | 81.6 | {run}")
     assert "| `min_k_plus_plus@0.2` | `auroc` | not in the extracted text |" in lines[1]
     assert "Reproduction" not in paper_report(scores, summaries, views, fpr_targets=[0.01], bootstrap=boot,
                                               baselines=baselines)["markdown"]

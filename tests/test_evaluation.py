@@ -381,8 +381,8 @@ def test_reproduction_rows_set_the_run_s_figure_with_its_interval_beside_the_pap
     rows = reproduction_rows(targets, tables, BOOT)
     assert list(rows["metric"]) == ["auroc", "tpr@5%fpr", "top5_auroc", "jaccard@bon", "lcs_length@aon"]
     r = rows.set_index("metric")
-    top5 = np.mean([np.sort([roc_auc_score(t["label"], t[c]) for c in t.columns if c.startswith("adra/")])[::-1][:5].mean()
-                    for _, _, _, t in tables])
+    aurocs = [[roc_auc_score(t["label"], t[c]) for c in t.columns if c.startswith("adra/")] for _, _, _, t in tables]
+    top5 = np.mean([np.sort(a)[::-1][:5].mean() for a in aurocs])
     expected = {"auroc": 100 * (8 / 9 + 1) / 2, "tpr@5%fpr": 100 * (2 / 3 + 1) / 2, "top5_auroc": 100 * top5,
                 "jaccard@bon": 25.0, "lcs_length@aon": 30.0}
     for metric, value in expected.items():
@@ -392,7 +392,8 @@ def test_reproduction_rows_set_the_run_s_figure_with_its_interval_beside_the_pap
     assert r.loc["auroc", "paper"] == 80.0 and np.isnan(r.loc["tpr@5%fpr", "paper"])
     assert r.loc["jaccard@bon", "source"] == "P Table 1, adra jaccard@bon"
     h = headline_table(tables, {"Loss": "loss"}, "loss", [0.05], BOOT).iloc[0]
-    assert (r.loc["auroc", "run_lo"], r.loc["auroc", "run_hi"]) == pytest.approx((100 * h["auroc_lo"], 100 * h["auroc_hi"]))
+    assert r.loc["auroc", "run_lo"] == pytest.approx(100 * h["auroc_lo"])
+    assert r.loc["auroc", "run_hi"] == pytest.approx(100 * h["auroc_hi"])
     assert r.loc["tpr@5%fpr", "run_hi"] == pytest.approx(100 * h["tpr@5%fpr_hi"])
     # a target on another pair, or of columns these tables lack, is not computable here; asked anyway, it is an error
     others = [_target("loss", "auroc", 1, model="m2"), _target("lara", "auroc", 1), _target("n_sampling", "top5_auroc", 1)]
