@@ -217,22 +217,44 @@ def test_trainer_prompts_tokenise_to_the_engine_prompt_ids(tokenizer):
 
 # --- the training set --------------------------------------------------------------------------
 
-def test_training_set_refuses_labels_and_targets_skip_the_given_words(tokenizer):
+def test_training_set_refuses_labels_and_the_sft_target_skips_the_given_words(tokenizer):
     cands = candidates()
     with pytest.raises(ValueError, match="unlabelled"):
-        training_set(cands.assign(label=1), tokenizer, TASK, "adra", chat=False, seed=0)
-    adra = training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0)
+        training_set(cands.assign(label=1), tokenizer, TASK, "adra", chat=False, seed=0, reference="suffix")
+    adra = training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0, reference="target")
     suffix = cands["suffix"][0].split()
     assert adra["references"][0] == [" ".join(suffix[2:])]  # floor(0.25 * 8) = 2 words given
     assert adra["prompt"][0].endswith(" ".join(suffix[:2])) and set(adra["rule"]) == {"own"}
-    rand = training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0, random_suffixes=2)
+    rand = training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0, random_suffixes=2, reference="target")
     assert set(rand["rule"]) == {"max"} and all(len(r) == 3 for r in rand["references"])
     plus = training_set(cands, tokenizer, TASK, "adra_plus", chat=False, seed=0, distractors=3,
-                        weights=np.linspace(0, 1, len(cands)))
+                        weights=np.linspace(0, 1, len(cands)), reference="target")
     assert set(plus["rule"]) == {"contrastive"} and all(len(r) == 4 for r in plus["references"])
     np.testing.assert_allclose(plus["weight"], np.linspace(0, 1, len(cands)))
     sft = training_set(cands, tokenizer, TASK, "adra_sft", chat=False, seed=0)
     assert sft["completion"][0] == " " + " ".join(suffix[2:])
+    with pytest.raises(ValueError, match="unknown reward reference"):
+        training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0)
+
+
+def test_the_reward_compares_with_the_whole_suffix_given_words_included_as_the_codes_target_gt(tokenizer):
+    """The released code's reward reads the data scripts' target_gt (the whole solution / suffix, own first, then
+    the random others'; post_training_custom_mia.py transform_example), which lexical.py's _filter_refs returns
+    before the truncate_prefix_ratio it applies to the ground truth: the 25% the prompt gives is in the reference."""
+    from mialab.pipeline.config import config_schema
+
+    cands = candidates()
+    own = training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0, reference="suffix")
+    assert own["references"].tolist() == [[s] for s in cands["suffix"]]
+    rand = training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0, random_suffixes=2, reference="suffix")
+    plus = training_set(cands, tokenizer, TASK, "adra_plus", chat=False, seed=0, distractors=3,
+                        weights=np.linspace(0, 1, len(cands)), reference="suffix")
+    for rows in (rand, plus):
+        assert all(refs[0] == s and set(refs) <= set(cands["suffix"]) for refs, s in zip(rows["references"],
+                                                                                           cands["suffix"]))
+    target = training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0, random_suffixes=2, reference="target")
+    assert [len(r[0].split()) for r in target["references"]] == [6] * len(cands)   # the same draw, 2 words fewer
+    assert config_schema()["properties"]["adra"]["properties"]["reward_reference"]["default"] == "suffix"
 
 
 def test_pair_rule_one_example_per_shared_prefix_pair_rewarded_for_the_better_suffix(tokenizer):
@@ -241,15 +263,15 @@ def test_pair_rule_one_example_per_shared_prefix_pair_rewarded_for_the_better_su
     cands.loc[1, "prefix"], cands.loc[3, "prefix"] = cands.loc[0, "prefix"], cands.loc[2, "prefix"]
     assert shares_prefix_pairs(cands) and pair_partners(cands) == {"c0": "c1", "c1": "c0", "c2": "c3", "c3": "c2"}
     task = Task(template="continuation", assistant_prefix_ratio=0.0, max_new_tokens=8)
-    rows = training_set(cands, tokenizer, task, "adra", chat=False, seed=0)
+    rows = training_set(cands, tokenizer, task, "adra", chat=False, seed=0, reference="suffix")
     assert list(rows["id"]) == ["c0", "c2"] and set(rows["rule"]) == {"max"}
     assert rows["references"][0] == [cands["suffix"][0], cands["suffix"][1]]
     reward = adra_reward("trio")
     assert reward([cands["suffix"][1]], references=[rows["references"][0]], rule=["max"], weight=[np.nan]) == [1.0]
     with pytest.raises(ValueError, match="ADRA\\+ does not apply"):
-        training_set(cands, tokenizer, task, "adra_plus", chat=False, seed=0, weights=np.zeros(4))
+        training_set(cands, tokenizer, task, "adra_plus", chat=False, seed=0, weights=np.zeros(4), reference="suffix")
     with pytest.raises(ValueError, match="assistant_prefix_ratio to 0"):
-        training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0)
+        training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0, reference="suffix")
     different = cands.assign(prefix=[f"other prefix {i}" for i in range(4)])  # WikiMIA-24 Hard style pairs
     assert not shares_prefix_pairs(different)
 
@@ -364,7 +386,7 @@ def test_adra_plus_resumed_after_a_crash_ends_with_the_uninterrupted_adapter(tin
     from mialab.adra.training import train_policy
 
     data = training_set(candidates(4), tokenizer, TASK, "adra_plus", chat=False, seed=0, distractors=2,
-                        weights=np.array([0.0, 0.3, 0.6, 1.0])).drop(columns="id")
+                        weights=np.array([0.0, 0.3, 0.6, 1.0]), reference="suffix").drop(columns="id")
     reward = adra_reward("trio")
     log = train_policy(tiny_model, data, "adra_plus", settings(), tmp_path / "a", reward, snapshot_steps=[2],
                        snapshot_dir=tmp_path / "a-policies")

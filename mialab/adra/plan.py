@@ -137,6 +137,7 @@ class ADRAPlan:
         own = self.dataset_settings(dataset)
         if variant != "adra_sft":
             config["reward"] = own["plus_reward" if self.uses_baseline(variant) else "reward"]
+            config["reward_reference"] = self.spec["reward_reference"]
             config["distractor_sampling"] = self.spec["distractor_sampling"]
         if variant == "adra":
             config["random_suffixes"] = own["random_suffixes"]

@@ -58,7 +58,8 @@ def train(model_path: str, split: pd.DataFrame, config: dict, work_dir: str | os
     data = training_set(candidates, load_tokenizer(model_path, trust_remote_code=trust_remote_code), task, variant, chat=config["chat"],
                         seed=settings.seed, distractors=config.get("contrastive", {}).get("distractors", 0),
                         random_suffixes=config.get("random_suffixes", 0), weights=weights,
-                        replace=config.get("distractor_sampling") == "with_replacement")
+                        replace=config.get("distractor_sampling") == "with_replacement",
+                        reference=config.get("reward_reference"))
     Path(snapshot_dir).mkdir(parents=True, exist_ok=True)
     log = train_policy(model_path, data.drop(columns=["id"]), variant, settings, work_dir, reward,
                        snapshot_steps=config["snapshots"], snapshot_dir=snapshot_dir, device=device,
