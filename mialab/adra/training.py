@@ -50,7 +50,7 @@ def check_variant(variant: str) -> str:
     return variant
 
 
-def training_set(candidates: pd.DataFrame, tokenizer, task: Task, variant: str, *, chat: bool, seed: int,
+def training_set(candidates: pd.DataFrame, tokenizer, task: Task, variant: str, *, prompt_format: str, seed: int,
                  distractors: int = 7, random_suffixes: int = 0, weights: np.ndarray | None = None,
                  replace: bool = False, reference: str | None = None) -> pd.DataFrame:
     """The training rows of ``variant`` (module doc) for unlabelled ``candidates``.
@@ -66,10 +66,10 @@ def training_set(candidates: pd.DataFrame, tokenizer, task: Task, variant: str, 
     check_variant(variant)
     if "label" in candidates.columns:
         raise ValueError("ADRA trains on unlabelled candidates: drop the label column first")
-    fitted = fitted_split(candidates, tokenizer, task, chat=chat).reset_index(drop=True)
+    fitted = fitted_split(candidates, tokenizer, task, prompt_format=prompt_format).reset_index(drop=True)
     ratio = task.assistant_prefix_ratio
-    rows = pd.DataFrame({"id": fitted["id"], "prompt": [trainer_prompt(tokenizer, p) for p in
-                                                        prompts(fitted, tokenizer, task, chat=chat)]})
+    rows = pd.DataFrame({"id": fitted["id"], "prompt": [trainer_prompt(tokenizer, p, prompt_format) for p in
+                                                        prompts(fitted, tokenizer, task, prompt_format=prompt_format)]})
     targets = [target(s, ratio, task.assistant_prefix_min_words) for s in fitted["suffix"]]
     if variant == "adra_sft":
         rows["completion"] = [t if p[-1:].isspace() else f" {t}" for p, t in zip(rows["prompt"], targets)]
