@@ -276,6 +276,12 @@ def test_pair_rule_one_example_per_shared_prefix_pair_rewarded_for_the_better_su
         training_set(cands, tokenizer, TASK, "adra", prompt_format="plain", seed=0, reference="suffix")
     different = cands.assign(prefix=[f"other prefix {i}" for i in range(4)])  # WikiMIA-24 Hard style pairs
     assert not shares_prefix_pairs(different)
+    # the code's WikiMIA-24 Hard ADRA data (augment_sampling_method perturbed): the paired article's suffix is the
+    # first random suffix, then random others, as for ADRA+'s distractors
+    rand = training_set(different, tokenizer, task, "adra", prompt_format="plain", seed=0, random_suffixes=2,
+                        reference="suffix")
+    partner = dict(zip(different["id"], different["suffix"][[1, 0, 3, 2]]))
+    assert [refs[1] for refs in rand["references"]] == [partner[i] for i in rand["id"]]
 
 
 # --- scoring and the report --------------------------------------------------------------------
