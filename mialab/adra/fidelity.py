@@ -25,7 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mialab.core.paths import REPO
-from mialab.pipeline.fidelity import Derived, Find, FString, Setting, ShellArray, ShellValue, YamlKey
+from mialab.pipeline.fidelity import (
+    Derived,
+    Find,
+    FString,
+    Setting,
+    ShellArray,
+    ShellValue,
+    YamlKey,
+    argparse_default,
+)
 
 #: the environment variable naming a local checkout of the released code (the reward test's)
 CODE_ENV = "MIA_RL_CODE"
@@ -52,10 +61,13 @@ RUN_MIA = "adra/scripts/run_mia.py"
 MIA_DATASETS = "adra/mia/datasets.py"
 EVALUATION = "adra/utils_rl/reconstruction_evaluation.py"
 NGRAM = "adra/utils_rl/ngram_coverage.py"
-PT, PRE, DIST, CKPT = "scripts/post-training", "scripts/pre-training", "scripts/distillation", "adra/scripts/produce_checkpoints"
+PT, PRE, DIST = "scripts/post-training", "scripts/pre-training", "scripts/distillation"
+CKPT = "adra/scripts/produce_checkpoints"
 T_ADRA = "tests/test_adra.py::"
 T_GEN = "tests/test_generation.py::"
 T_SFT = "tests/test_sft_chat.py::"
+T_ROUNDING = "tests/test_prefix_rounding.py::"
+T_RECON = "tests/test_reconstruction.py::"
 
 
 @dataclass(frozen=True)
@@ -83,7 +95,8 @@ _AIME_NOTE = ("the release has no ADRA+ evaluation script for AIME: its ADRA scr
               "(run_mia_aime_adra_rl_eval_full.sh) evaluates either policy")
 SCRIPTS: dict[str, Scripts] = {
     "aime": Scripts(
-        "post", _pair(f"{PT}/aime/prepare_aime_mia_data_lexical_adra.sh", f"{PT}/aime/prepare_aime_mia_data_lexical_adra-plus.sh"),
+        "post", _pair(f"{PT}/aime/prepare_aime_mia_data_lexical_adra.sh",
+                      f"{PT}/aime/prepare_aime_mia_data_lexical_adra-plus.sh"),
         _pair(f"{PT}/aime/submit_run_aime_adra_original_lora_h200_8.sh",
               f"{PT}/aime/submit_run_aime_adra-plus_original_lora_h200_8.sh"),
         _pair(f"{PT}/aime/run_mia_aime_adra_rl_eval_full.sh", f"{PT}/aime/run_mia_aime_adra_rl_eval_full.sh"),
@@ -148,7 +161,8 @@ SCRIPTS: dict[str, Scripts] = {
                      f"{PRE}/bookmia/prepare_bookmia_mia_data_lexical_adra-plus.sh"),
         _pair(f"{PRE}/bookmia/submit_run_bookmia_adra_original_lora_h200_8.sh",
               f"{PRE}/bookmia/submit_run_bookmia_adra-plus_original_lora_h200_8.sh"),
-        _pair(f"{PRE}/bookmia/run_mia_bookmia_adra_rl_eval_full.sh", f"{PRE}/bookmia/run_mia_bookmia_adra_rl_eval_full.sh"),
+        _pair(f"{PRE}/bookmia/run_mia_bookmia_adra_rl_eval_full.sh",
+              f"{PRE}/bookmia/run_mia_bookmia_adra_rl_eval_full.sh"),
         f"{PRE}/bookmia/run_mia_bookmia_n-sampling_eval.sh", f"{PRE}/bookmia/run_mia_bookmia_baselines.sh",
         notes={"adra_plus": "the release has no ADRA+ evaluation script for BookMIA: its ADRA script's"}),
     "bookmia_paraphrased": Scripts(
@@ -290,11 +304,6 @@ def shell_var(path: str, name: str, raw: bool = False) -> ShellValue:
     return ShellValue(path, rf'^{name}=(\S.*?)\s*(?:#.*)?$', raw=raw)
 
 
-def argparse_default(path: str, name: str) -> Find:
-    """The ``default=`` of ``add_argument("--name", ...)`` (on its line or the next ones)."""
-    return Find(path, r"default=([^,)]+)", after=rf'"--{name}"[,)]')
-
-
 def hydra(key: str) -> YamlKey:
     return YamlKey(PPO, key)
 
@@ -391,7 +400,7 @@ def data_settings(e: Experiment, prep: str, pre: str, plus: bool, sft: bool) -> 
         rows += [Setting("data.prefix_ratio", "build_pool", flag(prep, "prefix_ratio"), "data.prefix_ratio"),
                  Setting("data.custom_prompt", "n_sampling_rollouts", shell_var(prep, "CUSTOM_PROMPT", raw=True),
                          "data.template", expect=lambda v: v + "{prefix}",
-                         test="tests/test_prefix_rounding.py::test_split_words_floor_as_the_code_and_ceil_on_short_texts")]
+                         test=T_ROUNDING + "test_split_words_floor_as_the_code_and_ceil_on_short_texts")]
     if kind != "s1":
         rows += [
             Setting("data.assistant_prefix_ratio", "adra_train", flag(prep, "assistant_prefix_ratio"),
@@ -399,7 +408,7 @@ def data_settings(e: Experiment, prep: str, pre: str, plus: bool, sft: bool) -> 
             Setting("data.assistant_prefix_words", "adra_train",
                     Find(pre, r"num_prefix_words = (max\(1, int\(len\(words\) \* [\w.]+\)\))", raw=True),
                     "task.assistant_prefix_min_words", expect=lambda v: 1,
-                    test="tests/test_prefix_rounding.py::test_assistant_prefix_min_words_one_as_the_code_zero_plain_floor"),
+                    test=T_ROUNDING + "test_assistant_prefix_min_words_one_as_the_code_zero_plain_floor"),
         ]
     if sft:
         return rows
@@ -408,7 +417,8 @@ def data_settings(e: Experiment, prep: str, pre: str, plus: bool, sft: bool) -> 
                 expect=lambda p: dict(zip(("metric", "tau", "contrastive"), profile(p)))),
         Setting("data.include_target_gt", "adra_train", has_flag(prep, "include_target_gt"), "train.reward_reference",
                 expect=lambda v: "suffix",
-                test=T_ADRA + "test_the_reward_compares_with_the_whole_suffix_given_words_included_as_the_codes_target_gt"),
+                test=T_ADRA + "test_the_reward_compares_with_the_whole_suffix_given_words_included_as_the_codes_"
+                                  "target_gt"),
     ]
     if kind != "s1":
         count = "train.contrastive.distractors" if plus else "train.random_suffixes"
@@ -420,8 +430,8 @@ def data_settings(e: Experiment, prep: str, pre: str, plus: bool, sft: bool) -> 
     if plus:
         rows += [Setting("data.mia_weights_tag", "adra_train",
                          Derived(lambda tag, k, kpp: weight_column(tag, kpp if tag == "min_k++" else k),
-                                 (shell_var(prep, "mia_weight_tag"), argparse_default(RUN_MIA, "min-k"),
-                                  argparse_default(RUN_MIA, "minkpp-k"))), "train.contrastive.baseline")]
+                                 (shell_var(prep, "mia_weight_tag"), argparse_default(RUN_MIA, "--min-k"),
+                                  argparse_default(RUN_MIA, "--minkpp-k"))), "train.contrastive.baseline")]
     return rows
 
 
@@ -436,8 +446,8 @@ def launch_settings(e: Experiment, submit: str, plus: bool, sft: bool) -> list[S
     na = lambda key, locate, why: Setting(f"rl.{key}", "adra_train", locate, None, reason=why)  # noqa: E731
     swapped = name_of(e) == "adra_plus_dolma3_arxiv_paraphrased"
     one_run = e.dataset == "olympiad_math_paraphrased" and e.variant == "adra"
-    steps_reason = (("adra.train is one per config: the paraphrased Olympiad config trains both variants 100 steps, "
-                     "its ADRA+ launch's; the code's ADRA reads the original Olympiad launch (60)") if one_run else None)
+    steps_reason = ("adra.train is one per config: the paraphrased Olympiad config trains both variants 100 steps, its "
+                    "ADRA+ launch's; the code's ADRA reads the original Olympiad launch (60)") if one_run else None
     rows = [
         Setting("rl.algorithm.adv_estimator", "adra_train", verl_arg(submit, "algorithm.adv_estimator"),
                 "constants.adv_estimator"),
@@ -447,10 +457,10 @@ def launch_settings(e: Experiment, submit: str, plus: bool, sft: bool) -> list[S
                 "constants.kl_in_reward"),
         Setting("rl.data.train_batch_size", "adra_train", verl_arg(submit, "data.train_batch_size"),
                 "grpo.rollout_prompts"),
-        Setting("rl.data.max_prompt_length", "adra_train", ShellValue(submit, r"^\s+data[.]max_prompt_length=(\S+)"),
+        Setting("rl.data.max_prompt_length", "adra_train", verl_arg(submit, "data.max_prompt_length"),
                 "train.settings.max_prompt_length", reason=ONE_TASK if swapped else None),
         Setting("rl.data.max_response_length", "adra_train",
-                ShellValue(submit, r"^\s+data[.]max_response_length=(\S+)"), "train.settings.max_completion_length",
+                verl_arg(submit, "data.max_response_length"), "train.settings.max_completion_length",
                 reason=ONE_TASK if swapped else None),
         Setting("rl.data.filter_overlong_prompts", "adra_train", verl_arg(submit, "data.filter_overlong_prompts"),
                 "constants.overlong_prompts", expect=lambda v: "dropped" if v else "error", reason=PROMPT_FIT),
@@ -462,37 +472,31 @@ def launch_settings(e: Experiment, submit: str, plus: bool, sft: bool) -> list[S
         Setting("rl.data.drop_last", "adra_train", Find(TRAINER, r"drop_last=(\w+),"), "constants.drop_last"),
         Setting("rl.data.assistant_prefix_key", "adra_train", verl_arg(submit, "data.assistant_prefix_key"),
                 "constants.assistant_prefix", expect=lambda v: bool(v)) if kind != "s1" else None,
-        Setting("rl.actor.optim.lr", "adra_train", verl_arg(submit, "actor_rollout_ref.actor.optim.lr"),
-                "train.settings.lr"),
-        Setting("rl.actor.optim.warmup", "adra_train", hydra("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio"),
-                "train.settings.warmup_steps"),
-        Setting("rl.actor.optim.warmup_style", "adra_train", hydra("actor_rollout_ref.actor.optim.warmup_style"),
-                "train.settings.lr_scheduler"),
-        Setting("rl.actor.optim.weight_decay", "adra_train", hydra("actor_rollout_ref.actor.optim.weight_decay"),
-                "train.settings.weight_decay"),
-        Setting("rl.actor.grad_clip", "adra_train", hydra("actor_rollout_ref.actor.grad_clip"),
-                "train.settings.grad_clip"),
-        Setting("rl.actor.clip_ratio", "adra_train", hydra("actor_rollout_ref.actor.clip_ratio"),
-                "train.settings.epsilon"),
-        Setting("rl.actor.ppo_epochs", "adra_train", hydra("actor_rollout_ref.actor.ppo_epochs"),
-                "train.settings.num_iterations"),
-        Setting("rl.actor.ppo_mini_batch_size", "adra_train",
-                verl_arg(submit, "actor_rollout_ref.actor.ppo_mini_batch_size"), "grpo.update_prompts"),
+        *(Setting(f"rl.{name}", "adra_train", locate, key) for name, locate, key in (
+            ("actor.optim.lr", verl_arg(submit, "actor_rollout_ref.actor.optim.lr"), "train.settings.lr"),
+            ("actor.optim.warmup", hydra("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio"),
+             "train.settings.warmup_steps"),
+            ("actor.optim.warmup_style", hydra("actor_rollout_ref.actor.optim.warmup_style"),
+             "train.settings.lr_scheduler"),
+            ("actor.optim.weight_decay", hydra("actor_rollout_ref.actor.optim.weight_decay"),
+             "train.settings.weight_decay"),
+            ("actor.grad_clip", hydra("actor_rollout_ref.actor.grad_clip"), "train.settings.grad_clip"),
+            ("actor.clip_ratio", hydra("actor_rollout_ref.actor.clip_ratio"), "train.settings.epsilon"),
+            ("actor.ppo_epochs", hydra("actor_rollout_ref.actor.ppo_epochs"), "train.settings.num_iterations"),
+            ("actor.ppo_mini_batch_size", verl_arg(submit, "actor_rollout_ref.actor.ppo_mini_batch_size"),
+             "grpo.update_prompts"))),
         Setting("rl.actor.loss_agg_mode", "adra_train", hydra("actor_rollout_ref.actor.loss_agg_mode"),
                 "train.settings.loss_type", expect=lambda v: {"token-mean": "bnpo"}.get(v, v), reason=LOSS_AGG),
-        Setting("rl.actor.entropy_coeff", "adra_train", verl_arg(submit, "actor_rollout_ref.actor.entropy_coeff"),
-                "train.settings.entropy_coeff"),
-        Setting("rl.actor.use_kl_loss", "adra_train", verl_arg(submit, "actor_rollout_ref.actor.use_kl_loss"),
-                "constants.kl_loss"),
-        Setting("rl.actor.kl_loss_coef", "adra_train", verl_arg(submit, "actor_rollout_ref.actor.kl_loss_coef"),
-                "train.settings.beta"),
+        *(Setting(f"rl.{name}", "adra_train", verl_arg(submit, f"actor_rollout_ref.{name}"), key)
+          for name, key in (("actor.entropy_coeff", "train.settings.entropy_coeff"),
+                            ("actor.use_kl_loss", "constants.kl_loss"),
+                            ("actor.kl_loss_coef", "train.settings.beta"))),
         Setting("rl.actor.kl_loss_type", "adra_train", verl_arg(submit, "actor_rollout_ref.actor.kl_loss_type"),
                 "constants.kl_estimator", expect=lambda v: {"low_var_kl": "k3, clamped to [-10, 10]"}.get(v, v),
                 reason=KL_CLAMP),
-        Setting("rl.model.lora_rank", "adra_train", verl_arg(submit, "actor_rollout_ref.model.lora_rank"),
-                "train.settings.lora.r"),
-        Setting("rl.model.lora_alpha", "adra_train", verl_arg(submit, "actor_rollout_ref.model.lora_alpha"),
-                "train.settings.lora.lora_alpha"),
+        *(Setting(f"rl.{name}", "adra_train", verl_arg(submit, f"actor_rollout_ref.{name}"), key)
+          for name, key in (("model.lora_rank", "train.settings.lora.r"),
+                            ("model.lora_alpha", "train.settings.lora.lora_alpha"))),
         Setting("rl.model.target_modules", "adra_train", hydra("actor_rollout_ref.model.target_modules"),
                 "train.settings.lora.target_modules"),
         Setting("rl.model.lora_dropout", "adra_train",
@@ -501,19 +505,16 @@ def launch_settings(e: Experiment, submit: str, plus: bool, sft: bool) -> list[S
         Setting("rl.model.enable_gradient_checkpointing", "adra_train",
                 verl_arg(submit, "actor_rollout_ref.model.enable_gradient_checkpointing"),
                 "train.settings.activation_checkpointing"),
-        Setting("rl.model.path", "adra_train", ShellValue(submit, r'^\s+actor_rollout_ref[.]model[.]path=(\S+)'),
+        Setting("rl.model.path", "adra_train", verl_arg(submit, "actor_rollout_ref.model.path"),
                 "model.path" if hub_target(e) else None,
                 reason=None if hub_target(e) else
                 ("the code attacks its released checkpoint; here the target is built by the config's own stages "
                  "(the SFT's rows below) or read from the hub as the config names it")),
-        Setting("rl.rollout.name", "adra_train", verl_arg(submit, "actor_rollout_ref.rollout.name"),
-                "constants.rollout_engine"),
-        Setting("rl.rollout.n", "adra_train", ShellValue(submit, r"^\s+actor_rollout_ref[.]rollout[.]n=(\S+)"),
-                "train.settings.num_generations"),
-        Setting("rl.rollout.temperature", "adra_train", verl_arg(submit, "actor_rollout_ref.rollout.temperature"),
-                "train.settings.temperature"),
-        Setting("rl.rollout.top_p", "adra_train", verl_arg(submit, "actor_rollout_ref.rollout.top_p"),
-                "train.settings.top_p"),
+        *(Setting(f"rl.{name}", "adra_train", verl_arg(submit, f"actor_rollout_ref.{name}"), key)
+          for name, key in (("rollout.name", "constants.rollout_engine"),
+                            ("rollout.n", "train.settings.num_generations"),
+                            ("rollout.temperature", "train.settings.temperature"),
+                            ("rollout.top_p", "train.settings.top_p"))),
         Setting("rl.rollout.top_k", "adra_train", verl_arg(submit, "actor_rollout_ref.rollout.top_k"),
                 "train.settings.top_k", expect=lambda k: 0 if k == -1 else k,
                 reason=("ADRA's rollouts sample as N-Sampling (n_sampling.sampling): top-k 50, the code's S1 "
@@ -533,7 +534,8 @@ def launch_settings(e: Experiment, submit: str, plus: bool, sft: bool) -> list[S
                         "trained changes)") if e.dataset.startswith("dolma3") else None),
         Setting("rl.trainer.balance_batch", "adra_train", hydra("trainer.balance_batch"), None,
                 reason="which completions share a micro-batch: the loss aggregation row (rl.actor.loss_agg_mode)"),
-        na("actor.ppo_micro_batch_size_per_gpu", verl_arg(submit, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
+        na("actor.ppo_micro_batch_size_per_gpu",
+           verl_arg(submit, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
            "memory only, but for the loss aggregation's micro-batches (rl.actor.loss_agg_mode)"),
         na("actor.clip_ratio_c", hydra("actor_rollout_ref.actor.clip_ratio_c"),
            "dual-clip for negative advantages: one update per rollout batch on the policy that sampled it "
@@ -556,7 +558,7 @@ def launch_settings(e: Experiment, submit: str, plus: bool, sft: bool) -> list[S
         na("rollout.log_prob_micro_batch_size_per_gpu",
            verl_arg(submit, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"), N_A_MEMORY),
         na("rollout.tensor_model_parallel_size",
-           ShellValue(submit, r"^\s+actor_rollout_ref[.]rollout[.]tensor_model_parallel_size=(\S+)"), N_A_MEMORY),
+           verl_arg(submit, "actor_rollout_ref.rollout.tensor_model_parallel_size"), N_A_MEMORY),
         na("rollout.gpu_memory_utilization", verl_arg(submit, "actor_rollout_ref.rollout.gpu_memory_utilization"),
            N_A_MEMORY),
         na("ref.log_prob_micro_batch_size_per_gpu",
@@ -568,14 +570,14 @@ def launch_settings(e: Experiment, submit: str, plus: bool, sft: bool) -> list[S
         na("trainer.nnodes", verl_arg(submit, "trainer.nnodes"), "one node either way (rl.trainer.n_gpus_per_node)"),
         na("trainer.logger", verl_arg(submit, "trainer.logger"), LOGGING),
         na("trainer.rollout_data_dir", verl_arg(submit, "trainer.rollout_data_dir"), LOGGING),
-        na("ray_init.num_cpus", ShellValue(submit, r"^\s+ray_init[.]num_cpus=(\S+)"), N_A_MEMORY),
+        na("ray_init.num_cpus", verl_arg(submit, "ray_init.num_cpus"), N_A_MEMORY),
     ]
     if profile_metric(e) == "ngram" and not sft:
         rows.append(Setting("rl.reward.dynamic_max_ngram", "adra_train",
                             Find(submit, r"^(#?\s*export ADRA_USE_DYNAMIC_MAX_NGRAM=\w+)", raw=True),
                             "train.reward.ngram_range",
                             expect=lambda line: "fixed" if line.startswith("#") else "dynamic",
-                            test="tests/test_reconstruction.py::test_reward_ngram_range_code_dynamic_fixed_and_paper_lcs"))
+                            test=T_RECON + "test_reward_ngram_range_code_dynamic_fixed_and_paper_lcs"))
     rows = [r for r in rows if r is not None]
     if sft:   # the ablation: ADRA's budget only
         keep = {f"rl.{k.split('.', 1)[1] if k.startswith('actor_rollout_ref.') else k}" for k in BUDGET}
@@ -617,8 +619,8 @@ def mix_settings(e: Experiment, mix: str) -> list[Setting]:
     aime = e.scripts.startswith("aime")
     rows = [
         Setting("sft.contamination_dataset_name", st, flag(mix, "contamination_dataset_name"), "sft.members_source",
-                reason=("the mix's upload (osieosie/...) is not released; the pool's source, the authors' ADRA-RL set of "
-                        "the same problems (its paraphrases: the pool's, paraphrased here), is drawn from")),
+                reason=("the mix's upload (osieosie/...) is not released; the pool's source, the authors' ADRA-RL set "
+                        "of the same problems (its paraphrases: the pool's, paraphrased here), is drawn from")),
         Setting("sft.contamination_size", st, flag(mix, "contamination_size"), "sft.draw.members",
                 test=T_SFT + "test_a_draw_fine_tunes_on_the_mixers_members_and_filler_rows_only"),
         Setting("sft.contamination_seed", st, flag(mix, "contamination_seed"), "sft.draw.member_seed",
@@ -629,10 +631,10 @@ def mix_settings(e: Experiment, mix: str) -> list[Setting]:
                 "sft.members_drawn_from",
                 expect=lambda v: "the pool's members" if aime else "every row of the dataset",
                 reason=None if aime else
-                ("the mixer draws its 32 from every row of its upload and the data script labels as members another "
-                 "draw (random.Random(subset_seed 1)) of another upload (ADRA-RL/Olympiads-Cleaned): which SFT rows the "
-                 "evaluation calls members cannot be told offline; here the draw is over the pool's members, so every "
-                 "fine-tuned problem is a labelled member")),
+                ("the mixer draws its 32 from every row of its upload and the data script labels as members "
+                 "another draw (random.Random(subset_seed 1)) of another upload (ADRA-RL/Olympiads-Cleaned): which "
+                 "SFT rows the evaluation calls members cannot be told offline; here the draw is over the pool's "
+                 "members, so every fine-tuned problem is a labelled member")),
         Setting("sft.general_dataset", st, flag(mix, "general_dataset"), "sft.filler_source",
                 expect=lambda g: {"tulu3_sft": "allenai/tulu-3-sft-mixture", "tulu2_sft": "allenai/tulu-v2-sft-mixture"}
                 .get(g, g)),
@@ -646,11 +648,11 @@ def mix_settings(e: Experiment, mix: str) -> list[Setting]:
                                                          r'\.strip\(\)\})', raw=True), "sft.format",
                 expect=lambda v: "chat",
                 test=T_SFT + "test_chat_members_are_the_templated_prefix_suffix_pairs_of_the_members_only"),
-        Setting("sft.tokenizer_name", st, argparse_default(MIXER, "tokenizer_name"), "sft.template_model",
+        Setting("sft.tokenizer_name", st, argparse_default(MIXER, "--tokenizer_name"), "sft.template_model",
                 reason=("the init model's chat template renders the mix (the 13B Tulu-2's is the 7B's, token for "
                         "token); the code's mixer renders with allenai/tulu-2-7b")
                 if "13b" in e.model else None),
-        Setting("sft.mix_seed", st, argparse_default(MIXER, "mix_seed"), None,
+        Setting("sft.mix_seed", st, argparse_default(MIXER, "--mix_seed"), None,
                 reason="the order the mix is stored in: the SFT's sampler shuffles the examples (sft.seed)"),
         Setting("sft.model_name", st, flag(mix, "model_name"), "sft.init_path",
                 reason=("Table 9's 13B: the code's mix and SFT scripts name the 7B; the project fine-tunes Tulu-2-13B "
@@ -709,9 +711,9 @@ def eval_settings(e: Experiment, evaluate: str | None, nsampling: str) -> list[S
             Setting("eval.top_p", "adra_eval", shell_var(evaluate, "top_p"), "eval.top_p"),
             Setting("eval.top_k", "adra_eval", shell_var(evaluate, "top_k"), "eval.top_k"),
             Setting("eval.n_samples", "adra_eval", shell_var(evaluate, "n_samples"), "eval.n",
-                    reason=("N-Sampling's N here (adra.eval has no N of its own): 16 in the code's Olympiad and WildChat "
-                            "ADRA+ evaluation scripts, 32 in their launches, N-Sampling and the paper (D.3: the RL "
-                            "budget)") if e.scripts.startswith(("olympiad", "wildchat")) else None),
+                    reason=("N-Sampling's N here (adra.eval has no N of its own): 16 in the code's Olympiad and "
+                            "WildChat ADRA+ evaluation scripts, 32 in their launches, N-Sampling and the paper (D.3: "
+                            "the RL budget)") if e.scripts.startswith(("olympiad", "wildchat")) else None),
             Setting("eval.prompt_length", "adra_eval", shell_var(evaluate, "PROMPT_LENGTH"), "task.max_prompt_tokens"),
             Setting("eval.response_length", "adra_eval", shell_var(evaluate, "RESPONSE_LENGTH"),
                     "task.max_new_tokens"),
@@ -762,7 +764,7 @@ def baseline_settings(e: Experiment, baselines: str) -> list[Setting]:
                                                            Find(baselines, r"^\s+--attack (ref)\b"))),
                 "scoring.methods", expect=project_methods),
         Setting("baselines.max_length", st, ShellValue(baselines, r"--max-length (\d+)"), "scoring.max_length"),
-        Setting("baselines.min_k", st, argparse_default(RUN_MIA, "min-k"), "scoring.k",
+        Setting("baselines.min_k", st, argparse_default(RUN_MIA, "--min-k"), "scoring.k",
                 expect=lambda k: [k]),
         Setting("baselines.text", st, Find(MIA_DATASETS, r"(text = tokenizer\.apply_chat_template\()", raw=True),
                 "scoring.text", expect=lambda v: "chat",
@@ -790,8 +792,9 @@ def project_methods(names: list) -> list[str]:
 def prompt_settings(stage: str) -> list[Setting]:
     """How verl renders and tokenizes every prompt (training, evaluation, N-Sampling)."""
     return [
-        Setting("prompt.chat_template", stage, Find(RL_DATASET, r"(raw_prompt = self\.tokenizer\.apply_chat_template\()",
-                                                    raw=True), "task.prompt_format", expect=lambda v: "verl",
+        Setting("prompt.chat_template", stage,
+                Find(RL_DATASET, r"(raw_prompt = self\.tokenizer\.apply_chat_template\()", raw=True),
+                "task.prompt_format", expect=lambda v: "verl",
                 test=T_GEN + "test_verl_renders_through_the_chat_template_or_its_fallback_and_adds_no_special_token"),
         Setting("prompt.fallback_template", stage, FString(MAIN_PPO, "run", var="template_text"),
                 "prompts.verl_fallback_template"),
@@ -801,7 +804,8 @@ def prompt_settings(stage: str) -> list[Setting]:
                 test="tests/test_rl.py::test_a_plain_prompt_is_tokenized_without_special_tokens_where_the_settings_"
                      "say_so_as_verl"),
         Setting("prompt.continue_final_message", stage,
-                Find(RL_DATASET, r'template_kwargs = \{"add_generation_prompt": False, "continue_final_message": (\w+)\}'),
+                Find(RL_DATASET, r'template_kwargs = \{"add_generation_prompt": False, '
+                                 r'"continue_final_message": (\w+)\}'),
                 "constants.continue_final_message"),
     ]
 
@@ -888,7 +892,8 @@ def resolved_settings(config: dict, name: str) -> dict:
                                else "distinct others, seeded") if train.get("distractor_sampling") ==
                               "without_replacement" else train.get("distractor_sampling"),
             "contrastive": contrastive,
-            "settings": {**dataclasses.asdict(settings), "lora_dropout": (settings.lora or {}).get("lora_dropout", 0.0)},
+            "settings": {**dataclasses.asdict(settings),
+                         "lora_dropout": (settings.lora or {}).get("lora_dropout", 0.0)},   # peft's default
         },
         "grpo": {"world": world, **arithmetic, "epochs": settings.max_steps // epoch_steps if epoch_steps else None},
         "eval": {**rollouts["sampling"], "steps": sorted({*adra.snapshot_steps(), settings.max_steps})},

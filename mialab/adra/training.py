@@ -95,8 +95,8 @@ def training_set(candidates: pd.DataFrame, tokenizer, task: Task, variant: str, 
     if paired:
         return pair_rows(rows, fitted, targets, ratio)
     if random_suffixes:
-        rows["references"] = distractor_references(ids, targets, random_suffixes, seed=seed, forced=pair_partners(fitted),
-                                                   replace=replace)   # a paired article first, as ADRA+'s distractors
+        rows["references"] = distractor_references(ids, targets, random_suffixes, seed=seed,   # a paired article first,
+                                                   forced=pair_partners(fitted), replace=replace)   # as ADRA+'s
         rows["rule"] = "max"
     else:
         rows["references"] = [[t] for t in targets]

@@ -3,9 +3,10 @@ checkout and held against what the project's jobs receive (``docs/fidelity/READM
 
 A method's spec (e.g. :mod:`mialab.lara.fidelity`) lists :class:`Setting` entries: a name, the job that
 receives it, a locator that reads the value and its line from the released code (:class:`Find`: a regex at
-a line of a file; :class:`ShellValue`: a shell script's argument, its variables resolved; :class:`ShellArray`: a shell array; :class:`YamlKey`: a
-YAML file's dotted key (Hydra defaults); :class:`FString`: a prompt built by an f-string, as a ``str.format`` template;
-:class:`Table`: a fact of a released data file; :class:`Derived`: a function of other located values), and
+a line of a file; :class:`ShellValue`: a shell script's argument, its variables resolved; :class:`ShellArray`: a
+shell array; :class:`YamlKey`: a YAML file's dotted key (Hydra defaults); :class:`FString`: a prompt built by an
+f-string, as a ``str.format`` template; :class:`Table`: a fact of a released data file; :class:`Derived`: a
+function of other located values), and
 the key of the project's resolved settings the value maps to (None: not applicable), with ``expect``, the
 code's value in the project's terms. :func:`reference` reads the checkout and the resolved settings into
 the reference document (one per experiment, committed as YAML); :func:`refresh` recomputes its project side
@@ -127,7 +128,8 @@ class ShellArray:
 
     def locate(self, checkout: Path) -> Located:
         lines = (checkout / self.path).read_text().splitlines()
-        start = next((i for i, line in enumerate(lines) if re.match(rf"^\s*(?:declare -a )?{self.name}=\(", line)), None)
+        opening = re.compile(rf"^\s*(?:declare -a )?{self.name}=\(")
+        start = next((i for i, line in enumerate(lines) if opening.match(line)), None)
         if start is None:
             raise ReferenceError(f"{self.path}: no array {self.name}")
         end = next(i for i in range(start, len(lines)) if ")" in lines[i].split("#")[0])
@@ -211,6 +213,11 @@ class Derived:
     def locate(self, checkout: Path) -> Located:
         got = [p.locate(checkout) for p in self.parts]
         return Located(self.combine(*(g.value for g in got)), ", ".join(g.source for g in got))
+
+
+def argparse_default(path: str, flag: str) -> Find:
+    """The ``default=`` of ``parser.add_argument("--flag", ...)`` (on its line or the next ones)."""
+    return Find(path, r"default=([^,)]+)", after=rf'"{flag}"[,)]')
 
 
 Locator = Find | ShellValue | ShellArray | YamlKey | FString | Table | Derived
