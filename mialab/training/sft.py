@@ -195,6 +195,7 @@ def stage_corpus(spec: dict, member_pools: list, tokenizer=None, *, seed: int) -
     if draw:
         members = [members[i] for i in mixer_draw(len(members), draw["members"], draw["member_seed"])]
         need = filler_count(len(members) * spec["members"]["repeats"], spec["contamination_rate"])
+
         def rows(n: int) -> list[int]:
             return mixer_draw(n, need, draw["filler_seed"])
     filler = (kept(read_corpus(spec["filler"]), rows) if tokenizer is None
