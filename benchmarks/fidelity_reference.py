@@ -1,15 +1,15 @@
 """Regenerate the settings references of the paper experiments (docs/fidelity/; the format:
-docs/fidelity/README.md), their summary in docs/fidelity.md and the paper configs' ``# Fidelity`` header lines.
+docs/fidelity/README.md), their summaries in docs/fidelity.md and the paper configs' ``# Fidelity`` header lines.
 
-    LARA_CODE=<checkout> python benchmarks/fidelity_reference.py
-        reads the released code (a local checkout of github talzoomanzoo/rl-data-contamination-mj, never copied
-        here): every setting's value and file:line, then what the paper config's jobs receive;
-    python benchmarks/fidelity_reference.py
-        without LARA_CODE: the committed references' project side, refreshed from the config (after a change);
+    LARA_CODE=<checkout> MIA_RL_CODE=<checkout> python benchmarks/fidelity_reference.py
+        reads the released code of each method whose variable names a local checkout (never copied here:
+        github talzoomanzoo/rl-data-contamination-mj for LaRA, oseyosey/MIA-RL for ADRA): every setting's value and
+        file:line, then what the paper configs' jobs receive; a method without a checkout keeps its committed
+        references, their project side refreshed from the configs;
     --check: write nothing; exit 1 naming each file that would change (tests/test_fidelity_reference.py).
 
-An unexplained difference (a setting that differs without a reason in the spec, mialab/lara/fidelity.py) or a
-stale reason stops it, naming the setting.
+An unexplained difference (a setting that differs without a reason in the method's spec, mialab/<method>/fidelity.py)
+or a stale reason stops it, naming the setting.
 """
 
 from __future__ import annotations
@@ -19,19 +19,30 @@ import os
 import sys
 from pathlib import Path
 
+from mialab.adra import fidelity as adra
 from mialab.core.paths import REPO
 from mialab.lara import fidelity as lara
 from mialab.pipeline.fidelity import dump, header_line, replace_block, replace_header_line, summary
 
+#: each method's spec module and its tag in docs/fidelity.md
+METHODS = {"lara": lara, "adra": adra}
 
-def outputs(checkout: Path | None) -> dict[Path, str]:
-    """Every file this writes and its new text."""
-    docs = lara.documents(checkout)
-    out = {lara.document_path(name): dump(doc) for name, doc in docs.items()}
+
+def outputs(checkouts: dict[str, Path | None] | None = None) -> dict[Path, str]:
+    """Every file this writes and its new text (``checkouts``: a method's local checkout of its released code)."""
+    checkouts = checkouts or {}
     table = REPO / "docs" / "fidelity.md"
-    out[table] = replace_block(table.read_text(), "lara", summary(docs))
-    config = REPO / lara.CONFIG
-    out[config] = replace_header_line(config.read_text(), header_line(docs))
+    text = table.read_text()
+    out: dict[Path, str] = {}
+    for tag, method in METHODS.items():
+        docs = method.documents(checkouts.get(tag))
+        out |= {method.document_path(name): dump(doc) for name, doc in docs.items()}
+        text = replace_block(text, tag, summary(docs))
+        for config in dict.fromkeys(d["config"] for d in docs.values()):
+            path = REPO / config
+            mine = {n: d for n, d in docs.items() if d["config"] == config}
+            out[path] = replace_header_line(out.get(path, path.read_text()), header_line(mine))
+    out[table] = text
     return out
 
 
@@ -39,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 where a file would change")
     args = ap.parse_args(argv)
-    checkout = os.environ.get(lara.CODE_ENV)
+    checkouts = {tag: Path(os.environ[m.CODE_ENV]) if os.environ.get(m.CODE_ENV) else None
+                 for tag, m in METHODS.items()}
     changed = []
-    for path, text in outputs(Path(checkout) if checkout else None).items():
+    for path, text in outputs(checkouts).items():
         if not path.exists() or path.read_text() != text:
             changed.append(str(path.relative_to(REPO)))
             if not args.check:

@@ -196,43 +196,67 @@ def test_templates_load_without_the_trailing_newline_and_unknown_names_list_the_
 
 def test_fit_prefix_drops_the_first_words_until_the_prompt_fits(tokenizer):
     prefix, suffix = " ".join(WORDS), "river stone cloud field"
-    full = len(prompt_token_ids(tokenizer, f"{prefix} river"))
-    assert fit_prefix(tokenizer, "{prefix}", prefix, suffix, chat=False, ratio=0.25, max_tokens=full) == prefix
-    cut = fit_prefix(tokenizer, "{prefix}", prefix, suffix, chat=False, ratio=0.25, max_tokens=12)
+    full = len(prompt_token_ids(tokenizer, f"{prefix} river", "plain"))
+    assert fit_prefix(tokenizer, "{prefix}", prefix, suffix, prompt_format="plain", ratio=0.25, max_tokens=full) == prefix
+    cut = fit_prefix(tokenizer, "{prefix}", prefix, suffix, prompt_format="plain", ratio=0.25, max_tokens=12)
     assert prefix.endswith(cut) and len(cut.split()) < len(WORDS)
-    assert len(prompt_token_ids(tokenizer, f"{cut} river")) <= 12
+    assert len(prompt_token_ids(tokenizer, f"{cut} river", "plain")) <= 12
     longer = " ".join(prefix.split()[-len(cut.split()) - 1:])
-    assert len(prompt_token_ids(tokenizer, f"{longer} river")) > 12, "as few words as needed are dropped"
+    assert len(prompt_token_ids(tokenizer, f"{longer} river", "plain")) > 12, "as few words as needed are dropped"
     with pytest.raises(ValueError, match="even without prefix words"):
-        fit_prefix(tokenizer, "{prefix}", prefix, " ".join(WORDS * 3), chat=False, ratio=0.5, max_tokens=4)
+        fit_prefix(tokenizer, "{prefix}", prefix, " ".join(WORDS * 3), prompt_format="plain", ratio=0.5, max_tokens=4)
 
 
 def test_trainer_prompts_tokenise_to_the_engine_prompt_ids(tokenizer):
-    for chat in (False, True):
-        text = prompts(candidates(1), tokenizer, TASK, chat=chat)[0]
-        ids = tokenizer(trainer_prompt(tokenizer, text))["input_ids"]  # a trainer adds special tokens
-        assert ids == prompt_token_ids(tokenizer, text)
-    assert trainer_prompt(tokenizer, "<s>hello") == "hello"
+    for prompt_format in ("plain", "chat", "verl"):
+        text = prompts(candidates(1), tokenizer, TASK, prompt_format=prompt_format)[0]
+        special = prompt_format != "verl"   # GRPOSettings.prompt_special_tokens, as adra.stages.train sets it
+        ids = tokenizer(trainer_prompt(tokenizer, text, prompt_format), add_special_tokens=special)["input_ids"]
+        assert ids == prompt_token_ids(tokenizer, text, prompt_format), prompt_format
+    assert trainer_prompt(tokenizer, "<s>hello", "plain") == "hello"
+    assert trainer_prompt(tokenizer, "<s>hello", "verl") == "<s>hello"
 
 
 # --- the training set --------------------------------------------------------------------------
 
-def test_training_set_refuses_labels_and_targets_skip_the_given_words(tokenizer):
+def test_training_set_refuses_labels_and_the_sft_target_skips_the_given_words(tokenizer):
     cands = candidates()
     with pytest.raises(ValueError, match="unlabelled"):
-        training_set(cands.assign(label=1), tokenizer, TASK, "adra", chat=False, seed=0)
-    adra = training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0)
+        training_set(cands.assign(label=1), tokenizer, TASK, "adra", prompt_format="plain", seed=0, reference="suffix")
+    adra = training_set(cands, tokenizer, TASK, "adra", prompt_format="plain", seed=0, reference="target")
     suffix = cands["suffix"][0].split()
     assert adra["references"][0] == [" ".join(suffix[2:])]  # floor(0.25 * 8) = 2 words given
     assert adra["prompt"][0].endswith(" ".join(suffix[:2])) and set(adra["rule"]) == {"own"}
-    rand = training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0, random_suffixes=2)
+    rand = training_set(cands, tokenizer, TASK, "adra", prompt_format="plain", seed=0, random_suffixes=2, reference="target")
     assert set(rand["rule"]) == {"max"} and all(len(r) == 3 for r in rand["references"])
-    plus = training_set(cands, tokenizer, TASK, "adra_plus", chat=False, seed=0, distractors=3,
-                        weights=np.linspace(0, 1, len(cands)))
+    plus = training_set(cands, tokenizer, TASK, "adra_plus", prompt_format="plain", seed=0, distractors=3,
+                        weights=np.linspace(0, 1, len(cands)), reference="target")
     assert set(plus["rule"]) == {"contrastive"} and all(len(r) == 4 for r in plus["references"])
     np.testing.assert_allclose(plus["weight"], np.linspace(0, 1, len(cands)))
-    sft = training_set(cands, tokenizer, TASK, "adra_sft", chat=False, seed=0)
+    sft = training_set(cands, tokenizer, TASK, "adra_sft", prompt_format="plain", seed=0)
     assert sft["completion"][0] == " " + " ".join(suffix[2:])
+    with pytest.raises(ValueError, match="unknown reward reference"):
+        training_set(cands, tokenizer, TASK, "adra", prompt_format="plain", seed=0)
+
+
+def test_the_reward_compares_with_the_whole_suffix_given_words_included_as_the_codes_target_gt(tokenizer):
+    """The released code's reward reads the data scripts' target_gt (the whole solution / suffix, own first, then
+    the random others'; post_training_custom_mia.py transform_example), which lexical.py's _filter_refs returns
+    before the truncate_prefix_ratio it applies to the ground truth: the 25% the prompt gives is in the reference."""
+    from mialab.pipeline.config import config_schema
+
+    cands = candidates()
+    own = training_set(cands, tokenizer, TASK, "adra", prompt_format="plain", seed=0, reference="suffix")
+    assert own["references"].tolist() == [[s] for s in cands["suffix"]]
+    rand = training_set(cands, tokenizer, TASK, "adra", prompt_format="plain", seed=0, random_suffixes=2, reference="suffix")
+    plus = training_set(cands, tokenizer, TASK, "adra_plus", prompt_format="plain", seed=0, distractors=3,
+                        weights=np.linspace(0, 1, len(cands)), reference="suffix")
+    for rows in (rand, plus):
+        assert all(refs[0] == s and set(refs) <= set(cands["suffix"]) for refs, s in zip(rows["references"],
+                                                                                           cands["suffix"]))
+    target = training_set(cands, tokenizer, TASK, "adra", prompt_format="plain", seed=0, random_suffixes=2, reference="target")
+    assert [len(r[0].split()) for r in target["references"]] == [6] * len(cands)   # the same draw, 2 words fewer
+    assert config_schema()["properties"]["adra"]["properties"]["reward_reference"]["default"] == "suffix"
 
 
 def test_pair_rule_one_example_per_shared_prefix_pair_rewarded_for_the_better_suffix(tokenizer):
@@ -241,17 +265,23 @@ def test_pair_rule_one_example_per_shared_prefix_pair_rewarded_for_the_better_su
     cands.loc[1, "prefix"], cands.loc[3, "prefix"] = cands.loc[0, "prefix"], cands.loc[2, "prefix"]
     assert shares_prefix_pairs(cands) and pair_partners(cands) == {"c0": "c1", "c1": "c0", "c2": "c3", "c3": "c2"}
     task = Task(template="continuation", assistant_prefix_ratio=0.0, max_new_tokens=8)
-    rows = training_set(cands, tokenizer, task, "adra", chat=False, seed=0)
+    rows = training_set(cands, tokenizer, task, "adra", prompt_format="plain", seed=0, reference="suffix")
     assert list(rows["id"]) == ["c0", "c2"] and set(rows["rule"]) == {"max"}
     assert rows["references"][0] == [cands["suffix"][0], cands["suffix"][1]]
     reward = adra_reward("trio")
     assert reward([cands["suffix"][1]], references=[rows["references"][0]], rule=["max"], weight=[np.nan]) == [1.0]
     with pytest.raises(ValueError, match="ADRA\\+ does not apply"):
-        training_set(cands, tokenizer, task, "adra_plus", chat=False, seed=0, weights=np.zeros(4))
+        training_set(cands, tokenizer, task, "adra_plus", prompt_format="plain", seed=0, weights=np.zeros(4), reference="suffix")
     with pytest.raises(ValueError, match="assistant_prefix_ratio to 0"):
-        training_set(cands, tokenizer, TASK, "adra", chat=False, seed=0)
+        training_set(cands, tokenizer, TASK, "adra", prompt_format="plain", seed=0, reference="suffix")
     different = cands.assign(prefix=[f"other prefix {i}" for i in range(4)])  # WikiMIA-24 Hard style pairs
     assert not shares_prefix_pairs(different)
+    # the code's WikiMIA-24 Hard ADRA data (augment_sampling_method perturbed): the paired article's suffix is the
+    # first random suffix, then random others, as for ADRA+'s distractors
+    rand = training_set(different, tokenizer, task, "adra", prompt_format="plain", seed=0, random_suffixes=2,
+                        reference="suffix")
+    partner = dict(zip(different["id"], different["suffix"][[1, 0, 3, 2]]))
+    assert [refs[1] for refs in rand["references"]] == [partner[i] for i in rand["id"]]
 
 
 # --- scoring and the report --------------------------------------------------------------------
@@ -363,8 +393,8 @@ def crashing(reward, after: int):
 def test_adra_plus_resumed_after_a_crash_ends_with_the_uninterrupted_adapter(tiny_model, tokenizer, tmp_path):
     from mialab.adra.training import train_policy
 
-    data = training_set(candidates(4), tokenizer, TASK, "adra_plus", chat=False, seed=0, distractors=2,
-                        weights=np.array([0.0, 0.3, 0.6, 1.0])).drop(columns="id")
+    data = training_set(candidates(4), tokenizer, TASK, "adra_plus", prompt_format="plain", seed=0, distractors=2,
+                        weights=np.array([0.0, 0.3, 0.6, 1.0]), reference="suffix").drop(columns="id")
     reward = adra_reward("trio")
     log = train_policy(tiny_model, data, "adra_plus", settings(), tmp_path / "a", reward, snapshot_steps=[2],
                        snapshot_dir=tmp_path / "a-policies")
@@ -388,7 +418,7 @@ def test_sft_ablation_trains_a_lora_adapter_with_the_grpo_budget(tiny_model, tok
     from mialab.adra.training import train_policy
     from mialab.training.grpo import checkpoint_state
 
-    data = training_set(candidates(4), tokenizer, TASK, "adra_sft", chat=False, seed=0).drop(columns="id")
+    data = training_set(candidates(4), tokenizer, TASK, "adra_sft", prompt_format="plain", seed=0).drop(columns="id")
     train_policy(tiny_model, data, "adra_sft", settings(), tmp_path / "w", None, snapshot_steps=[2],
                  snapshot_dir=tmp_path / "p")
     state = checkpoint_state(tmp_path / "p" / "final")
@@ -409,7 +439,7 @@ def test_rollouts_follow_the_schema_and_are_seeded(tokenizer, tmp_path, cache):
 
     split = candidates(4).assign(label=[1, 0, 1, 0])
     sampling = {"n": 3, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": 7}
-    kw = dict(chat=False, backend="hf", backend_options={"batch_size": 2, "device": "cpu", "cache_implementation": cache})
+    kw = dict(prompt_format="plain", backend="hf", backend_options={"batch_size": 2, "device": "cpu", "cache_implementation": cache})
     (a,), (b,) = (generate(tiny_model, [split], TASK, samplings=[sampling], **kw) for _ in range(2))
     assert list(a.columns) == ["id", "sample", "text", "n_tokens", "finish_reason"]
     assert (a.groupby("id").size() == 3).all() and a["n_tokens"].le(TASK.max_new_tokens).all()
@@ -447,5 +477,5 @@ def test_aime_candidate_gives_a_quarter_of_the_solution_once(tmp_path, pool_rati
     assert 100 - target_words == len(row["prefix"].split()) - 2 + given  # "Find x." is 2 words
     if pool_ratio == 0:
         assert row["prefix"] == "Find x." and row["text"] == "Find x.\n\n" + solution
-        assert prompt_text(None, task.template_text(), row["prefix"], row["suffix"], chat=False,
+        assert prompt_text(None, task.template_text(), row["prefix"], row["suffix"], prompt_format="plain",
                            assistant_prefix_ratio=0.25) == "Find x. " + " ".join(f"s{i}" for i in range(25))

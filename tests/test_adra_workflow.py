@@ -195,7 +195,6 @@ CODE_SETTINGS = {
 FIXED_NGRAM_RANGE = {"aime", "aime_paraphrased", "aya", "wildchat", "bookmia"}
 # the GRPO learning rate of the code's scripts: 3e-5 for AIME and distillation (the paper's Table 14: 5e-5), else 5e-5
 CODE_LR = {"aime": 3e-5, "aime_paraphrased": 3e-5, "s1": 3e-5, "s1_1": 3e-5}
-INSTRUCT = ("tulu", "instruct")  # the code applies these models' chat templates everywhere
 
 
 def test_paper_configs_use_the_codes_settings():
@@ -218,8 +217,8 @@ def test_paper_configs_use_the_codes_settings():
                 assert (p["reward"]["metric"], p["contrastive"]["distractors"], p["contrastive"]["baseline"]) == plus
                 if plus[0] == "ngram":
                     assert (p["reward"]["ngram_range"], p["reward"]["n_max"]) == ("dynamic", 30), dataset
-            path_of = cfg["models"][model].get("path") or cfg["models"][cfg["models"][model]["init"]]["path"]
-            assert (model in ns["chat_models"]) == any(s in path_of.lower() for s in INSTRUCT), (path.name, model)
+            # as verl: every prompt a chat through the model's template or verl's fallback, no special token added
+            assert adra["prompt_format"] == "verl" and not ns["chat_models"], (path.name, model)
             pool = cfg["datasets"][dataset]["pool"]
             if pool["family"] in ("aime", "olympiad_math", "tulu3"):  # the request alone; 25% given once
                 assert pool.get("solution_prefix_ratio", pool.get("response_prefix_ratio")) == 0.0

@@ -185,7 +185,9 @@ def test_lengths_beyond_the_models_context_fail():
 
 def test_scoring_length_and_vllm_model_len_against_hub_models():
     cfg = paper("adra_aime")
-    cfg["scoring"]["max_length"] = 8192        # tulu-2-7b: 8192, its R-Loss reference Llama-2-7B: 4096
+    cfg["models"]["llama2_7b"] = {"kind": "hf", "path": "meta-llama/Llama-2-7b-hf", "datasets": []}
+    cfg["models"]["tulu2_aime"]["reference"] = "llama2_7b"   # the paper's text's R-Loss reference (the code's: tulu-2-7b)
+    cfg["scoring"]["max_length"] = 8192        # tulu-2-7b: 8192, Llama-2-7B: 4096
     cfg["n_sampling"]["backend_options"]["max_model_len"] = 3000
     cfg["n_sampling"]["tasks"]["aime"].update(max_prompt_tokens=2048, max_new_tokens=2048)
     msg = fails(cfg)

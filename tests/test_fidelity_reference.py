@@ -1,7 +1,8 @@
 """The settings references of the paper experiments (docs/fidelity/; the format: docs/fidelity/README.md) hold what
-each job of the paper config receives, key by key: every setting equals the released code's or is a named
+each job of the paper configs receives, key by key: every setting equals the released code's or is a named
 deviation with its reason, listed in docs/fidelity.md. Runs without the released code (the references are
-committed); with LARA_CODE naming a checkout of it, regenerates them from the code and compares."""
+committed); with LARA_CODE / MIA_RL_CODE naming a checkout of a method's code, regenerates its references from the
+code and compares."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from workflow_helpers import REPO
 
+from mialab.adra import fidelity as adra
 from mialab.lara import fidelity as lara
 from mialab.pipeline.fidelity import (
     Derived,
@@ -21,12 +23,17 @@ from mialab.pipeline.fidelity import (
     FString,
     ReferenceError,
     Setting,
+    ShellArray,
+    ShellValue,
     Table,
+    YamlKey,
     dump,
     load,
     reference,
     refresh,
 )
+
+METHODS = {"lara": lara, "adra": adra}
 
 
 def generator():
@@ -37,11 +44,16 @@ def generator():
     return module
 
 
+@pytest.fixture(scope="module", params=list(METHODS))
+def method(request):
+    return METHODS[request.param]
+
+
 @pytest.fixture(scope="module")
-def refreshed() -> dict[str, dict]:
-    """Every LaRA reference, its project side recomputed from the paper config as written (an unexplained
+def refreshed(method) -> dict[str, dict]:
+    """Every reference of a method, its project side recomputed from the paper configs as written (an unexplained
     difference or a stale reason raises here, naming the setting)."""
-    return lara.documents()
+    return method.documents()
 
 
 def test_every_experiment_of_the_paper_config_has_its_reference():
@@ -54,11 +66,25 @@ def test_every_experiment_of_the_paper_config_has_its_reference():
         assert lara.document_path(name).is_file(), f"{name}: run benchmarks/fidelity_reference.py with LARA_CODE"
 
 
-def test_the_committed_references_hold_what_the_paper_configs_jobs_receive(refreshed):
+def test_every_adra_experiment_of_the_paper_configs_has_its_reference():
+    """Each (model, dataset) of an ADRA paper config's adra.targets, in each of its variants, is an experiment."""
+    import yaml
+
+    planned = set()
+    for path in sorted((REPO / "configs" / "paper").glob("adra_*.yaml")):
+        section = yaml.safe_load(path.read_text())["adra"]
+        planned |= {(f"configs/paper/{path.name}", t["model"], t["dataset"], v) for t in section["targets"]
+                    for v in section["variants"]}
+    assert {(e.config, e.model, e.dataset, e.variant) for e in adra.EXPERIMENTS.values()} == planned
+    for name in adra.EXPERIMENTS:
+        assert adra.document_path(name).is_file(), f"{name}: run benchmarks/fidelity_reference.py with MIA_RL_CODE"
+
+
+def test_the_committed_references_hold_what_the_paper_configs_jobs_receive(method, refreshed):
     """The committed files are what the generator writes from the current config: a config change that moves a
     setting away from the code's (or onto it) fails here until the spec says why and the files are regenerated."""
     for name, doc in refreshed.items():
-        path = lara.document_path(name)
+        path = method.document_path(name)
         assert dump(doc) == path.read_text(), f"{path} is stale: run python benchmarks/fidelity_reference.py"
         assert load(path) == doc                                         # the YAML round-trips
         statuses = [r["status"] for r in doc["settings"]]
@@ -77,19 +103,44 @@ def test_the_summary_and_the_config_header_are_generated_from_the_references():
     assert not stale, f"stale: {stale}; run python benchmarks/fidelity_reference.py"
 
 
-def test_the_settings_tests_exist():
-    for name in lara.EXPERIMENTS:
-        for row in load(lara.document_path(name))["settings"]:
+def test_the_settings_tests_exist(method):
+    for name in method.EXPERIMENTS:
+        for row in load(method.document_path(name))["settings"]:
             if "test" in row:
                 path, function = row["test"].split("::")
                 tree = ast.parse((REPO / path).read_text())
                 assert function in {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}, row["test"]
 
 
-def test_the_high_impact_settings_are_the_codes(refreshed):
+def test_the_high_impact_adra_settings_are_the_codes():
+    """The ADRA differences issue #36 names hold no more: the contamination SFT's draws (16 / 32 members by seed 2, the
+    Tulu-3 rows by seed 1, 10%) and the Olympiad SFT's lr 5e-6, batch 128, constant schedule; the reward's reference
+    (target_gt, the whole target); every prompt rendered as verl renders it (the chat template or verl's fallback,
+    no special token)."""
+    docs = {name: load(adra.document_path(name)) for name in adra.EXPERIMENTS}
+    for name, doc in docs.items():
+        rows = {r["name"]: r for r in doc["settings"]}
+        names = ["prompt.chat_template", "prompt.fallback_template", "prompt.special_tokens",
+                 "data.assistant_prefix_ratio" if "s1" not in doc["models"]["dataset"] else "data.subset_size"]
+        if doc["models"]["variant"] != "adra_sft":
+            names.append("data.include_target_gt")
+        if "sft.contamination_size" in rows:
+            names += ["sft.contamination_size", "sft.contamination_seed", "sft.general_dataset", "sft.general_seed",
+                      "sft.contamination_percentage", "sft.learning_rate", "sft.effective_batch_size",
+                      "sft.lr_scheduler_type"]
+        for setting in names:
+            assert rows[setting]["status"] == "equal", (name, setting, rows[setting])
+    olympiad = {r["name"]: r["value"] for r in docs["adra_olympiad"]["settings"]}
+    assert (olympiad["sft.learning_rate"], olympiad["sft.effective_batch_size"], olympiad["sft.lr_scheduler_type"],
+            olympiad["sft.contamination_size"]) == (5e-6, 128, "constant", 32)
+    assert {r["name"]: r["value"] for r in docs["adra_aime"]["settings"]}["sft.contamination_size"] == 16
+
+
+def test_the_high_impact_settings_are_the_codes():
     """The differences issue #36 names hold no more: verl's 16 updates per 128-prompt batch, advantages without
-    the group std, the chat-rendered RL prompts with the code's system turns, the paraphrases' prompt."""
-    for doc in refreshed.values():
+    the group std, the chat-rendered RL prompts with the code's system turns, the paraphrases' prompt (the committed
+    references, which test_the_committed_references_hold_what_the_paper_configs_jobs_receive holds to the config)."""
+    for doc in (load(lara.document_path(name)) for name in lara.EXPERIMENTS):
         rows = {r["name"]: r for r in doc["settings"]}
         for name in ("rl.actor.updates_per_batch", "rl.data.train_batch_size", "rl.actor.ppo_mini_batch_size",
                      "rl.algorithm.grpo_use_std", "rl.actor.loss_remove_token_mean", "rl.actor.loss_scale",
@@ -109,6 +160,9 @@ def fake_checkout(tmp_path: Path) -> Path:
     (root / "cfg").mkdir(parents=True)
     (root / "run.sh").write_text("python3 -m train \\\n    data.train_batch_size=128 \\\n    actor.lr=1e-6 \\\n"
                                  'BLANKS="${BLANKS:-1}"\n')
+    (root / "prep.sh").write_text('SEED=2\nPROMPT="Go on. "\ndeclare -a ATTACKS=(\n  "loss"\n  "min_k++"  # the last\n)\n'
+                                  "python prep.py \\\n    --seed ${SEED} \\\n    --years 2021 2022 \\\n"
+                                  '    --prompt "$PROMPT" \\\n#     --size 16 \\\n    lr=${SEED}\n')
     (root / "cfg" / "trainer.yaml").write_text("critic:\n  clip: 0.5\nactor:\n  clip: 0.2\n  shuffle: False\n")
     (root / "gen.py").write_text('def ask(q, n):\n    x = 1\n    prompt = f"""Write {n} {{json}} items for:\n{q}"""\n')
     pd.DataFrame({"member": [1, 0, 0]}).to_parquet(root / "set.parquet")
@@ -130,12 +184,21 @@ def test_locators_read_the_value_and_its_line_and_a_difference_needs_its_reason(
         "per_member": Derived(lambda b, m: b // m, (Find("run.sh", r"train_batch_size=(\d+)"),
                                                     Table("set.parquet", lambda f: int(f["member"].sum()), "m"))
                               ).locate(root),
+        "seed": ShellValue("prep.sh", r"^\s+--seed (\S+)").locate(root),
+        "years": ShellValue("prep.sh", r"^\s+--years (.+?) \\", many=True).locate(root),
+        "prompt": ShellValue("prep.sh", r"^\s+--prompt (\S+)", raw=True).locate(root),
+        "size": ShellValue("prep.sh", r"^\s*#?\s*--size (\S+)").locate(root),
+        "attacks": ShellArray("prep.sh", "ATTACKS").locate(root),
+        "actor_clip": YamlKey("cfg/trainer.yaml", "actor.clip").locate(root),
     }
     assert {k: (v.value, v.source) for k, v in located.items()} == {
         "batch": (128, "run.sh:2"), "lr": (1e-6, "run.sh:3"), "blanks": (1, "run.sh:4"),
         "clip": (0.2, "cfg/trainer.yaml:4"), "shuffle": (False, "cfg/trainer.yaml:5"),
         "prompt": ("Write {m} {{json}} items for:\n{question}", "gen.py:3"),
-        "members": (1, "set.parquet (member rows)"), "per_member": (128, "run.sh:2, set.parquet (m)")}
+        "members": (1, "set.parquet (member rows)"), "per_member": (128, "run.sh:2, set.parquet (m)"),
+        "seed": (2, "prep.sh:1, 8"), "years": ([2021, 2022], "prep.sh:9"), "prompt": ("Go on. ", "prep.sh:2, 10"),
+        "size": (16, "prep.sh:11"), "attacks": (["loss", "min_k++"], "prep.sh:3-6"),
+        "actor_clip": (0.2, "cfg/trainer.yaml:4")}
     with pytest.raises(ReferenceError, match="run.sh: no line matches"):
         Find("run.sh", r"epochs=(\d+)").locate(root)
     resolved = {"rl": {"rollout": 128, "lr": 3e-6}}
@@ -156,11 +219,13 @@ def test_locators_read_the_value_and_its_line_and_a_difference_needs_its_reason(
         refresh(doc, [equal], resolved)
 
 
-@pytest.mark.skipif(not os.environ.get(lara.CODE_ENV), reason="LARA_CODE names no checkout of the released code")
-def test_the_references_regenerate_from_the_released_code():
-    """Every value and file:line read again from the checkout LARA_CODE names: the committed references are its."""
-    checkout = Path(os.environ[lara.CODE_ENV])
-    for name, doc in lara.documents(checkout).items():
-        assert dump(doc) == lara.document_path(name).read_text(), (
+def test_the_references_regenerate_from_the_released_code(method):
+    """Every value and file:line read again from the checkout LARA_CODE / MIA_RL_CODE names: the committed
+    references are its."""
+    if not os.environ.get(method.CODE_ENV):
+        pytest.skip(f"{method.CODE_ENV} names no checkout of the released code")
+    checkout = Path(os.environ[method.CODE_ENV])
+    for name, doc in method.documents(checkout).items():
+        assert dump(doc) == method.document_path(name).read_text(), (
             f"{name}: the released code at {doc['released_code']['commit']} reads otherwise; "
-            "run LARA_CODE=... python benchmarks/fidelity_reference.py")
+            f"run {method.CODE_ENV}=... python benchmarks/fidelity_reference.py")

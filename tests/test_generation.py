@@ -48,7 +48,7 @@ def tokenizer(tiny_model):
 
 def hf_rollouts(model: str, seed: int, **kw) -> pd.DataFrame:
     return run_rollouts(SPLIT, model=model, backend="hf", template="Continue: {prefix}",
-                        sampling=SamplingConfig(n=3, max_new_tokens=6, seed=seed), chat=kw.pop("chat", True),
+                        sampling=SamplingConfig(n=3, max_new_tokens=6, seed=seed), prompt_format=kw.pop("prompt_format", "chat"),
                         backend_options={"batch_size": 2, "device": "cpu"}, **kw)
 
 
@@ -73,24 +73,49 @@ def test_fill_template_requires_prefix_field():
 
 
 def test_prompt_text_chat_continues_assistant_turn(tokenizer):
-    seeded = prompt_text(tokenizer, "Q: {prefix}", "the quick", "brown fox jumps over", chat=True,
+    seeded = prompt_text(tokenizer, "Q: {prefix}", "the quick", "brown fox jumps over", prompt_format="chat",
                          assistant_prefix_ratio=0.5)
     assert seeded == "<|user|>\nQ: the quick</s>\n<|assistant|>\nbrown fox"
-    plain = prompt_text(tokenizer, "Q: {prefix}", "the quick", "brown fox jumps over", chat=True)
+    plain = prompt_text(tokenizer, "Q: {prefix}", "the quick", "brown fox jumps over", prompt_format="chat")
     assert plain == "<|user|>\nQ: the quick</s>\n<|assistant|>\n"
 
 
 def test_prompt_text_base_model_appends_given_words(tokenizer):
-    assert prompt_text(tokenizer, "Q: {prefix}", "the quick", "brown fox jumps over", chat=False,
+    assert prompt_text(tokenizer, "Q: {prefix}", "the quick", "brown fox jumps over", prompt_format="plain",
                        assistant_prefix_ratio=0.5) == "Q: the quick brown fox"
-    assert prompt_text(tokenizer, "{prefix}", "the quick", "brown fox", chat=False) == "the quick"
+    assert prompt_text(tokenizer, "{prefix}", "the quick", "brown fox", prompt_format="plain") == "the quick"
 
 
 def test_prompt_token_ids_add_bos_once(tokenizer):
-    ids = prompt_token_ids(tokenizer, "the quick")
-    assert ids[0] == tokenizer.bos_token_id and ids.count(tokenizer.bos_token_id) == 1
-    again = prompt_token_ids(tokenizer, tokenizer.bos_token + "the quick")
-    assert again.count(tokenizer.bos_token_id) == 1
+    for prompt_format in ("plain", "chat"):
+        ids = prompt_token_ids(tokenizer, "the quick", prompt_format)
+        assert ids[0] == tokenizer.bos_token_id and ids.count(tokenizer.bos_token_id) == 1
+        again = prompt_token_ids(tokenizer, tokenizer.bos_token + "the quick", prompt_format)
+        assert again.count(tokenizer.bos_token_id) == 1
+
+
+def test_verl_renders_through_the_chat_template_or_its_fallback_and_adds_no_special_token(tokenizer):
+    """The released ADRA code's verl: every prompt is a chat (user turn, assistant prefix) rendered by the tokenizer's
+    chat template with continue_final_message, a tokenizer without one given verl's fallback template (main_ppo.py,
+    main_generation.py), and tokenized without special tokens (rl_dataset.py, apply_chat_template(tokenize=True)):
+    a base model reads "User: ... / Assistant: <given words>" with no BOS before it, not the plain prefix."""
+    import copy
+
+    args = (tokenizer, "Q: {prefix}", "the quick", "brown fox jumps over")
+    assert prompt_text(*args, prompt_format="verl", assistant_prefix_ratio=0.5) == prompt_text(
+        *args, prompt_format="chat", assistant_prefix_ratio=0.5)
+    base = copy.deepcopy(tokenizer)
+    base.chat_template = None
+    given = prompt_text(base, *args[1:], prompt_format="verl", assistant_prefix_ratio=0.5)
+    assert given == "User: Q: the quick\nAssistant: brown fox"
+    assert prompt_text(base, *args[1:], prompt_format="verl") == "User: Q: the quick\nAssistant:"
+    with pytest.raises(ValueError, match="needs a tokenizer with a chat template"):
+        prompt_text(base, *args[1:], prompt_format="chat")
+    ids = prompt_token_ids(base, given, "verl")
+    assert ids == base(given, add_special_tokens=False)["input_ids"] and base.bos_token_id not in ids
+    assert prompt_token_ids(base, given, "plain")[0] == base.bos_token_id
+    with pytest.raises(ValueError, match="unknown prompt format"):
+        prompt_token_ids(base, given, "raw")
 
 
 # --- engine pieces ------------------------------------------------------------------------------------
@@ -139,7 +164,7 @@ def test_rollouts_parquet_round_trip_and_validation(tiny_model, tmp_path):
 
 
 def test_hf_greedy_base_model_rollouts_are_identical_across_samples(tiny_model):
-    rollouts = run_rollouts(SPLIT, model=tiny_model, backend="hf", template="{prefix}", chat=False,
+    rollouts = run_rollouts(SPLIT, model=tiny_model, backend="hf", template="{prefix}", prompt_format="plain",
                             sampling=SamplingConfig(n=2, max_new_tokens=4, temperature=0.0),
                             backend_options={"batch_size": 3, "device": "cpu"})
     check_schema(rollouts, n=2, max_new_tokens=4)
@@ -192,7 +217,7 @@ def test_a_prompt_repeated_in_a_vllm_call_gets_distinct_samples_and_parts_keep_t
     assert generate(["the quick brown fox"])[0] == first    # prompt and seed decide: the same call gives the same
     assert requests[-1]["seeds"] == request_seeds(5, 0, 1) and len(set(requests[0]["seeds"])) == 3
     backend = get_backend("vllm")(tiny_model)
-    ids = [prompt_token_ids(tokenizer, t) for t in ["a b", "a b", "c d", "a b"]]
+    ids = [prompt_token_ids(tokenizer, t, "plain") for t in ["a b", "a b", "c d", "a b"]]
     sampling = SamplingConfig(n=2, max_new_tokens=4, temperature=1.0, seed=9)
     whole = backend.generate(ids, sampling, frozenset({tokenizer.eos_token_id}))
     assert backend.generate(ids[2:], sampling, frozenset({tokenizer.eos_token_id}), offset=2) == whole[2:]
@@ -219,7 +244,7 @@ def test_asking_again_samples_anew_on_either_backend(tiny_model, tokenizer, monk
 @pytest.mark.skipif(not (default_venv() / "bin" / "python").exists(),
                     reason="no vLLM venv (run scripts/setup_vllm.sh)")
 def test_vllm_rollouts_through_worker_venv(tiny_model):
-    rollouts = run_rollouts(SPLIT, model=tiny_model, backend="vllm", template="Continue: {prefix}", chat=True,
+    rollouts = run_rollouts(SPLIT, model=tiny_model, backend="vllm", template="Continue: {prefix}", prompt_format="chat",
                             assistant_prefix_ratio=0.25, sampling=SamplingConfig(n=2, max_new_tokens=5, seed=3),
                             backend_options={"dtype": "float32", "max_model_len": 128, "enforce_eager": True})
     check_schema(rollouts, n=2, max_new_tokens=5)

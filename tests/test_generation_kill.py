@@ -32,7 +32,7 @@ SPLIT = pd.DataFrame({
     "label": [i % 2 for i in range(N)],
 })
 TINY_MODEL = {"corpus": [" ".join(WORDS)] * 50, "min_frequency": 1, "hidden_size": 32, "num_layers": 1}
-CONFIG = {"task": {"template": "continuation", "max_new_tokens": 16}, "chat": False, "backend": "hf",
+CONFIG = {"task": {"template": "continuation", "max_new_tokens": 16}, "prompt_format": "plain", "backend": "hf",
           "backend_options": {"batch_size": 256, "device": "cpu"}}
 SAMPLING = {"n": 4, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": 0}
 

@@ -35,7 +35,7 @@ def small_parts(monkeypatch):
 
 def rollouts(model: str, out, *, seed: int = 0, parts: bool = True) -> bytes:
     (table,) = run_rollouts_many([SPLIT], [SamplingConfig(n=3, max_new_tokens=6, seed=seed)], model=model,
-                                 template="Continue: {prefix}", chat=True, backend_options=OPTIONS,
+                                 template="Continue: {prefix}", prompt_format="chat", backend_options=OPTIONS,
                                  parts=[parts_folder(out)] if parts else None)
     write_rollouts(table, out)
     return out.read_bytes()

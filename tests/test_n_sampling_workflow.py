@@ -75,6 +75,8 @@ def test_scores_are_provided_only_for_targets():
     (lambda c: c["n_sampling"]["tasks"][c["n_sampling"]["targets"][0]["dataset"]].update(template="wiki"),
      "known: .*continuation"),
     (lambda c: c["n_sampling"].update(chat_models=["chat", "gpt"]), "chat_models: unknown model 'gpt'"),
+    (lambda c: c["n_sampling"].update(prompt_format="verl", chat_models=["sft"]),
+     "chat_models: read only with n_sampling.prompt_format chat_models"),
 ])
 def test_config_errors_name_the_key(edit, message):
     cfg = default_config()

@@ -82,7 +82,7 @@ def test_aime_candidate_given_and_target_word_counts_as_the_paper_config(tmp_pat
     assert row["prefix"] == "Find x." and len(row["suffix"].split()) == m
     to_reconstruct = target(row["suffix"], task.assistant_prefix_ratio, task.assistant_prefix_min_words)
     assert len(to_reconstruct.split()) == m - given
-    prompt = candidate_prompt(None, task.template_text(), row["prefix"], row["suffix"], chat=False,
+    prompt = candidate_prompt(None, task.template_text(), row["prefix"], row["suffix"], prompt_format="plain",
                               ratio=task.assistant_prefix_ratio, min_words=task.assistant_prefix_min_words)
     assert prompt == task.template_text().format(prefix="Find x.") + (f" {words(given)}" if given else "")
 

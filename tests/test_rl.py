@@ -132,6 +132,29 @@ def test_rl_corpus_from_a_splits_members_takes_them_alone_plus_fillers_unlike_an
         split_members(split.assign(label=1), pool)
 
 
+def test_a_plain_prompt_is_tokenized_without_special_tokens_where_the_settings_say_so_as_verl(tiny_model, tmp_path):
+    """ADRA's prompts as verl tokenizes them (rl_dataset.py: the rendered text, add_special_tokens=False): no BOS before
+    a Tulu / Llama prompt (GRPOSettings.prompt_special_tokens False, set by adra.stages.train for prompt_format verl);
+    TRL's own tokenization, a BOS first, otherwise."""
+    from datasets import Dataset
+
+    from mialab.lm.loading import load_causal_lm, load_tokenizer
+    from mialab.training.grpo import _trainer_class
+
+    tok = load_tokenizer(tiny_model, padding_side="left")
+    texts = ["User: the quick\nAssistant: brown", "User: a b c\nAssistant:"]
+
+    def trainer(special: bool):
+        return _trainer_class()[0](
+            model=load_causal_lm(tiny_model, device="cpu"), reward_funcs=[distinct_characters],
+            args=grpo_config(SETTINGS, tmp_path), processing_class=tok, prompt_special_tokens=special,
+            train_dataset=Dataset.from_dict({"prompt": texts}))
+
+    verl = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    assert trainer(False)._tokenize_prompts(texts)[0] == verl
+    assert trainer(True)._tokenize_prompts(texts)[0] == [[tok.bos_token_id, *ids] for ids in verl]
+
+
 def test_rl_prompts_are_conversations_rendered_with_the_chat_template_as_verls_rl_dataset(tiny_model, tmp_path):
     """The LaRA code's RL corpora (benchmarks/filtered_samples/*_rl_train_test/train.parquet) are chats: members
     with Eurus-2's system turn and its answer-format line, fillers with OpenR1's system turn and the bare problem;

@@ -88,3 +88,71 @@ def test_a_conversation_column_fills_the_sft_as_the_released_mixer_renders_it(to
     pd.DataFrame({"messages": ["just text"]}).to_json(table, orient="records", lines=True)
     with pytest.raises(ValueError, match=r"mix\.jsonl: column 'messages', row 0: not a conversation"):
         chat_filler(tokenizer, {"source": str(table), "columns": ["messages"]})
+
+
+def test_the_mixer_draw_is_the_released_data_mixers_sample_of_positions_sorted():
+    """data_mixer.py: random.Random(contamination_seed).sample(range(len(ds)), contamination_size), sorted (its
+    process_aime_contamination over the 2021-2024 rows; process_tulu3_sft_general likewise with general_seed)."""
+    import random
+
+    from mialab.training.sft import filler_count, mixer_draw
+
+    assert mixer_draw(120, 16, 2) == [7, 10, 11, 21, 27, 32, 39, 46, 77, 85, 94, 103, 106, 108, 109, 110]
+    assert mixer_draw(120, 16, 2) == sorted(random.Random(2).sample(range(120), 16)) != mixer_draw(120, 16, 1)
+    assert mixer_draw(5, 9, 0) == [0, 1, 2, 3, 4]
+    assert (filler_count(16, 0.1), filler_count(32, 0.1)) == (144, 288)   # ceil(16 x 90 / 10), ceil(32 x 90 / 10)
+
+
+def test_a_draw_fine_tunes_on_the_mixers_members_and_filler_rows_only(tokenizer, tmp_path):
+    """The released mix (produce_data_mix_sft_aime_original.sh: contamination_size 16, contamination_seed 2,
+    general_dataset tulu3_sft, general_seed 1, 10%): 16 of the pool's members and 9 x 16 filler rows drawn by
+    position before rendering, not every member into a whole shuffled filler."""
+    from mialab.training.sft import mixer_draw, stage_corpus
+
+    members = pd.DataFrame({"prefix": [f"Problem {i}?" for i in range(40)], "suffix": [f"Solution {i}." for i in
+                                                                                       range(40)],
+                            "label": [1] * 30 + [0] * 10, "text": [f"P{i}" for i in range(40)]})
+    table = tmp_path / "mix.jsonl"
+    pd.DataFrame({"messages": [[{"role": "user", "content": f"Q{i}"}, {"role": "assistant", "content": f"A{i}"}]
+                               for i in range(100)]}).to_json(table, orient="records", lines=True)
+    spec = {"members": {"dataset": "d", "repeats": 1}, "contamination_rate": 0.25, "format": "chat",
+            "filler": {"source": str(table), "columns": ["messages"]},
+            "draw": {"members": 4, "member_seed": 2, "filler_seed": 1}}
+    texts, stats = stage_corpus(spec, [members], tokenizer, seed=0)
+    drawn = mixer_draw(30, 4, 2)
+    assert sorted(t for t in texts if "Problem" in t) == sorted(member_texts(members.iloc[drawn], tokenizer))
+    assert sorted(t for t in texts if "Q" in t) == sorted(f"<|user|>\nQ{i}</s>\n<|assistant|>\nA{i}</s>\n"
+                                                          for i in mixer_draw(100, 12, 1))
+    assert (stats["member_examples"], stats["filler_examples"]) == (4, 12)
+    whole, _ = stage_corpus({k: v for k, v in spec.items() if k != "draw"}, [members], tokenizer, seed=0)
+    assert sum("Problem" in t for t in whole) == 30                      # absent: every member
+
+
+def test_the_olympiad_and_aime_contamination_sft_are_the_released_mixes_and_settings():
+    """produce_data_mix_sft_{aime,olympia}_original.sh: 16 / 32 members (contamination seed 2) and the Tulu-3 SFT
+    mix (general seed 1) at 10%; AIME at lr 2e-5, batch 64, linear; Olympiad at lr 5e-6, batch 128, constant (the
+    paper's Table 12), 4096 tokens; the paraphrased configs the same mixes of their paraphrases."""
+    want = {"adra_aime": (16, 2e-5, 64, "linear"), "adra_aime_13b": (16, 2e-5, 64, "linear"),
+            "adra_aime_paraphrased": (16, 2e-5, 64, "linear"), "adra_olympiad": (32, 5e-6, 128, "constant"),
+            "adra_olympiad_paraphrased": (32, 5e-6, 128, "constant")}
+    for stem, (size, lr, batch, schedule) in want.items():
+        (spec,) = [s for s in yaml.safe_load((REPO / "configs" / "paper" / f"{stem}.yaml").read_text())["models"]
+                   .values() if s.get("kind") == "sft"]
+        assert spec["draw"] == {"members": size, "member_seed": 2, "filler_seed": 1}, stem
+        assert spec["contamination_rate"] == 0.1 and spec["filler"]["source"]["hub"] == "allenai/tulu-3-sft-mixture"
+        t = spec["train"]
+        assert (t["lr"], t["effective_batch_size"], t["schedule"], t["epochs"], t["warmup"]) == (
+            lr, batch, schedule, 1, 0.0), stem
+
+
+def test_the_constant_schedule_keeps_the_rate_after_the_warmup():
+    from mialab.training.sft import deepspeed_config
+
+    kw = dict(micro_batch_size=2, grad_accum=8, lr=5e-6, warmup_steps=0, total_steps=3, zero_stage=2,
+              precision="bf16", grad_clip=1.0, weight_decay=0.0)
+    assert deepspeed_config(**kw, schedule="constant")["scheduler"] == {
+        "type": "WarmupLR", "params": {"warmup_min_lr": 5e-6, "warmup_max_lr": 5e-6, "warmup_num_steps": 1,
+                                       "warmup_type": "linear"}}
+    assert deepspeed_config(**kw, schedule="linear")["scheduler"]["type"] == "WarmupDecayLR"
+    with pytest.raises(ValueError, match="unknown SFT schedule"):
+        deepspeed_config(**kw, schedule="cosine")

@@ -79,7 +79,7 @@ def test_accounting_has_every_rule_with_wildcards_and_time(adra_aime):
     assert (jobs["elapsed_s"] > 0).all()
     scored = jobs[jobs["rule"] == "score_baselines"]
     assert len(scored) == 2 and set(scored["dataset"]) == {"aime"}
-    assert set(scored["model"]) == {"tulu2_aime", "llama2_7b"}      # the target and its R-Loss reference
+    assert set(scored["model"]) == {"tulu2_aime", "tulu2_7b"}      # the target and its R-Loss reference (pre-SFT)
     assert (scored["gpu_hours"] > 0).all()
     assert (adra_aime["workdir"] / "results/accounting/jobs.md").read_text().count("sft_contaminate") >= 2
 

@@ -26,7 +26,8 @@ remove_stale_temporaries(*output.rollouts, output.manifest)  # left by a killed 
 parts = [parts_folder(p) for p in output.rollouts]
 tables = policy_rollouts(params.model_path, os.path.join(inputs.adapters, snapshot) if snapshot else None,
                          [pd.read_parquet(p) for p in inputs.splits], Task.from_config(config["task"]),
-                         chat=config["chat"], samplings=list(params.samplings), backend=config["backend"],
+                         prompt_format=config["prompt_format"], samplings=list(params.samplings),
+                         backend=config["backend"],
                          backend_options=config["backend_options"], parts=parts,
                          trust_remote_code=trusts_remote_code(snakemake.config, snakemake.wildcards.model))  # noqa: F821
 for rollouts, path in zip(tables, output.rollouts, strict=True):

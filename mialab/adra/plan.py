@@ -132,11 +132,13 @@ class ADRAPlan:
     @functools.lru_cache(maxsize=None)
     def train(self, model: str, dataset: str, variant: str, seed: int) -> Stage:
         upstream = {"model": self.plan.model(model).key, "split": self.plan.split(dataset, seed).key}
-        config = {"variant": variant, "task": self.ns.spec["tasks"][dataset], "chat": self.ns.chat(model),
+        config = {"variant": variant, "task": self.ns.spec["tasks"][dataset],
+                  "prompt_format": self.ns.prompt_format(model),
                   "settings": self.settings(model, dataset, seed), "snapshots": self.snapshot_steps()}
         own = self.dataset_settings(dataset)
         if variant != "adra_sft":
             config["reward"] = own["plus_reward" if self.uses_baseline(variant) else "reward"]
+            config["reward_reference"] = self.spec["reward_reference"]
             config["distractor_sampling"] = self.spec["distractor_sampling"]
         if variant == "adra":
             config["random_suffixes"] = own["random_suffixes"]
@@ -193,7 +195,7 @@ class ADRAPlan:
         where = {"model": model, "dataset": dataset, "seed": int(seed), "policy": policy}
         return self.plan.stage("adra/rollouts", where, {
             "model": model, "dataset": dataset, "seed": int(seed), "policy": policy, "snapshot": snapshot,
-            "config": {"task": self.ns.spec["tasks"][dataset], "chat": self.ns.chat(model),
+            "config": {"task": self.ns.spec["tasks"][dataset], "prompt_format": self.ns.prompt_format(model),
                        "sampling": self.sampling(seed), **self.ns.generation()},
             "upstream": upstream,
         })

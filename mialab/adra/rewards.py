@@ -1,6 +1,6 @@
 """ADRA's training rewards (Appendix C): which suffixes a rollout is scored against, and how.
 
-Every training row carries ``references`` (suffix-only targets; index 0 is the candidate's own),
+Every training row carries ``references`` (``adra.reward_reference``'s texts; index 0 is the candidate's own),
 a ``rule`` and, for ADRA+, a membership ``weight`` w. With s_j the reconstruction score (``trio``
 or ``ngram`` with length penalty tau, :mod:`mialab.training.rewards`) of the rollout
 against reference j:

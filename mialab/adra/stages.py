@@ -47,7 +47,8 @@ def train(model_path: str, split: pd.DataFrame, config: dict, work_dir: str | os
     variant = config["variant"]
     candidates = unlabelled(split)
     task = Task.from_config(config["task"])
-    settings = GRPOSettings.from_config(config["settings"])
+    settings = GRPOSettings.from_config({**config["settings"],  # verl tokenizes its prompts without special tokens
+                                         "prompt_special_tokens": config["prompt_format"] != "verl"})
     weights, reward = None, None
     if variant == "adra_plus":
         if baseline_scores is None:
@@ -55,10 +56,12 @@ def train(model_path: str, split: pd.DataFrame, config: dict, work_dir: str | os
         weights = membership_weights(baseline_scores, config["contrastive"]["baseline"], list(candidates["id"]))
     if variant != "adra_sft":
         reward = adra_reward(**config["reward"])
-    data = training_set(candidates, load_tokenizer(model_path, trust_remote_code=trust_remote_code), task, variant, chat=config["chat"],
+    data = training_set(candidates, load_tokenizer(model_path, trust_remote_code=trust_remote_code), task, variant,
+                        prompt_format=config["prompt_format"],
                         seed=settings.seed, distractors=config.get("contrastive", {}).get("distractors", 0),
                         random_suffixes=config.get("random_suffixes", 0), weights=weights,
-                        replace=config.get("distractor_sampling") == "with_replacement")
+                        replace=config.get("distractor_sampling") == "with_replacement",
+                        reference=config.get("reward_reference"))
     Path(snapshot_dir).mkdir(parents=True, exist_ok=True)
     log = train_policy(model_path, data.drop(columns=["id"]), variant, settings, work_dir, reward,
                        snapshot_steps=config["snapshots"], snapshot_dir=snapshot_dir, device=device,

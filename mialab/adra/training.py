@@ -11,8 +11,10 @@ The training set is the evaluation candidates themselves, members and non-member
 - ``adra_sft``: the paper's ablation, supervised LoRA fine-tuning on the candidates' own suffixes
   with the same budget (optimizer steps, prompts per step, learning rate, LoRA) instead of RL.
 
-Prompts are the task's (:mod:`mialab.n_sampling.tasks`), so training and evaluation see the same text;
-the reward and the SFT target are the suffix without the words the prompt gives away.
+Prompts are the task's (:mod:`mialab.n_sampling.tasks`), so training and evaluation see the same text.
+The reward compares a rollout with each reference candidate's whole suffix, the words the prompt gives
+as the answer's start included (``adra.reward_reference: suffix``, the released code: its data scripts'
+``target_gt``), or with the suffix without them (``target``); the SFT ablation's target is the latter.
 
 Checkpoints: the trainer writes one every ``save_steps`` optimizer steps into a work folder and a
 rerun resumes from the last one (:func:`mialab.training.grpo.run_grpo`; the SFT ablation likewise). The
@@ -38,6 +40,8 @@ from mialab.n_sampling.tasks import Task, fitted_split, prompts, target, trainer
 from mialab.training.grpo import GRPOSettings, checkpoint_state, last_checkpoint, lora_config, run_grpo
 
 TRAINER_STATE_FILES = ("optimizer.pt", "scheduler.pt", "training_args.bin")
+#: what the RL variants' reward compares a rollout with (``adra.reward_reference``; :func:`training_set`)
+REFERENCES = ("suffix", "target")
 
 
 def check_variant(variant: str) -> str:
@@ -46,27 +50,34 @@ def check_variant(variant: str) -> str:
     return variant
 
 
-def training_set(candidates: pd.DataFrame, tokenizer, task: Task, variant: str, *, chat: bool, seed: int,
+def training_set(candidates: pd.DataFrame, tokenizer, task: Task, variant: str, *, prompt_format: str, seed: int,
                  distractors: int = 7, random_suffixes: int = 0, weights: np.ndarray | None = None,
-                 replace: bool = False) -> pd.DataFrame:
+                 replace: bool = False, reference: str | None = None) -> pd.DataFrame:
     """The training rows of ``variant`` (module doc) for unlabelled ``candidates``.
 
     ``replace``: draw distractors / random suffixes i.i.d. (default: distinct, as the released code).
+    ``reference`` (``adra.reward_reference``, the RL variants): what the reward compares a rollout with,
+    each candidate's whole ``suffix`` (the released code's ``target_gt``, the given words included) or its
+    ``target`` (the suffix without the words the prompt gives).
 
-    RL rows: ``id``, ``prompt``, ``references`` (list of targets, own first), ``rule``, ``weight``
-    (ADRA+'s w; NaN where unused). SFT rows: ``id``, ``prompt``, ``completion``.
+    RL rows: ``id``, ``prompt``, ``references`` (own first, then the others'), ``rule``, ``weight``
+    (ADRA+'s w; NaN where unused). SFT rows: ``id``, ``prompt``, ``completion`` (the target).
     """
     check_variant(variant)
     if "label" in candidates.columns:
         raise ValueError("ADRA trains on unlabelled candidates: drop the label column first")
-    fitted = fitted_split(candidates, tokenizer, task, chat=chat).reset_index(drop=True)
+    fitted = fitted_split(candidates, tokenizer, task, prompt_format=prompt_format).reset_index(drop=True)
     ratio = task.assistant_prefix_ratio
-    rows = pd.DataFrame({"id": fitted["id"], "prompt": [trainer_prompt(tokenizer, p) for p in
-                                                        prompts(fitted, tokenizer, task, chat=chat)]})
+    rows = pd.DataFrame({"id": fitted["id"], "prompt": [trainer_prompt(tokenizer, p, prompt_format) for p in
+                                                        prompts(fitted, tokenizer, task, prompt_format=prompt_format)]})
     targets = [target(s, ratio, task.assistant_prefix_min_words) for s in fitted["suffix"]]
     if variant == "adra_sft":
         rows["completion"] = [t if p[-1:].isspace() else f" {t}" for p, t in zip(rows["prompt"], targets)]
         return rows
+    if reference not in REFERENCES:
+        raise ValueError(f"unknown reward reference {reference!r}; known: {', '.join(REFERENCES)}")
+    if reference == "suffix":
+        targets = list(fitted["suffix"])
     paired = shares_prefix_pairs(fitted)
     ids = list(fitted["id"])
     if variant == "adra_plus":
@@ -84,7 +95,8 @@ def training_set(candidates: pd.DataFrame, tokenizer, task: Task, variant: str, 
     if paired:
         return pair_rows(rows, fitted, targets, ratio)
     if random_suffixes:
-        rows["references"] = distractor_references(ids, targets, random_suffixes, seed=seed, replace=replace)
+        rows["references"] = distractor_references(ids, targets, random_suffixes, seed=seed,   # a paired article first,
+                                                   forced=pair_partners(fitted), replace=replace)   # as ADRA+'s
         rows["rule"] = "max"
     else:
         rows["references"] = [[t] for t in targets]

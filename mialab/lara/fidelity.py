@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mialab.core.paths import REPO
-from mialab.pipeline.fidelity import Derived, Find, FString, Setting, Table
+from mialab.pipeline.fidelity import Derived, Find, FString, Setting, Table, argparse_default
 
 #: the environment variable naming a local checkout of the released code
 CODE_ENV = "LARA_CODE"
@@ -106,11 +106,6 @@ def hydra(section: str, key: str, indent: int = 4) -> Find:
 def literal(path: str, function: str, pattern: str) -> Find:
     """A literal in the body of ``function`` of a Python file."""
     return Find(path, pattern, after=rf"def {function}\(")
-
-
-def argparse_default(path: str, flag: str) -> Find:
-    """The ``default=`` of ``parser.add_argument("--flag", ...)`` (on its line or the next ones)."""
-    return Find(path, r"default=([^,)]+)", after=rf'"{flag}"[,)]')
 
 
 def output_dir(script: str) -> Find:

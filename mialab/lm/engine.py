@@ -282,15 +282,16 @@ def write_rollouts(frame: pd.DataFrame, path: str | Path) -> None:
 
 
 def generate_rollouts(split: pd.DataFrame, backend: RolloutBackend, tokenizer, *, template: str,
-                      sampling: SamplingConfig, chat: bool, stop_ids: frozenset[int],
+                      sampling: SamplingConfig, prompt_format: str, stop_ids: frozenset[int],
                       assistant_prefix_ratio: float = 0.0, assistant_prefix_min_words: int = 1,
                       parts: Parts | None = None, settings: dict | None = None) -> pd.DataFrame:
     """Rollouts (rollout schema) of every row of ``split`` (columns id, prefix, suffix); with ``parts``,
     resumable there (``settings``: the job's, beyond prompts and sampling, that a part must match)."""
-    texts = [prompt_text(tokenizer, template, p, s, chat=chat, assistant_prefix_ratio=assistant_prefix_ratio,
+    texts = [prompt_text(tokenizer, template, p, s, prompt_format=prompt_format,
+                         assistant_prefix_ratio=assistant_prefix_ratio,
                          assistant_prefix_min_words=assistant_prefix_min_words)
              for p, s in zip(split["prefix"], split["suffix"])]
-    prompts = [prompt_token_ids(tokenizer, t) for t in texts]
+    prompts = [prompt_token_ids(tokenizer, t, prompt_format) for t in texts]
     ids = list(split["id"])
 
     def chunk(start: int, stop: int) -> pd.DataFrame:
@@ -305,17 +306,19 @@ def generate_rollouts(split: pd.DataFrame, backend: RolloutBackend, tokenizer, *
 
 
 def run_rollouts(split: pd.DataFrame, *, model: str, backend: str = "hf", template: str = "{prefix}",
-                 sampling: SamplingConfig = SamplingConfig(), chat: bool = False, assistant_prefix_ratio: float = 0.0,
+                 sampling: SamplingConfig = SamplingConfig(), prompt_format: str = "plain",
+                 assistant_prefix_ratio: float = 0.0,
                  backend_options: dict | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
     """Load ``model``'s tokenizer, start backend ``backend`` on it and generate rollouts for ``split``."""
-    (rollouts,) = run_rollouts_many([split], [sampling], model=model, backend=backend, template=template, chat=chat,
+    (rollouts,) = run_rollouts_many([split], [sampling], model=model, backend=backend, template=template,
+                                    prompt_format=prompt_format,
                                     assistant_prefix_ratio=assistant_prefix_ratio, backend_options=backend_options,
                                     trust_remote_code=trust_remote_code)
     return rollouts
 
 
 def run_rollouts_many(splits: Sequence[pd.DataFrame], samplings: Sequence[SamplingConfig], *, model: str,
-                      backend: str = "hf", template: str = "{prefix}", chat: bool = False,
+                      backend: str = "hf", template: str = "{prefix}", prompt_format: str = "plain",
                       assistant_prefix_ratio: float = 0.0, assistant_prefix_min_words: int = 1,
                       backend_options: dict | None = None, trust_remote_code: bool = False,
                       parts: Sequence[str | Path] | None = None,
@@ -335,7 +338,8 @@ def run_rollouts_many(splits: Sequence[pd.DataFrame], samplings: Sequence[Sampli
     settings = {"model": model_identity(model) if model_key is None else model_key, "backend": backend,
                 "backend_options": backend_options}
     folders = [None] * len(splits) if parts is None else [Parts(p) for p in parts]
-    return [generate_rollouts(split, engine, tokenizer, template=template, sampling=sampling, chat=chat,
+    return [generate_rollouts(split, engine, tokenizer, template=template, sampling=sampling,
+                              prompt_format=prompt_format,
                               stop_ids=stops, assistant_prefix_ratio=assistant_prefix_ratio,
                               assistant_prefix_min_words=assistant_prefix_min_words, parts=folder, settings=settings)
             for split, sampling, folder in zip(splits, samplings, folders)]
@@ -359,7 +363,7 @@ def text_completions(model_path: str, *, backend: str = "hf", backend_options: d
 
     def complete(prompts: Sequence[str], sampling: SamplingConfig) -> list[str]:
         texts = [format_prompt(tok, p) for p in prompts] if chat else list(prompts)
-        ids = [prompt_token_ids(tok, t) for t in texts]
+        ids = [prompt_token_ids(tok, t, "chat" if chat else "plain") for t in texts]
 
         def chunk(start: int, stop: int) -> pd.DataFrame:
             completions = engine.generate(ids[start:stop], sampling, stops, offset=start)

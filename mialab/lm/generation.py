@@ -88,7 +88,7 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 256,
     eos = _eos_ids(model, tokenizer)
     sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if do_sample else dict(do_sample=False)
     results: list[list[Generation]] = []
-    for _, width, out in generate_batches(model, [prompt_token_ids(tokenizer, p) for p in prompts],
+    for _, width, out in generate_batches(model, [prompt_token_ids(tokenizer, p, "plain") for p in prompts],
                                           num_return_sequences, batch_size=batch_size,
                                           pad_id=tokenizer.pad_token_id, seed_of=lambda start: seed + start,
                                           max_new_tokens=max_new_tokens, output_logits=entropies,

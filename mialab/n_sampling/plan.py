@@ -58,6 +58,9 @@ class NSamplingPlan:
         for m in self.spec["chat_models"]:
             if m not in models:
                 raise ConfigError(f"n_sampling.chat_models: unknown model {m!r}; configured: {', '.join(models)}")
+        if self.spec["chat_models"] and self.spec["prompt_format"] == "verl":
+            raise ConfigError("n_sampling.chat_models: read only with n_sampling.prompt_format chat_models (verl "
+                              "renders every model through its own chat template, or its fallback template)")
         n_min, n_max = self.spec["metrics"]["n_min"], self.spec["metrics"]["n_max"]
         if n_max is not None and n_min > n_max:
             raise ConfigError(f"n_sampling.metrics.n_min: {n_min} is more than n_max {n_max}: no n-gram length is "
@@ -91,8 +94,12 @@ class NSamplingPlan:
     def task(self, dataset: str) -> Task:
         return Task.from_config(self.spec["tasks"][dataset])
 
-    def chat(self, model: str) -> bool:
-        return model in self.spec["chat_models"]
+    def prompt_format(self, model: str) -> str:
+        """How ``model``'s prompts are rendered (:data:`mialab.lm.prompts.PROMPT_FORMATS`): ``verl`` under
+        ``prompt_format: verl``; else ``chat`` for the ``chat_models``, ``plain`` for the others."""
+        if self.spec["prompt_format"] == "verl":
+            return "verl"
+        return "chat" if model in self.spec["chat_models"] else "plain"
 
     def sampling(self, seed: int) -> dict:
         """SamplingConfig fields of N-Sampling's rollouts for evaluation seed ``seed`` (no max_new_tokens)."""
@@ -110,7 +117,7 @@ class NSamplingPlan:
         seeds = self.plan.seeds()
         return self.plan.stage("n_sampling/rollouts", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "seeds": seeds,
-            "config": {"task": self.spec["tasks"][dataset], "chat": self.chat(model),
+            "config": {"task": self.spec["tasks"][dataset], "prompt_format": self.prompt_format(model),
                        "sampling": {str(s): self.sampling(s) for s in seeds}, **self.generation()},
             "upstream": {"model": self.plan.model(model).key,
                          "splits": {str(s): self.plan.split(dataset, s).key for s in seeds}},

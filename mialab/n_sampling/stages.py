@@ -19,7 +19,7 @@ def unlabelled(split: pd.DataFrame) -> pd.DataFrame:
     return split.drop(columns=["label"])
 
 
-def generate(model_path: str, splits: list[pd.DataFrame], task: Task, *, chat: bool, samplings: list[dict],
+def generate(model_path: str, splits: list[pd.DataFrame], task: Task, *, prompt_format: str, samplings: list[dict],
              backend: str, backend_options: dict, trust_remote_code: bool = False, parts: list | None = None,
              model_key=None) -> list[pd.DataFrame]:
     """Rollouts (rollout schema) of every candidate of each split, split ``i`` sampled with ``samplings[i]``
@@ -32,9 +32,11 @@ def generate(model_path: str, splits: list[pd.DataFrame], task: Task, *, chat: b
     from mialab.lm.loading import load_tokenizer
 
     tokenizer = load_tokenizer(model_path, padding_side="left", trust_remote_code=trust_remote_code)
-    return run_rollouts_many([fitted_split(unlabelled(split), tokenizer, task, chat=chat) for split in splits],
+    return run_rollouts_many([fitted_split(unlabelled(split), tokenizer, task, prompt_format=prompt_format)
+                              for split in splits],
                              [SamplingConfig(**s, max_new_tokens=task.max_new_tokens) for s in samplings],
-                             model=model_path, backend=backend, template=task.template_text(), chat=chat,
+                             model=model_path, backend=backend, template=task.template_text(),
+                             prompt_format=prompt_format,
                              assistant_prefix_ratio=task.assistant_prefix_ratio,
                              assistant_prefix_min_words=task.assistant_prefix_min_words,
                              backend_options=backend_options, trust_remote_code=trust_remote_code, parts=parts,

@@ -73,23 +73,23 @@ def target(suffix: str, ratio: float, min_words: int = 1) -> str:
     return split_assistant_prefix(suffix, ratio, min_words)[1]
 
 
-def candidate_prompt(tokenizer, template: str, prefix: str, suffix: str, *, chat: bool, ratio: float,
+def candidate_prompt(tokenizer, template: str, prefix: str, suffix: str, *, prompt_format: str, ratio: float,
                      min_words: int = 1) -> str:
     """One candidate's full prompt (template, prefix, given suffix words), as the rollout engine builds it."""
-    return prompt_text(tokenizer, template, prefix, suffix, chat=chat, assistant_prefix_ratio=ratio,
+    return prompt_text(tokenizer, template, prefix, suffix, prompt_format=prompt_format, assistant_prefix_ratio=ratio,
                        assistant_prefix_min_words=min_words)
 
 
-def fit_prefix(tokenizer, template: str, prefix: str, suffix: str, *, chat: bool, ratio: float,
+def fit_prefix(tokenizer, template: str, prefix: str, suffix: str, *, prompt_format: str, ratio: float,
                max_tokens: int | None, min_words: int = 1) -> str:
     """``prefix`` without as few leading words as needed for the prompt to have at most ``max_tokens`` tokens.
 
     Fails when even an empty prefix does not fit (template and given words alone are too long).
     """
     def n_tokens(words: list[str]) -> int:
-        text = candidate_prompt(tokenizer, template, " ".join(words), suffix, chat=chat, ratio=ratio,
-                                min_words=min_words)
-        return len(prompt_token_ids(tokenizer, text))
+        text = candidate_prompt(tokenizer, template, " ".join(words), suffix, prompt_format=prompt_format,
+                                ratio=ratio, min_words=min_words)
+        return len(prompt_token_ids(tokenizer, text, prompt_format))
 
     words = prefix.split(" ")
     if max_tokens is None or n_tokens(words) <= max_tokens:
@@ -104,33 +104,36 @@ def fit_prefix(tokenizer, template: str, prefix: str, suffix: str, *, chat: bool
     return " ".join(words[len(words) - lo:])
 
 
-def fitted_split(split: pd.DataFrame, tokenizer, task: Task, *, chat: bool) -> pd.DataFrame:
+def fitted_split(split: pd.DataFrame, tokenizer, task: Task, *, prompt_format: str) -> pd.DataFrame:
     """``split`` with every prefix cut (:func:`fit_prefix`) so its prompt fits ``task.max_prompt_tokens``."""
     template = task.template_text()
     out = split.copy()
-    out["prefix"] = [fit_prefix(tokenizer, template, p, s, chat=chat, ratio=task.assistant_prefix_ratio,
+    out["prefix"] = [fit_prefix(tokenizer, template, p, s, prompt_format=prompt_format,
+                                ratio=task.assistant_prefix_ratio,
                                 max_tokens=task.max_prompt_tokens, min_words=task.assistant_prefix_min_words)
                      for p, s in zip(split["prefix"], split["suffix"])]
     return out
 
 
-def prompts(split: pd.DataFrame, tokenizer, task: Task, *, chat: bool) -> list[str]:
+def prompts(split: pd.DataFrame, tokenizer, task: Task, *, prompt_format: str) -> list[str]:
     """The prompt of every candidate of a (fitted) split, in row order."""
     template = task.template_text()
-    return [candidate_prompt(tokenizer, template, p, s, chat=chat, ratio=task.assistant_prefix_ratio,
+    return [candidate_prompt(tokenizer, template, p, s, prompt_format=prompt_format, ratio=task.assistant_prefix_ratio,
                              min_words=task.assistant_prefix_min_words)
             for p, s in zip(split["prefix"], split["suffix"])]
 
 
-def trainer_prompt(tokenizer, text: str) -> str:
-    """The prompt string that a trainer, which tokenises with special tokens, turns into the engine's ids.
+def trainer_prompt(tokenizer, text: str, prompt_format: str) -> str:
+    """The prompt string that a trainer turns into the engine's ids (:func:`prompt_token_ids`).
 
-    The engine adds BOS only when the rendered prompt does not already start with it; a trainer
-    always lets the tokenizer add it, so a leading BOS in the text is removed when the tokenizer
-    adds one itself (else it would appear twice).
+    ``verl``: the text as it is (the trainer tokenizes it without special tokens, as verl:
+    ``GRPOSettings.prompt_special_tokens``). Else the engine adds BOS only when the rendered prompt does not
+    already start with it; a trainer always lets the tokenizer add it, so a leading BOS in the text is removed
+    when the tokenizer adds one itself (else it would appear twice).
     """
     bos = tokenizer.bos_token
-    if bos and text.startswith(bos) and tokenizer("")["input_ids"][:1] == [tokenizer.bos_token_id]:
+    if (prompt_format != "verl" and bos and text.startswith(bos)
+            and tokenizer("")["input_ids"][:1] == [tokenizer.bos_token_id]):
         return text[len(bos):]
     return text
 

@@ -3,8 +3,10 @@ checkout and held against what the project's jobs receive (``docs/fidelity/READM
 
 A method's spec (e.g. :mod:`mialab.lara.fidelity`) lists :class:`Setting` entries: a name, the job that
 receives it, a locator that reads the value and its line from the released code (:class:`Find`: a regex at
-a line of a file; :class:`FString`: a prompt built by an f-string, as a ``str.format`` template;
-:class:`Table`: a fact of a released data file; :class:`Derived`: a function of other located values), and
+a line of a file; :class:`ShellValue`: a shell script's argument, its variables resolved; :class:`ShellArray`: a
+shell array; :class:`YamlKey`: a YAML file's dotted key (Hydra defaults); :class:`FString`: a prompt built by an
+f-string, as a ``str.format`` template; :class:`Table`: a fact of a released data file; :class:`Derived`: a
+function of other located values), and
 the key of the project's resolved settings the value maps to (None: not applicable), with ``expect``, the
 code's value in the project's terms. :func:`reference` reads the checkout and the resolved settings into
 the reference document (one per experiment, committed as YAML); :func:`refresh` recomputes its project side
@@ -88,11 +90,81 @@ class Find:
                              (f" after {self.after!r}" if self.after else ""))
 
 
+_SHELL_REF = re.compile(r'^"?\$\{?(\w+)\}?"?$')
+
+
+@dataclass(frozen=True)
+class ShellValue:
+    """The first group of the first line of a shell script ``path`` matching ``pattern`` (after ``after``), a
+    reference to one of the script's variables (``$NAME``, ``${NAME}``, quoted or not) resolved to the value of
+    its assignment (``NAME=value`` or ``NAME="value"``; both lines are the source); ``many``: the value's words as
+    a list. Read by :func:`scalar` (``raw``: the string as it is)."""
+
+    path: str
+    pattern: str
+    after: str | None = None
+    many: bool = False
+    raw: bool = False
+
+    def locate(self, checkout: Path) -> Located:
+        found = Find(self.path, self.pattern, self.after, raw=True).locate(checkout)
+        text, source = str(found.value).strip(), found.source
+        ref = _SHELL_REF.match(text)
+        if ref:
+            assigned = Find(self.path, rf'^{ref[1]}=(?:"([^"]*)"|(\S*))\s*(?:#.*)?$', raw=True).locate(checkout)
+            text, source = str(assigned.value), f"{assigned.source}, {source.rsplit(':', 1)[1]}"
+        text = text.strip('"')
+        if self.many:
+            return Located([w if self.raw else scalar(w) for w in text.split()], source)
+        return Located(text if self.raw else scalar(text), source)
+
+
+@dataclass(frozen=True)
+class ShellArray:
+    """The items of a shell array ``NAME=(...)`` (``declare -a`` or not, over one or more lines) of ``path``."""
+
+    path: str
+    name: str
+
+    def locate(self, checkout: Path) -> Located:
+        lines = (checkout / self.path).read_text().splitlines()
+        opening = re.compile(rf"^\s*(?:declare -a )?{self.name}=\(")
+        start = next((i for i, line in enumerate(lines) if opening.match(line)), None)
+        if start is None:
+            raise ReferenceError(f"{self.path}: no array {self.name}")
+        end = next(i for i in range(start, len(lines)) if ")" in lines[i].split("#")[0])
+        body = " ".join(line.split("#")[0] for line in lines[start:end + 1]).split("(", 1)[1].rsplit(")", 1)[0]
+        return Located([scalar(w) for w in body.split()], f"{self.path}:{start + 1}-{end + 1}")
+
+
+@dataclass(frozen=True)
+class YamlKey:
+    """The value of the dotted ``key`` of a YAML file read line by line (each part the first line at the next
+    indent under the part before it): Hydra's defaults, with the line they stand on."""
+
+    path: str
+    key: str
+    indent: int = 2
+
+    def locate(self, checkout: Path) -> Located:
+        lines = (checkout / self.path).read_text().splitlines()
+        start, parts = 0, self.key.split(".")
+        for depth, part in enumerate(parts):
+            pattern = re.compile(rf"^{' ' * (depth * self.indent)}{re.escape(part)}:(.*)$")
+            at = next((i for i in range(start, len(lines)) if pattern.match(lines[i])), None)
+            if at is None:
+                raise ReferenceError(f"{self.path}: no key {'.'.join(parts[:depth + 1])!r}")
+            start = at + 1
+        value = pattern.match(lines[at])[1].split(" #")[0].strip()
+        return Located(scalar(value), f"{self.path}:{at + 1}")
+
+
 @dataclass(frozen=True)
 class FString:
-    """The string assigned to ``var`` in function ``function`` of ``path`` as a ``str.format`` template: an
-    f-string's literal braces doubled and its fields renamed by ``fields`` (the code's expression -> the
-    project's text, e.g. ``num_variants -> {n}``); a plain string as it is (the code formats it itself)."""
+    """The string assigned to ``var`` in function ``function`` of ``path`` (its first assignment of a string) as a
+    ``str.format`` template: an f-string's literal braces doubled and its fields renamed by ``fields`` (the code's
+    expression -> the project's text, e.g. ``num_variants -> {n}``); a plain string as it is (the code formats it
+    itself, or it is no template: a literal, implicit concatenation included)."""
 
     path: str
     function: str
@@ -105,7 +177,9 @@ class FString:
             if isinstance(node, ast.FunctionDef) and node.name == self.function:
                 for st in ast.walk(node):
                     if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == self.var
-                                                          for t in st.targets):
+                                                          for t in st.targets) and (
+                            isinstance(st.value, ast.JoinedStr) or (isinstance(st.value, ast.Constant)
+                                                                    and isinstance(st.value.value, str))):
                         if not isinstance(st.value, ast.JoinedStr):
                             return Located(ast.literal_eval(st.value), f"{self.path}:{st.lineno}")
                         text = "".join(p.value.replace("{", "{{").replace("}", "}}") if isinstance(p, ast.Constant)
@@ -141,7 +215,12 @@ class Derived:
         return Located(self.combine(*(g.value for g in got)), ", ".join(g.source for g in got))
 
 
-Locator = Find | FString | Table | Derived
+def argparse_default(path: str, flag: str) -> Find:
+    """The ``default=`` of ``parser.add_argument("--flag", ...)`` (on its line or the next ones)."""
+    return Find(path, r"default=([^,)]+)", after=rf'"{flag}"[,)]')
+
+
+Locator = Find | ShellValue | ShellArray | YamlKey | FString | Table | Derived
 
 
 @dataclass(frozen=True)
@@ -264,7 +343,7 @@ def load(path: str | Path) -> dict:
 # -- the summary in docs/fidelity.md and the paper config's header ----------------------------------------
 def summary(documents: Mapping[str, dict]) -> str:
     """Markdown: settings extracted per experiment and their statuses, then every named deviation with its
-    reason (the experiments it holds for)."""
+    reason (the experiments it holds for, or those it does not where they are fewer)."""
     lines = ["| experiment | settings extracted | equal | differ on purpose | not applicable | released code |",
              "|---|---|---|---|---|---|"]
     for name, doc in documents.items():
@@ -279,7 +358,9 @@ def summary(documents: Mapping[str, dict]) -> str:
     lines += ["", "Named deviations (the project differs on purpose; each reference has the code's value, its "
               "`file:line` and the project's):", ""]
     for (setting, reason), names in reasons.items():
-        where = "" if len(names) == len(documents) else f" ({', '.join(names)})"
+        others = [n for n in documents if n not in names]
+        where = ("" if not others else f" ({', '.join(names)})" if len(names) <= len(others)
+                 else f" (all but {', '.join(others)})")
         lines.append(f"- `{setting}`{where}: {reason}")
     return "\n".join(lines)
 

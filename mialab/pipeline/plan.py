@@ -71,15 +71,17 @@ STAGE_VERSIONS: dict[str, int] = {
     "leakage": 3,  # 3: each text embedded alone (no batch neighbours); n_shared, the seeds' overlap
     "tokenizers": 2,  # 2: table corpora read whatever the column dtype (pandas' str dtype read as none)
     "models/pretrain": 1,
-    "models/sft": 2,
+    "models/sft": 3,  # 3: the data mixer's draws (models.<sft>.draw), a constant schedule
     "models/mlm": 1,
     "rl": 1,
     "scores": 4,  # 3: the `truncated` column, scoring.truncation; 4: each text its own forward pass
     "rehearsal": 3,  # rule rehearsal_model (bump when a stand-in's content changes); 3: tokenizer corpus read whole
-    "n_sampling/rollouts": 4,  # 4: vLLM seeds per prompt (mialab.lm.engine: a prompt sent twice samples apart)
+    "n_sampling/rollouts": 5,  # 4: vLLM seeds per prompt (mialab.lm.engine: a prompt sent twice samples apart);
+    # 5: prompts rendered as verl renders them (n_sampling.prompt_format)
     "n_sampling/scores": 4,  # 4: each text embedded alone
-    "adra/train": 3,  # 3: the judge's vLLM seeds per prompt
-    "adra/rollouts": 3,  # 3: vLLM seeds per prompt
+    "adra/train": 4,  # 3: the judge's vLLM seeds per prompt; 4: the reward's whole-suffix reference
+    # (adra.reward_reference), a paired article first among the random suffixes, verl's prompts
+    "adra/rollouts": 4,  # 3: vLLM seeds per prompt; 4: verl's prompts
     "adra/scores": 2,
     "lara/perturbations": 4,  # 3: retrieval embeddings and token_loss surprisals per text; 4: LLM paraphrases
     # as the code asks (a text's variants in one answer), vLLM seeds per prompt and per attempt, neighbours as the

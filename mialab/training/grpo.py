@@ -77,7 +77,9 @@ class GRPOSettings:
     without their ``vllm_`` prefix (``mode``, ``tensor_parallel_size``, ``gpu_memory_utilization``,
     ...; :func:`vllm_generation`); None generates with transformers. ``max_prompt_length`` keeps the last
     that many prompt tokens (a leading BOS is kept), as TRL did before it dropped the option;
-    None keeps every token. ``max_steps > 0`` overrides ``epochs``. ``entropy_coeff``: the entropy
+    None keeps every token. ``prompt_special_tokens``: a plain-text prompt is tokenized with the tokenizer's
+    special tokens (a BOS; TRL's), or without (False: verl's, the text's tokens alone). ``max_steps > 0`` overrides
+    ``epochs``. ``entropy_coeff``: the entropy
     bonus's coefficient (module doc; 0: none, TRL's loss unchanged). ``steps_per_generation``,
     ``policy_loss_scale`` and ``entropy_aggregation``: the module doc's batching and loss scale.
     """
@@ -95,6 +97,7 @@ class GRPOSettings:
     top_p: float = 1.0
     top_k: int = 0
     max_prompt_length: int | None = None
+    prompt_special_tokens: bool = True
     max_completion_length: int = 256
     epsilon: float = 0.2
     loss_type: str = "dapo"
@@ -276,8 +279,10 @@ def _trainer_class():
         (module doc)."""
 
         def __init__(self, *args, max_prompt_length: int | None = None, entropy_coeff: float = 0.0,
-                     entropy_aggregation: str = "like_loss", policy_loss_scale: float = 1.0, **kwargs):
+                     entropy_aggregation: str = "like_loss", policy_loss_scale: float = 1.0,
+                     prompt_special_tokens: bool = True, **kwargs):
             self.max_prompt_length, self.entropy_coeff, self._entropies = max_prompt_length, entropy_coeff, None
+            self.prompt_special_tokens = prompt_special_tokens
             self.entropy_aggregation, self.policy_loss_scale = entropy_aggregation, policy_loss_scale
             super().__init__(*args, **kwargs)
 
@@ -314,6 +319,8 @@ def _trainer_class():
 
         def _tokenize_prompts(self, prompts: list):
             ids, images, fields = super()._tokenize_prompts(prompts)
+            if not self.prompt_special_tokens and isinstance(prompts[0], str):   # verl's: the text's tokens alone
+                ids = self.processing_class(text=prompts, add_special_tokens=False)["input_ids"]
             bos = self.processing_class.bos_token_id
             return [truncate_prompt(p, self.max_prompt_length, bos) for p in ids], images, fields
 
@@ -450,6 +457,7 @@ def run_grpo(model_path: str, data: pd.DataFrame, reward: Callable | list[Callab
         callbacks=[finite_gradients(), epoch_checkpoints(epoch_steps, total, target), *(callbacks or [])],
         max_prompt_length=settings.max_prompt_length, entropy_coeff=settings.entropy_coeff,
         entropy_aggregation=settings.entropy_aggregation, policy_loss_scale=settings.policy_loss_scale,
+        prompt_special_tokens=settings.prompt_special_tokens,
     )
     # a resumed checkpoint of this job's own work folder is moved aside if refused; another job's is its output
     with (refusing_pickled_code(start, move_aside=Path(start).parent == Path(work_dir)) if start is not None

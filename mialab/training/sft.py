@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mialab.core.io import grant_umask_mode, remove_stale_temporaries
@@ -33,17 +34,29 @@ from mialab.training.checkpoints import (
 )
 
 
+def filler_count(member_examples: int, rate: float) -> int:
+    """The filler examples that make ``member_examples`` member examples ``rate`` of the SFT examples (rounded; the
+    released data_mixer.py's ceil of the same count in percent: equal at the paper's 10%)."""
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"contamination_rate must be in (0, 1], got {rate}")
+    return int(round(member_examples * (1.0 - rate) / rate))
+
+
+def mixer_draw(n: int, size: int, seed: int) -> list[int]:
+    """The released ``data_mixer.py``'s draw of ``size`` of ``n`` rows: ``random.Random(seed).sample`` of their
+    positions, sorted (its contamination and general examples); all of them when ``size >= n``, as there."""
+    return sorted(random.Random(seed).sample(range(n), size)) if size < n else list(range(n))
+
+
 def build_sft_corpus(member_texts: list[str], filler_texts: list[str], *, repeats: int, rate: float,
                      seed: int) -> tuple[list[str], dict]:
     """Members × ``repeats`` plus enough filler for the member share to equal ``rate``; shuffled.
 
     Filler is drawn without replacement, cycling through a reshuffled corpus if it is too small.
     """
-    if not 0.0 < rate <= 1.0:
-        raise ValueError(f"contamination_rate must be in (0, 1], got {rate}")
     rng = random.Random(seed)
     members = list(member_texts) * int(repeats)
-    n_filler = int(round(len(members) * (1.0 - rate) / rate))
+    n_filler = filler_count(len(members), rate)
     if n_filler and not filler_texts:
         raise ValueError("SFT filler corpus is empty but the contamination rate needs filler examples")
     filler: list[str] = []
@@ -58,6 +71,10 @@ def build_sft_corpus(member_texts: list[str], filler_texts: list[str], *, repeat
     return examples, stats
 
 
+#: the learning-rate schedules after the warmup: a linear decay to 0, or constant
+SCHEDULES = ("linear", "constant")
+
+
 def build_post_training_corpus(filler_texts: list[str], *, seed: int) -> tuple[list[str], dict]:
     """Post-training without contamination (no members): every filler example once, shuffled."""
     if not filler_texts:
@@ -68,14 +85,19 @@ def build_post_training_corpus(filler_texts: list[str], *, seed: int) -> tuple[l
                       "contamination_rate": 0.0}
 
 
-def chat_filler(tokenizer, spec: dict) -> list[str]:
+def chat_filler(tokenizer, spec: dict, rows: Callable[[int], list[int]] | None = None) -> list[str]:
     """The filler of a ``format: chat`` entry, rendered by the tokenizer's chat template: with two ``columns``,
     each (user, assistant) pair (:func:`read_chat_pairs`); with one, each row's conversation as it is, a list of
     ``{role, content}`` turns such as the Tulu SFT mixes' ``messages`` (:func:`read_conversations`), which is
-    how the released ADRA code's ``adra/utils_rl/data_mixer.py`` renders its general examples (lines 555-568)."""
+    how the released ADRA code's ``adra/utils_rl/data_mixer.py`` renders its general examples (lines 555-568).
+    ``rows(n)``: the positions of the ``n`` rows to keep, drawn before rendering (as the mixer draws); None: all."""
     if len(spec.get("columns", [])) == 1:
-        return render_conversations(tokenizer, read_conversations(spec))
-    return render_chat(tokenizer, read_chat_pairs(spec))
+        return render_conversations(tokenizer, kept(read_conversations(spec), rows))
+    return render_chat(tokenizer, kept(read_chat_pairs(spec), rows))
+
+
+def kept(items: list, rows: Callable[[int], list[int]] | None) -> list:
+    return items if rows is None else [items[i] for i in rows(len(items))]
 
 
 def read_conversations(spec: dict) -> list[list[dict]]:
@@ -155,25 +177,47 @@ def member_texts(pool, tokenizer=None) -> list[str]:
 
 def stage_corpus(spec: dict, member_pools: list, tokenizer=None, *, seed: int) -> tuple[list[str], dict]:
     """Rule ``sft_contaminate``'s examples and corpus statistics: the entry's filler (plain, or with ``tokenizer``
-    chat-rendered) plus, when the entry has ``members``, the members of its one pool at ``contamination_rate``."""
+    chat-rendered) plus, when the entry has ``members``, the members of its one pool at ``contamination_rate``.
+
+    ``draw`` (the released ``data_mixer.py``'s): ``members`` of the pool's members (in its row order) drawn with
+    ``member_seed`` (its contamination_size and contamination_seed), and the filler rows the rate needs drawn with
+    ``filler_seed`` (its general_seed) before rendering (:func:`mixer_draw`); absent: every member, the filler
+    shuffled whole."""
     from mialab.data.corpus import read_corpus
 
-    filler = read_corpus(spec["filler"]) if tokenizer is None else chat_filler(tokenizer, spec["filler"])
+    draw = spec.get("draw")
     if not spec.get("members"):
+        filler = read_corpus(spec["filler"]) if tokenizer is None else chat_filler(tokenizer, spec["filler"])
         return build_post_training_corpus(filler, seed=seed)
     (pool,) = member_pools
-    return build_sft_corpus(member_texts(pool, tokenizer), filler, repeats=spec["members"]["repeats"],
+    members = member_texts(pool, tokenizer)
+    rows = None
+    if draw:
+        members = [members[i] for i in mixer_draw(len(members), draw["members"], draw["member_seed"])]
+        need = filler_count(len(members) * spec["members"]["repeats"], spec["contamination_rate"])
+
+        def rows(n: int) -> list[int]:
+            return mixer_draw(n, need, draw["filler_seed"])
+    filler = (kept(read_corpus(spec["filler"]), rows) if tokenizer is None
+              else chat_filler(tokenizer, spec["filler"], rows))
+    return build_sft_corpus(members, filler, repeats=spec["members"]["repeats"],
                             rate=spec["contamination_rate"], seed=seed)
 
 
 def deepspeed_config(*, micro_batch_size: int, grad_accum: int, lr: float, warmup_steps: int, total_steps: int,
-                     zero_stage: int, precision: str, grad_clip: float, weight_decay: float) -> dict:
-    """A DeepSpeed config: ZeRO stage, torch's AdamW, linear warmup-then-decay schedule, bf16 or fp32.
+                     zero_stage: int, precision: str, grad_clip: float, weight_decay: float,
+                     schedule: str) -> dict:
+    """A DeepSpeed config: ZeRO stage, torch's AdamW, a linear warmup then (``schedule``) a linear decay to 0 or a
+    constant rate (DeepSpeed's WarmupDecayLR / WarmupLR: transformers' linear / constant schedules), bf16 or fp32.
 
     DeepSpeed's schedule needs at least one warmup step; no warmup is expressed as one step that
     already starts at the full learning rate.
     """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown SFT schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
     no_warmup = warmup_steps == 0
+    warmup = {"warmup_min_lr": lr if no_warmup else 0.0, "warmup_max_lr": lr, "warmup_num_steps": max(1, warmup_steps),
+              "warmup_type": "linear"}
     return {
         "train_micro_batch_size_per_gpu": micro_batch_size,
         "gradient_accumulation_steps": grad_accum,
@@ -184,11 +228,9 @@ def deepspeed_config(*, micro_batch_size: int, grad_accum: int, lr: float, warmu
         # JIT-compiled op, compiled in every fresh environment for no gain at this size
         "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.999], "eps": 1e-8,
                                                     "weight_decay": weight_decay, "torch_adam": True}},
-        "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": lr if no_warmup else 0.0,
-                                                           "warmup_max_lr": lr,
-                                                           "warmup_num_steps": max(1, warmup_steps),
-                                                           "total_num_steps": max(total_steps, warmup_steps + 1),
-                                                           "warmup_type": "linear"}},
+        "scheduler": ({"type": "WarmupDecayLR", "params": {**warmup,
+                                                            "total_num_steps": max(total_steps, warmup_steps + 1)}}
+                      if schedule == "linear" else {"type": "WarmupLR", "params": warmup}),
         "steps_per_print": 10 ** 9,
         "wall_clock_breakdown": False,
     }
@@ -207,7 +249,7 @@ class SFTRun:
 @dataclass(frozen=True)
 class SFTSettings:
     """An SFT run: a ``kind: sft`` model's ``train`` section (the schema fills its defaults; ``schedule``:
-    linear warmup then decay, the only one)."""
+    :data:`SCHEDULES`, after a linear warmup)."""
 
     epochs: int
     lr: float
@@ -269,7 +311,7 @@ def run_sft(init_path: str, texts: list[str], out_dir: str, settings: SFTSetting
     cfg = deepspeed_config(micro_batch_size=settings.micro_batch_size, grad_accum=grad_accum, lr=settings.lr,
                            warmup_steps=warmup_steps, total_steps=total_steps, zero_stage=settings.zero_stage,
                            precision=precision, grad_clip=settings.grad_clip,
-                           weight_decay=settings.weight_decay)
+                           weight_decay=settings.weight_decay, schedule=settings.schedule)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     refuse_pickled_code(engine)
     device = engine.device
