@@ -114,6 +114,7 @@ rule adra_report:
         fpr_targets=config["evaluation"]["fpr_targets"],
     log:
         PLAN.log("adra_report", "{dataset}"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/adra_report.py"
 

@@ -37,6 +37,7 @@ rule calibdcd_partition:
         manifest=lambda wc: _checked(CALIBDCD_PLAN.partition(wc.dataset, int(wc.seed)), wc).manifest,
     log:
         PLAN.stage_log("calibdcd_partition", "calibdcd/partitions"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/calibdcd_partition.py"
 
@@ -208,6 +209,7 @@ rule calibdcd_report:
         fpr_targets=config["evaluation"]["fpr_targets"],
     log:
         PLAN.log("calibdcd_report"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/calibdcd_report.py"
 

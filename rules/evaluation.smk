@@ -23,6 +23,7 @@ rule evaluate_dataset:
         bootstrap=config["evaluation"]["bootstrap"],
     log:
         PLAN.log("evaluate_dataset", "{dataset}"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/evaluate_dataset.py"
 
@@ -65,5 +66,6 @@ rule summarize:
         controls=no_member_models(config["models"]),
     log:
         PLAN.log("summarize"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/summarize.py"

@@ -125,6 +125,7 @@ rule lara_report:
         fpr_targets=config["evaluation"]["fpr_targets"],
     log:
         PLAN.log("lara_report", "{dataset}"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/lara_report.py"
 
