@@ -18,9 +18,9 @@ from mialab.pipeline.config import check_config, check_config_files, check_yaml_
 from mialab.data.sources import local_paths
 from mialab.core.integrity import check_stages
 from mialab.core.jobs import entry_point, export_entry_points, go_offline, tune_malloc
-from mialab.lm.loading import allow_hub_kernels, trusts_remote_code
+from mialab.lm.loading import allow_hub_kernels, pin_hub_revisions, trusts_remote_code
 from mialab.pipeline.lock import apply_lock, check_sources_fetched, fetches, lock_path, read_lock
-from mialab.pipeline.prefetch import check_hub_cache
+from mialab.pipeline.prefetch import check_hub_cache, hub_items, hub_revisions, pin_models
 from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
 from mialab.pipeline.sizing import Sizing, cost_report, unset_site_settings
 from mialab.scoring.baselines import passive_columns
@@ -50,12 +50,14 @@ validate_config(config)  # schemas/config.schema.yaml, defaults filled in; finit
 # the config's lock file (mialab.pipeline.lock): the hub revisions rule prefetch resolved for it
 CONFIG_FILE = workflow.configfiles[0] if workflow.configfiles else None
 LOCK = lock_path(workflow.configfiles)
+LOCK_MODELS = read_lock(LOCK, "models")  # the hub models' commits, for those the config does not pin
 if rehearsing(config):  # CPU rehearsal (mialab.pipeline.rehearsal): the paper config with local data samples, checked as written
     _paper = with_samples(config)
     config.clear()
     config.update(_paper)
 else:
     apply_lock(config, read_lock(LOCK))
+    pin_models(config, LOCK_MODELS)
 check_config(config)
 # every data source pinned and fetched before any job (dry runs included), except for the run that fetches them
 FETCHING = workflow.is_main_process and fetches(sys.argv[1:])  # this run fetches them (rule prefetch, the login node)
@@ -102,6 +104,8 @@ check_columns(config["evaluation"], [*passive_columns(config), *NS_PLAN.columns(
 export_entry_points(workflow.basedir)
 # ... and load hub kernels for the models whose config allows them, no other (mialab.lm.loading.load_pretrained)
 allow_hub_kernels(PLAN.hub_kernel_paths())
+# ... and every hub model at its pinned commit (the config's revision or the lock file's; mialab.lm.loading.pinned)
+pin_hub_revisions(hub_revisions(hub_items(config, LOCK_MODELS)))
 
 # GPUs, CPUs, memory, runtime and partition of each GPU-capable job from the plan and the work it does
 # (mialab.pipeline.sizing); a profile's set-resources still overrides them per rule
@@ -138,7 +142,7 @@ onstart:
     if workflow.is_main_process and not FETCHING and _executor == "local":
         check_devices(config, visible_gpus())
     if workflow.is_main_process and not FETCHING:
-        check_hub_cache(config)
+        check_hub_cache(config, LOCK_MODELS, LOCK, sys.argv[1:])
     # a SLURM run names its site's account and partitions (docs/slurm.md, "Site settings"): the defaults are the
     # test SLURM's
     if workflow.is_main_process and not FETCHING and _executor == "slurm" and unset_site_settings():
