@@ -28,8 +28,9 @@ def sft_contaminate(facts, model: str, dataset: str | None, **_) -> Work:
     if spec.get("members"):
         members = facts.pool(spec["members"]["dataset"]).members * spec["members"]["repeats"]
         examples = members / spec["contamination_rate"]
-    else:
-        examples = facts.table.pool(spec["filler"]["source"].get("hub")).rows
+    else:   # the filler's rows: a hub table's listed size, else the table's default
+        source = spec["filler"].get("source") if isinstance(spec["filler"], dict) else None
+        examples = facts.throughputs.pool(source.get("hub") if isinstance(source, dict) else None).rows
     tokens = examples * train["max_length"] * train["epochs"]
     return Work(params_b=p, dtype=precision_dtype(train["precision"]), loads_b=(p, p),
                 train_flops=train_flops(p, tokens))
