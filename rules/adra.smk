@@ -116,6 +116,7 @@ rule adra_report:
         bootstrap=config["evaluation"]["bootstrap"],
     log:
         PLAN.log("adra_report", "{dataset}"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/adra_report.py"
 

@@ -38,6 +38,7 @@ rule calibdcd_partition:
         manifest=lambda wc: _checked(CALIBDCD_PLAN.partition(wc.dataset, int(wc.seed)), wc).manifest,
     log:
         PLAN.stage_log("calibdcd_partition", "calibdcd/partitions"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/calibdcd_partition.py"
 
@@ -211,6 +212,7 @@ rule calibdcd_report:
         paper_targets=config["paper_targets"],
     log:
         PLAN.log("calibdcd_report"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/calibdcd_report.py"
 

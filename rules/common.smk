@@ -1,5 +1,6 @@
 # Config validation, the content-addressed stage plans of the pipeline and of every method, input functions,
 # wildcard constraints. Every name the rule files share is defined here, so their include order does not matter.
+import atexit
 import json
 import re
 import shlex
@@ -17,11 +18,11 @@ from mialab.pipeline.config import check_config, check_config_files, check_yaml_
 from mialab.data.sources import local_paths
 from mialab.core.integrity import check_stages
 from mialab.core.jobs import entry_point, export_entry_points, go_offline, tune_malloc
-from mialab.lm.loading import allow_hub_kernels, trusts_remote_code
+from mialab.lm.loading import allow_hub_kernels, pin_hub_revisions, trusts_remote_code
 from mialab.pipeline.lock import apply_lock, check_sources_fetched, fetches, lock_path, read_lock
-from mialab.pipeline.prefetch import check_hub_cache
+from mialab.pipeline.prefetch import check_hub_cache, hub_items, hub_revisions, pin_models
 from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
-from mialab.pipeline.sizing import Sizing
+from mialab.pipeline.sizing import Sizing, cost_report, unset_site_settings
 from mialab.scoring.baselines import passive_columns
 from mialab.adra import VARIANTS
 from mialab.adra.plan import POLICY_GRAMMAR, ADRAPlan
@@ -30,6 +31,14 @@ from mialab.lara.plan import LaRAPlan
 from mialab.n_sampling.plan import METHOD as NS_METHOD, NSamplingPlan
 from mialab.pipeline.plan import EPOCH_PART, SEED_PART, WILDCARDS, Plan, no_member_models, seed_part
 from mialab.training.plan import RLPlan
+# what one job of each sized rule computes (mialab.lm.cost), per package
+from mialab.adra.cost import WORK as ADRA_WORK
+from mialab.calibdcd.cost import WORK as CALIBDCD_WORK
+from mialab.data.cost import WORK as PARAPHRASE_WORK
+from mialab.lara.cost import WORK as LARA_WORK
+from mialab.n_sampling.cost import WORK as NS_WORK
+from mialab.scoring.cost import WORK as SCORING_WORK
+from mialab.training.cost import WORK as TRAINING_WORK
 
 
 check_yaml_files(workflow.configfiles)  # each file Snakemake read, again: a key given twice fails (YAML keeps the last)
@@ -41,12 +50,14 @@ validate_config(config)  # schemas/config.schema.yaml, defaults filled in; finit
 # the config's lock file (mialab.pipeline.lock): the hub revisions rule prefetch resolved for it
 CONFIG_FILE = workflow.configfiles[0] if workflow.configfiles else None
 LOCK = lock_path(workflow.configfiles)
+LOCK_MODELS = read_lock(LOCK, "models")  # the hub models' commits, for those the config does not pin
 if rehearsing(config):  # CPU rehearsal (mialab.pipeline.rehearsal): the paper config with local data samples, checked as written
     _paper = with_samples(config)
     config.clear()
     config.update(_paper)
 else:
     apply_lock(config, read_lock(LOCK))
+    pin_models(config, LOCK_MODELS)
 check_config(config)
 # every data source pinned and fetched before any job (dry runs included), except for the run that fetches them
 FETCHING = workflow.is_main_process and fetches(sys.argv[1:])  # this run fetches them (rule prefetch, the login node)
@@ -96,10 +107,31 @@ check_targets(config["paper_targets"], COLUMNS)
 export_entry_points(workflow.basedir)
 # ... and load hub kernels for the models whose config allows them, no other (mialab.lm.loading.load_pretrained)
 allow_hub_kernels(PLAN.hub_kernel_paths())
+# ... and every hub model at its pinned commit (the config's revision or the lock file's; mialab.lm.loading.pinned)
+pin_hub_revisions(hub_revisions(hub_items(config, LOCK_MODELS)))
 
-# GPUs, CPUs, memory and runtime of each GPU-capable job from the plan (mialab.pipeline.sizing); a profile's
-# set-resources still overrides them per rule
-SIZING = Sizing(config, benchmarks=PLAN.output("benchmarks"))
+# GPUs, CPUs, memory, runtime and partition of each GPU-capable job from the plan and the work it does
+# (mialab.pipeline.sizing); a profile's set-resources still overrides them per rule
+SIZING = Sizing(config, work={**SCORING_WORK, **TRAINING_WORK, **PARAPHRASE_WORK, **NS_WORK, **ADRA_WORK,
+                              **LARA_WORK, **CALIBDCD_WORK})
+
+
+def print_cost(title):
+    """The planned jobs' GPU-hours per rule, requested at the first attempt and estimated (Sizing.cost)."""
+    jobs = [(job.rule.name, job.wildcards) for job in workflow.dag.needrun_jobs(exclude_finished=False)]
+    table = SIZING.cost(jobs)
+    if len(table):
+        print(cost_report(table, title))
+
+
+def print_dry_run_cost():
+    """A dry run's cost, after its job list (a dry run calls no onstart hook)."""
+    if workflow.dryrun and getattr(workflow, "_dag", None) is not None:
+        print_cost("this dry run's jobs")
+
+
+if workflow.is_main_process:
+    atexit.register(print_dry_run_cost)
 
 
 onstart:
@@ -113,12 +145,20 @@ onstart:
     if workflow.is_main_process and not FETCHING and _executor == "local":
         check_devices(config, visible_gpus())
     if workflow.is_main_process and not FETCHING:
-        check_hub_cache(config)
+        check_hub_cache(config, LOCK_MODELS, LOCK, sys.argv[1:])
+    # a SLURM run names its site's account and partitions (docs/slurm.md, "Site settings"): the defaults are the
+    # test SLURM's
+    if workflow.is_main_process and not FETCHING and _executor == "slurm" and unset_site_settings():
+        raise WorkflowError("site settings not set (docs/slurm.md, \"Site settings\"): "
+                            + ", ".join(unset_site_settings()) + "; export them before running on SLURM")
+    if workflow.is_main_process and not FETCHING:
+        print_cost("this run's jobs")
 
 
 def sized(rule, **getters):
     """``resources:`` of ``rule`` (``resources: **sized("rule")``); ``model=`` / ``dataset=`` map a
-    job's wildcards to its model / dataset where the wildcards of those names do not name them."""
+    job's wildcards to its model / dataset where the wildcards of those names do not name them, further
+    getters give its cost model what the wildcards do not (mialab.pipeline.sizing.Sizing.rule_resources)."""
     return SIZING.rule_resources(rule, **getters)
 
 

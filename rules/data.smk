@@ -29,5 +29,6 @@ rule build_split:
         manifest=lambda wc: _checked(PLAN.split(wc.dataset, int(wc.seed)), wc).manifest,
     log:
         PLAN.stage_log("build_split", "splits"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/build_split.py"

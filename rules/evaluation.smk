@@ -26,6 +26,7 @@ rule evaluate_dataset:
         paper_targets=lambda wc: paper_targets(wc.dataset),
     log:
         PLAN.log("evaluate_dataset", "{dataset}"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/evaluate_dataset.py"
 
@@ -75,5 +76,6 @@ rule summarize:
         controls=no_member_models(config["models"]),
     log:
         PLAN.log("summarize"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/summarize.py"

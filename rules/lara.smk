@@ -128,6 +128,7 @@ rule lara_report:
         bootstrap=config["evaluation"]["bootstrap"],
     log:
         PLAN.log("lara_report", "{dataset}"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/lara_report.py"
 

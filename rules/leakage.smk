@@ -42,5 +42,6 @@ rule leakage_summary:
         csv=report(LEAKAGE_SUMMARY["csv"], category="Leakage", caption="../report/leakage.rst"),
     log:
         PLAN.log("leakage_summary"),
+    localrule: True  # bookkeeping: on the submitting node, not a job in the queue (docs/slurm.md)
     script:
         "../workflow_scripts/leakage_summary.py"

@@ -130,7 +130,7 @@ rule rl_contaminate:
     priority: 10  # training is the critical path: schedule it before the cheap jobs
     threads: 2
     resources:
-        **sized("rl_contaminate", model=lambda wc: RL_PLAN.spec(wc.key)["init"]),
+        **sized("rl_contaminate", model=lambda wc: RL_PLAN.spec(wc.key)["init"], spec=lambda wc: RL_PLAN.spec(wc.key)),
     log:
         PLAN.stage_log("rl_contaminate", "rl", EPOCH_PART),
     benchmark:

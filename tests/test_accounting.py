@@ -12,6 +12,7 @@ the fixture through the profile.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,7 @@ SACCT = (HERE / "sacct_22.05.txt").read_text()
 DRY_RUN = (HERE / "dry_run_9.27.txt").read_text()
 WORKDIR = "/tmp/fx"  # the fixture run's working directory, as stored by sacct
 LEGACY_FIELDS = accounting.SACCT_FIELDS[:12]  # the --format of sacct_22.05.txt
+EFFICIENCY_FIELDS = accounting.SACCT_FIELDS[:16]  # the --format of sacct_efficiency_22.05.txt (before TimelimitRaw)
 
 # Logs as the plugin lays them out, each with Snakemake's own wildcards line (format copied
 # from the real job logs of the same run).
@@ -49,7 +51,7 @@ def log_dir(tmp_path: Path) -> Path:
 
 
 def allocations() -> pd.DataFrame:
-    return accounting.parse_sacct(SACCT, LEGACY_FIELDS)
+    return accounting.parse_sacct(SACCT, LEGACY_FIELDS, "|")   # captured before --delimiter
 
 
 def test_parse_sacct_merges_steps_into_allocations() -> None:
@@ -76,12 +78,27 @@ def test_parse_sacct_reads_gpus_states_and_requeued_runs() -> None:
     assert (cancelled["state"], cancelled["elapsed_s"], cancelled["alloc_mem_mb"]) == ("CANCELLED", 0, 0.0)
 
 
-def test_parse_sacct_rejects_malformed_text() -> None:
-    with pytest.raises(ValueError, match="fields"):
-        accounting.parse_sacct("8|name|COMPLETED")
+def test_parse_sacct_leaves_out_a_line_it_cannot_split() -> None:
+    """A line with another number of fields (a job name holding the delimiter) is left out with its steps and
+    named; the other jobs are read. A step without its allocation is still an error (not sacct's text)."""
+    lines = SACCT.splitlines()
+    odd = [lines[0].replace("|5e7541b3", "|a|b 5e7541b3", 1), *lines[1:]]   # job 8 named "a|b ..."
+    df = accounting.parse_sacct("\n".join(odd), LEGACY_FIELDS, "|")
+    assert "8" not in set(df["job_id"]) and "9" in set(df["job_id"]) and df.attrs["skipped"] == ["8"]
     orphan_step = SACCT.splitlines()[1]  # 8.batch without its allocation
     with pytest.raises(ValueError, match="does not follow its allocation"):
-        accounting.parse_sacct(orphan_step, LEGACY_FIELDS)
+        accounting.parse_sacct(orphan_step, LEGACY_FIELDS, "|")
+
+
+def test_sacct_separates_fields_with_a_character_no_job_name_holds() -> None:
+    """sacct is asked for the unit separator between fields: a `|` in a job name, a comment or a folder is text."""
+    command = accounting.sacct_command("now-1days")
+    assert f"--delimiter={accounting.DELIMITER}" in command and accounting.DELIMITER == "\x1f"
+    line = accounting.DELIMITER.join(["31", "mialab-a_run|x", "COMPLETED", "60", "1", "cpu=1,mem=4000M,node=1", "",
+                                      "rule_x", "2026-12-04T10:00:00", "2026-12-04T10:00:01", "2026-12-04T10:01:01",
+                                      "/w|here", "00:30", "4000M", "", "", "30"])
+    job = accounting.parse_sacct(line).iloc[0]
+    assert (job["run_id"], job["workdir"], job["time_limit_s"]) == ("mialab-a_run|x", "/w|here", 1800.0)
 
 
 @pytest.mark.parametrize(
@@ -164,8 +181,8 @@ def test_logs_stand_in_for_comments_not_stored(log_dir: Path) -> None:
     no_comments = "\n".join(
         "|".join("" if i == fields else v for i, v in enumerate(line.split("|"))) for line in SACCT.splitlines()
     )
-    jobs = accounting.snakemake_jobs(accounting.parse_sacct(no_comments, LEGACY_FIELDS), accounting.read_job_logs(log_dir),
-                                     WORKDIR)
+    jobs = accounting.snakemake_jobs(accounting.parse_sacct(no_comments, LEGACY_FIELDS, "|"),
+                                     accounting.read_job_logs(log_dir), WORKDIR)
     assert list(jobs["rule"]) == ["make_data", "make_data", "pretrain_model", "pretrain_model", "flaky", "flaky"]
     assert list(jobs["wildcards"]) == ["beta", "alpha", "beta_tiny_1", "alpha_tiny_1", "alpha", "alpha"]
 
@@ -194,7 +211,8 @@ def test_write_accounting(tmp_path: Path, log_dir: Path) -> None:
     assert "9 jobs, 0.044 GPU-hours" in md
     assert "| pretrain_model | alpha_tiny_1 |" in md
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "datasets.parquet", "gpu_hours.png", "jobs.md", "jobs.parquet", "models.parquet", "stages.parquet",
+        "datasets.parquet", "gpu_hours.png", "jobs.md", "jobs.parquet", "models.parquet", "runs.parquet",
+        "stages.parquet",
     ]  # fmt: skip
 
 
@@ -290,7 +308,7 @@ def test_report_script_writes_the_warning(tmp_path: Path, log_dir: Path) -> None
     scontrol.write_text("AccountingStorageTRES   = cpu,mem,energy,node,billing\n")
     proc = subprocess.run([sys.executable, str(HERE.parents[1] / "workflow_scripts" / "accounting.py"), "report",
                            "--out-dir", str(tmp_path / "out"), "--workdir", WORKDIR, "--log-dir", str(log_dir),
-                           "--sacct-file", str(legacy), "--scontrol-file", str(scontrol)],
+                           "--sacct-file", str(legacy), "--sacct-delimiter", "|", "--scontrol-file", str(scontrol)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "does not track gres/gpu" in proc.stderr
@@ -304,12 +322,13 @@ EFFICIENCY = (HERE / "sacct_efficiency_22.05.txt").read_text()
 
 
 def test_efficiency_fields_from_the_test_slurm() -> None:
-    df = accounting.parse_sacct(EFFICIENCY).set_index("job_id")
+    df = accounting.parse_sacct(EFFICIENCY, EFFICIENCY_FIELDS, "|").set_index("job_id")
     job1 = df.loc["1"]
     assert job1["total_cpu_s"] == pytest.approx(1.050 + 1.008)   # the steps' TotalCPU (batch + step 0)
     assert job1["req_mem_mb"] == 4000.0 and job1["max_rss_mb"] == pytest.approx(182036 / 1024)
     assert df["gpu_util_pct"].isna().all() and df["gpu_mem_mb"].isna().all()   # 22.05 tracks no gpuutil
-    jobs = accounting.snakemake_jobs(accounting.parse_sacct(EFFICIENCY), accounting.read_job_logs(Path("/nonexistent")),
+    jobs = accounting.snakemake_jobs(accounting.parse_sacct(EFFICIENCY, EFFICIENCY_FIELDS, "|"),
+                                     accounting.read_job_logs(Path("/nonexistent")),
                                      "/tmp/mialab-slurm-fixture-9u7omkrb").set_index("job_id")
     assert jobs.loc["1", "queue_s"] == 0.0 and jobs.loc["3", "queue_s"] == 1.0
     assert jobs.loc["1", "cpu_efficiency"] == pytest.approx(2.058 / 9)
@@ -331,9 +350,75 @@ GPU_TRACKED = """\
 
 
 def test_gpu_utilisation_where_the_cluster_tracks_it() -> None:
-    job = accounting.parse_sacct(GPU_TRACKED).iloc[0]
+    job = accounting.parse_sacct(GPU_TRACKED, EFFICIENCY_FIELDS, "|").iloc[0]
     assert (job["gpu_util_pct"], job["gpu_mem_mb"]) == (62.0, 120000.0)   # average utilisation, peak memory
     assert job["total_cpu_s"] == pytest.approx(10 * 3600)
-    jobs = accounting.snakemake_jobs(accounting.parse_sacct(GPU_TRACKED), accounting.read_job_logs(Path("/nonexistent")), "/w")
+    jobs = accounting.snakemake_jobs(accounting.parse_sacct(GPU_TRACKED, EFFICIENCY_FIELDS, "|"),
+                                     accounting.read_job_logs(Path("/nonexistent")), "/w")
     assert jobs.loc[0, "queue_s"] == 300.0 and jobs.loc[0, "cpu_efficiency"] == pytest.approx(10 / 16)
     assert accounting.totals(jobs, "rule").loc[0, "gpu_util_pct"] == 62.0
+
+
+# --- experiments apart, efficiency warnings, slurmdbd's lag -------------------------------------------------------
+
+def test_the_job_name_prefix_names_the_experiment() -> None:
+    """profiles/slurm names every job mialab-<config file names>_<run uuid>: one prefix per experiment, in the
+    characters (and the 50 of them) the plugin accepts."""
+    assert accounting.experiment_name(["configs/paper/adra_aime.yaml"]) == "adra_aime"
+    assert accounting.experiment_name(["/abs/config.yaml", "configs/tiny_adra.yaml"]) == "config-tiny_adra"
+    assert accounting.experiment_name([]) == "config"   # the Snakefile's config.yaml
+    assert accounting.jobname_prefix(["configs/paper/adra_aime_13b.yaml"]) == "mialab-adra_aime_13b"
+    long = accounting.jobname_prefix([f"{'x' * 60}.yaml"])
+    assert len(long) == 50 and re.fullmatch(r"[A-Za-z0-9_-]+", long)
+    assert accounting.jobname_prefix([]) == accounting.jobname_prefix(["config.yaml"]) == "mialab-config"
+
+
+def test_two_experiments_from_one_checkout_are_kept_apart(log_dir: Path) -> None:
+    """The same checkout (working directory, log folder) ran two configs: each experiment's accounting keeps the
+    jobs whose names carry its prefix."""
+    df = allocations()
+    ours = df["job_id"].isin(["8", "9", "10"])
+    df["run_id"] = df["run_id"].where(~ours, "mialab-a_" + df["run_id"]).where(ours, "mialab-b_" + df["run_id"])
+    a = accounting.snakemake_jobs(df, accounting.read_job_logs(log_dir), WORKDIR, "mialab-a")
+    b = accounting.snakemake_jobs(df, accounting.read_job_logs(log_dir), WORKDIR, "mialab-b")
+    assert list(a["job_id"]) == ["8", "9", "10"] and not set(a["job_id"]) & set(b["job_id"])
+    assert len(a) + len(b) == len(accounting.snakemake_jobs(df, accounting.read_job_logs(log_dir), WORKDIR))
+    assert accounting.snakemake_jobs(df, accounting.read_job_logs(log_dir), WORKDIR, "mialab-c").empty
+
+
+def test_efficiency_warnings_name_the_stages_below_their_thresholds(log_dir: Path) -> None:
+    jobs = accounting.snakemake_jobs(accounting.parse_sacct(EFFICIENCY, EFFICIENCY_FIELDS, "|"),
+                                     accounting.read_job_logs(Path("/nonexistent")), "/tmp/mialab-slurm-fixture-9u7omkrb")
+    jobs["time_limit_s"] = 3600.0   # asked for an hour each
+    jobs["time_efficiency"] = jobs["elapsed_s"] / jobs["time_limit_s"]
+    stages = accounting.totals(jobs, "rule")
+    warnings = accounting.efficiency_warnings(stages, {"cpu": 0.5, "memory": 0.01, "gpu": 0.3, "time": 0.1})
+    assert any(w.startswith("stage pretrain_model: CPU efficiency") for w in warnings)
+    assert any(w.startswith("stage pretrain_model: share of the time limit used") for w in warnings)
+    assert not any("GPU utilisation" in w for w in warnings)   # not tracked on this SLURM: not judged
+    assert accounting.efficiency_warnings(stages, {"cpu": 0.0, "memory": 0.0, "gpu": 0.0, "time": 0.0}) == []
+
+
+def test_the_end_of_run_accounting_waits_for_slurmdbd(tmp_path: Path, monkeypatch) -> None:
+    """A job the run submitted (its log written since the run started) that sacct does not show ended yet is
+    asked for again until it is, or until accounting.wait; the report is written either way, per experiment."""
+    logs = tmp_path / ".snakemake" / "slurm_logs" / "rule_make_data" / "beta"
+    logs.mkdir(parents=True)
+    (logs / "8.log").write_text("    wildcards: dataset=beta\n")
+    pad = "|" * (len(accounting.SACCT_FIELDS) - len(LEGACY_FIELDS))
+    ended = "\n".join((line.replace("|5e7541b3", "|mialab-x_5e7541b3", 1) + pad).replace("|", accounting.DELIMITER)
+                      for line in SACCT.splitlines()[:3])   # job 8 and its steps, as sacct now writes them
+    running = ended.replace("COMPLETED", "RUNNING", 1).replace("2026-11-29T14:07:22", "Unknown", 1)
+    answers = [running, running, ended]
+    monkeypatch.setattr(accounting, "run_sacct", lambda since: answers.pop(0))
+    monkeypatch.setattr(accounting, "scontrol_config", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    settings = {"since": "now-1days", "wait": 60, "thresholds": {"cpu": 0, "memory": 0, "gpu": 0, "time": 0}}
+    accounting.report_after_run("succeeded", settings, "x", start=0.0, poll_s=0.0)
+    assert answers == []   # asked three times: twice the job had not ended
+    jobs = pd.read_parquet(tmp_path / "results" / "accounting" / "x" / "jobs.parquet")
+    assert list(jobs["job_id"]) == ["8"] and list(jobs["state"]) == ["COMPLETED"]
+    assert (tmp_path / "results" / "logs" / "accounting-x.log").read_text().startswith("1 jobs")
+    answers[:] = [running]
+    accounting.report_after_run("failed", {**settings, "wait": 0}, "x", start=0.0, poll_s=0.0)
+    assert "sacct did not show the end of job(s) 8" in (tmp_path / "results" / "logs" / "accounting-x.log").read_text()

@@ -107,7 +107,7 @@ def start_checks(cfg: dict) -> None:
     """rules/common.smk's ``onstart`` checks of a local run on this (GPU-less) machine, after the plan's."""
     plan_checks(cfg)
     check_devices(cfg, 0)
-    check_hub_cache(cfg)
+    check_hub_cache(cfg, {}, None, [])
 
 
 @cache

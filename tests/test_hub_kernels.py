@@ -130,7 +130,7 @@ def test_prefetch_fetches_the_cuda_kernels_of_a_model_that_uses_them(monkeypatch
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(pf, "kernel_cached", lambda item: item.repo_id != "kernels-community/rotary")
     try:
-        pf.check_hub_cache(cfg)
+        pf.check_hub_cache(cfg, {}, None, [])
     except ConfigError as e:
         assert "models.sft.hub_kernels: kernels-community/rotary (hub kernel) (revision v2)" in str(e)
     else:

@@ -34,7 +34,7 @@ def test_the_paraphrase_job_asks_for_the_gpus_of_its_engine():
     cfg = paper()
     job = Sizing(cfg, environ={}).job("paraphrase", dataset="bookmia_paraphrased")
     assert (job.kind, job.gpus, job.params_b > 7) == ("generate", 1, True)   # Qwen2.5-7B-Instruct, 7.6B
-    assert Sizing(cfg, environ={}).resources(job, "paraphrase")["gpu"] == 1
+    assert Sizing(cfg, environ={}).resources(job, estimate_s=600.0)["gpu"] == 1
     cfg = copy.deepcopy(cfg)
     cfg["datasets"]["bookmia_paraphrased"]["paraphrase"] = {**cfg["datasets"]["bookmia_paraphrased"]["paraphrase"],
                                                             "options": {"model": "Qwen/Qwen2.5-7B-Instruct",

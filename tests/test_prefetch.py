@@ -42,7 +42,16 @@ from mialab.pipeline.lock import (
     read_lock,
     write_lock,
 )
-from mialab.pipeline.prefetch import HubItem, fetch_file, fetch_files, hub_items, prefetch
+from mialab.pipeline.prefetch import (
+    HubItem,
+    check_hub_cache,
+    fetch_file,
+    fetch_files,
+    hub_items,
+    hub_revisions,
+    pin_models,
+    prefetch,
+)
 
 
 def paper(name: str) -> dict:
@@ -204,16 +213,63 @@ def test_the_lock_file_pins_what_the_config_leaves_open(tmp_path: Path, monkeypa
     write_lock(lock, {"org/a": "c" * 40}, str(tmp_path / "configs" / "exp.yaml"))
     write_lock(lock, {"org/c": "d" * 40}, "configs/exp.yaml")   # added, the earlier entries kept
     assert read_lock(lock) == {"org/a": "c" * 40, "org/c": "d" * 40}
-    assert lock.read_text().startswith("# Hub revisions resolved by rule prefetch for the hub datasets configs/exp.yaml")
+    assert lock.read_text().startswith("# Hub revisions resolved by rule prefetch for the hub datasets and models "
+                                       "configs/exp.yaml")
     apply_lock(config, read_lock(lock))
     assert [(k, s.get("revision")) for k, s in hub_sources(config)] == [
         ("datasets.a.pool.source", "c" * 40), ("datasets.a.pool.nonmember_source", "v1"),   # a pin in the config wins
         ("models.m.filler.source", "c" * 40)]
+    write_lock(lock, {"org/model": "e" * 40}, "configs/exp.yaml", "models")   # the models' section beside it
+    assert read_lock(lock, "models") == {"org/model": "e" * 40} and read_lock(lock) == {"org/a": "c" * 40,
+                                                                                        "org/c": "d" * 40}
     lock.write_text("datasets: [org/a]\n")
     with pytest.raises(ConfigError, match="configs/exp.lock: not a lock file"):
         read_lock(lock)
     assert prefetch_command(["-n", "all", "--profile", "profiles/slurm", "--configfile", "configs/exp.yaml"]) == \
         "snakemake prefetch --profile profiles/slurm --configfile configs/exp.yaml"
+
+
+def test_every_hub_model_is_pinned_by_the_lock_file_and_loaded_at_its_commit(tmp_path: Path, monkeypatch):
+    """A hub model the config does not pin (of models:, or named elsewhere: the encoder) takes its lock file's commit:
+    the models' keys hold it, the jobs load that snapshot (mialab.lm.loading.pinned) whatever the cache's main says,
+    and a run stops before any job while one has no commit or is not in the cache at it, naming each and the
+    prefetch command."""
+    from huggingface_hub import constants
+
+    from mialab.lm.loading import HUB_REVISIONS, pin_hub_revisions, pinned
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    config = validated(paper("adra_aime"))
+    lock = {"allenai/tulu-2-7b": "1" * 40, "meta-llama/Llama-2-7b-hf": "2" * 40, "Qwen/Qwen3-Embedding-8B": "3" * 40}
+    argv = ["--profile", "profiles/slurm", "--configfile", "configs/paper/adra_aime.yaml"]
+    with pytest.raises(ConfigError) as err:
+        check_hub_cache(config, {}, Path("configs/paper/adra_aime.lock"), argv)
+    assert ("n_sampling.metrics.embedding_model: Qwen/Qwen3-Embedding-8B (revision unpinned: none in the config, no "
+            "entry in configs/paper/adra_aime.lock)") in str(err.value)
+    assert "with the same HF_HOME: snakemake prefetch --profile profiles/slurm --configfile configs/paper/" \
+           "adra_aime.yaml" in str(err.value)
+    pin_models(config, lock)
+    assert (config["models"]["tulu2_7b"]["revision"], config["models"]["llama2_7b"]["revision"]) == ("1" * 40, "2" * 40)
+    items = hub_items(config, lock)
+    assert hub_revisions(items) == lock
+    with pytest.raises(ConfigError, match=r"models\.tulu2_7b\.path: allenai/tulu-2-7b \(revision 1{40}\): not in the "
+                                          r"hub cache"):
+        check_hub_cache(config, lock, None, argv)
+    for repo, commit in lock.items():   # each at its commit; the cache's main names another
+        snapshot = tmp_path / "hub" / f"models--{repo.replace('/', '--')}" / "snapshots" / commit
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text("{}")
+        (snapshot.parents[1] / "refs").mkdir()
+        (snapshot.parents[1] / "refs" / "main").write_text("f" * 40)
+    check_hub_cache(config, lock, None, argv)
+    pin_hub_revisions(hub_revisions(items))
+    try:
+        assert pinned("Qwen/Qwen3-Embedding-8B") == str(tmp_path / "hub" / "models--Qwen--Qwen3-Embedding-8B" /
+                                                        "snapshots" / ("3" * 40))
+        assert pinned("org/not-pinned") == "org/not-pinned"
+    finally:
+        os.environ.pop(HUB_REVISIONS)
 
 
 # --- the paper configs, as a new user runs them -------------------------------------------------------------------

@@ -55,10 +55,13 @@ def submitted(log: str) -> list[str]:
     return re.findall(r"has been submitted with SLURM jobid (\d+)", log)
 
 
-def account(workdir: Path, env: dict[str, str]) -> pd.DataFrame:
-    """Run the accounting rule (forced: it has no inputs here) and read its per-job table."""
-    snakemake(workdir, env, "--forcerun", "accounting", "--", "accounting")
-    return pd.read_parquet(workdir / "results" / "accounting" / "jobs.parquet")
+def account(workdir: Path, env: dict[str, str], *config_files: str) -> pd.DataFrame:
+    """Run the accounting rule (forced: it has no inputs here) of the experiment of ``config_files`` (none: the
+    fixture's own, ``config``) and read its per-job table."""
+    configs = ["--configfile", *config_files] if config_files else []
+    snakemake(workdir, env, "--forcerun", "accounting", *configs, "--", "accounting")
+    experiment = "-".join(Path(f).stem for f in config_files) or "config"
+    return pd.read_parquet(workdir / "results" / "accounting" / experiment / "jobs.parquet")
 
 
 @pytest.fixture(scope="module")
@@ -129,17 +132,17 @@ def test_accounting_lists_every_job(first_run: dict) -> None:
         ("pretrain_model", "beta_tiny_1", "beta", "tiny"),
         ("flaky", "alpha", "alpha", "-"),
     }
-    stages = pd.read_parquet(first_run["workdir"] / "results" / "accounting" / "stages.parquet").set_index("rule")
+    stages = pd.read_parquet(first_run["workdir"] / "results" / "accounting" / "config" / "stages.parquet").set_index("rule")
     gpu = jobs[jobs["rule"] == "pretrain_model"]
     assert stages.loc["pretrain_model", "gpu_hours"] == pytest.approx((gpu["elapsed_s"] * 8).sum() / 3600)
-    assert "## Per dataset" in (first_run["workdir"] / "results" / "accounting" / "jobs.md").read_text()
+    assert "## Per dataset" in (first_run["workdir"] / "results" / "accounting" / "config" / "jobs.md").read_text()
 
 
 def test_accounting_shows_how_well_the_jobs_used_what_they_got(first_run: dict) -> None:
     """The efficiency columns from sacct: CPU (TotalCPU), memory (MaxRSS / ReqMem), queue wait; GPU
     utilisation is blank (this SLURM does not track gres/gpuutil), and the cluster tracks gres/gpu,
     so no warning."""
-    jobs, out = first_run["jobs"], first_run["workdir"] / "results" / "accounting"
+    jobs, out = first_run["jobs"], first_run["workdir"] / "results" / "accounting" / "config"
     done = jobs[jobs["state"] == "COMPLETED"]
     assert done["cpu_efficiency"].between(0, 1.5).all() and (done["cpu_efficiency"] > 0).any()
     assert (done["mem_efficiency"] > 0).all() and (done["req_mem_mb"] == done["alloc_mem_mb"]).all()
@@ -156,7 +159,7 @@ def test_a_failed_run_is_accounted_too(first_run: dict) -> None:
     workdir = first_run["workdir"]
     log, _ = snakemake(workdir, first_run["env"], "--retries", "0", "--", "broken", ok=False)
     assert "job accounting of the failed run" in log
-    jobs = pd.read_parquet(workdir / "results" / "accounting" / "jobs.parquet")
+    jobs = pd.read_parquet(workdir / "results" / "accounting" / "config" / "jobs.parquet")
     broken = jobs[jobs["rule"] == "broken"]
     assert list(broken["state"]) == ["FAILED"] and list(broken["job_id"]) == submitted(log)
 
@@ -179,3 +182,26 @@ def test_partial_rerun_submits_only_that_datasets_jobs(first_run: dict) -> None:
     assert sorted(rerun["job_id"], key=int) == sorted(submitted(log), key=int)
     assert sorted(zip(rerun["rule"], rerun["dataset"])) == [("make_data", "beta"), ("pretrain_model", "beta")]
     assert len(jobs[jobs["rule"] != "broken"]) == len(first_run["jobs"]) + 2  # the first run's jobs are still accounted
+
+
+def test_two_experiments_from_one_checkout_are_accounted_apart(first_run: dict) -> None:
+    """Two config files run from the first run's checkout (the fixture's datasets gamma, then delta): each run's
+    jobs carry its experiment's job-name prefix (mialab-a_<uuid>, mialab-b_<uuid>), and each experiment's
+    accounting (its end-of-run hook, then a refresh by hand) lists its own jobs only, the first run's neither."""
+    workdir, env = first_run["workdir"], first_run["env"]
+    logs = {}
+    for name, dataset in (("a", "gamma"), ("b", "delta")):
+        (workdir / f"{name}.yaml").write_text(f"fixture_datasets: [{dataset}]\n")
+        logs[name], _ = snakemake(workdir, env, "--configfile", str(workdir / f"{name}.yaml"))
+        assert run_id(logs[name]).startswith(f"mialab-{name}_")
+    for name, dataset in (("a", "gamma"), ("b", "delta")):
+        hooked = pd.read_parquet(workdir / "results" / "accounting" / name / "jobs.parquet")
+        jobs = account(workdir, env, str(workdir / f"{name}.yaml"))
+        for table in (hooked, jobs):
+            assert sorted(table["job_id"], key=int) == sorted(submitted(logs[name]), key=int)
+            assert set(table["run_id"]) == {run_id(logs[name])}
+            assert sorted(zip(table["rule"], table["dataset"])) == [("make_data", dataset), ("pretrain_model", dataset)]
+        assert "## Per run" in (workdir / "results" / "accounting" / name / "jobs.md").read_text()
+    mine = account(workdir, env)   # the fixture's own experiment: the first run's jobs, not a's or b's
+    assert not set(mine["job_id"]) & (set(submitted(logs["a"])) | set(submitted(logs["b"])))
+    assert mine["run_id"].str.startswith("mialab-config_").all()

@@ -62,33 +62,37 @@ def adra_aime(slurm_env):
     shutil.rmtree(workdir)
 
 
+#: The bookkeeping rules that run on the submitting node (localrule), never a SLURM job.
+LOCAL_RULES = {"build_split", "evaluate_dataset", "summarize", "leakage_summary", "adra_report"}
+
+
 def test_jobs_get_the_gpus_their_code_uses(adra_aime):
     """sacct's AllocTRES (alloc_gpus) per job against mialab.pipeline.sizing's plan: the one-process training jobs
-    (the rehearsal's launch.nproc 1) and forward passes one GPU each, CPU-only stand-ins and tables none."""
+    (the rehearsal's launch.nproc 1) and forward passes one GPU each, CPU-only stand-ins and pools none."""
     jobs = adra_aime["jobs"].set_index("rule")
     for rule in ("sft_contaminate", "score_baselines", "adra_train"):
         assert (jobs.loc[[rule], "alloc_gpus"] == 1).all(), jobs.loc[[rule]]
-    assert (jobs.loc[["rehearsal_model", "build_split", "evaluate_dataset", "summarize"], "alloc_gpus"] == 0).all()
+    assert (jobs.loc[["rehearsal_model", "build_pool", "leakage_check"], "alloc_gpus"] == 0).all()
 
 
 def test_accounting_has_every_rule_with_wildcards_and_time(adra_aime):
     jobs = adra_aime["jobs"]
-    expected = {"build_pool", "build_split", "rehearsal_model", "sft_contaminate", "score_baselines",
-                "n_sampling_rollouts", "adra_train", "adra_eval", "adra_report", "evaluate_dataset", "summarize"}
-    assert expected <= set(jobs["rule"])
+    expected = {"build_pool", "rehearsal_model", "sft_contaminate", "score_baselines", "n_sampling_rollouts",
+                "adra_train", "adra_eval"}
+    assert expected <= set(jobs["rule"]) and not LOCAL_RULES & set(jobs["rule"])   # bookkeeping ran locally
     assert (jobs["elapsed_s"] > 0).all()
     scored = jobs[jobs["rule"] == "score_baselines"]
     assert len(scored) == 2 and set(scored["dataset"]) == {"aime"}
     assert set(scored["model"]) == {"tulu2_aime", "tulu2_7b"}      # the target and its R-Loss reference (pre-SFT)
     assert (scored["gpu_hours"] > 0).all()
-    assert (adra_aime["workdir"] / "results/accounting/jobs.md").read_text().count("sft_contaminate") >= 2
+    assert (adra_aime["workdir"] / "results/accounting/config/jobs.md").read_text().count("sft_contaminate") >= 2
 
 
 def test_accounting_refresh_by_hand_matches_the_hook(adra_aime):
     """The README's refresh command rewrites the same table the onsuccess hook wrote."""
     workdir = adra_aime["workdir"]
     run(workdir, adra_aime["env"], "--config", "rehearsal=true", "--forcerun", "accounting", "--", "accounting")
-    again = pd.read_parquet(workdir / "results/accounting/jobs.parquet")
+    again = pd.read_parquet(workdir / "results/accounting/config/jobs.parquet")
     assert set(again["job_id"]) == set(adra_aime["jobs"]["job_id"])
 
 
@@ -134,7 +138,7 @@ def test_a_requeued_training_job_resumes_to_the_same_model(slurm_env, tmp_path):
             proc.kill()
     (job_log,) = workdir.glob("results/logs/pretrain_model/base/*.log")
     assert "resuming pretraining from" in job_log.read_text()
-    jobs = pd.read_parquet(workdir / "results/accounting/jobs.parquet")
+    jobs = pd.read_parquet(workdir / "results/accounting/config/jobs.parquet")
     runs = jobs[jobs["job_id"] == job].sort_values("attempt")
     assert list(runs["state"]) == ["REQUEUED", "COMPLETED"]
 
@@ -164,7 +168,7 @@ def rehearse_through_slurm(name: str, env: dict) -> tuple[dict, Path, pd.DataFra
     assert "has been submitted with SLURM jobid" in log and "mialab: rehearsal: models." in log
     assert "Nothing to be done" in run(workdir, env, "-n", "--config", "rehearsal=true")
     rehearsal_written(name, workdir)
-    return cfg, workdir, pd.read_parquet(workdir / "results/accounting/jobs.parquet"), log
+    return cfg, workdir, pd.read_parquet(workdir / "results/accounting/config/jobs.parquet"), log
 
 
 def test_adra_aime_paper_config_rehearses_through_slurm(adra_aime):
@@ -172,8 +176,8 @@ def test_adra_aime_paper_config_rehearses_through_slurm(adra_aime):
     the SFT ablation trained and evaluated at its steps, the report of Tables 12 and 14-15 (every variant's row)
     and Figure 2's steps."""
     adra_reports_written(adra_aime["cfg"], adra_aime["workdir"] / "results")
-    assert {"rehearsal_model", "sft_contaminate", "n_sampling_rollouts", "adra_train", "adra_eval",
-            "adra_report"} <= set(adra_aime["jobs"]["rule"])
+    assert {"rehearsal_model", "sft_contaminate", "n_sampling_rollouts", "adra_train", "adra_eval"} <= \
+        set(adra_aime["jobs"]["rule"])
 
 
 def test_adra_training_keeps_the_adapters_of_the_evaluated_steps_and_never_sees_labels(adra_aime):

@@ -21,11 +21,12 @@ params = snakemake.params  # noqa: F821
 items = [HubItem(**item) for item in params.repositories]
 rows = prefetch(items)
 files = fetch_files([(key, source) for key, source in params.files])
-resolved = {row["repo_id"]: Path(row["fetched"]).name for row in rows
-            if row["repo_type"] == "dataset" and not row["revision"]}
-if resolved:
-    write_lock(Path(params.lock), resolved, params.config)
-    print(f"wrote the revisions of {len(resolved)} hub dataset(s) into {params.lock}: commit it with the config")
+for kind, section in (("dataset", "datasets"), ("model", "models")):   # a snapshot folder is named by its commit
+    resolved = {row["repo_id"]: Path(row["fetched"]).name for row in rows
+                if row["repo_type"] == kind and not row["revision"]}
+    if resolved:
+        write_lock(Path(params.lock), resolved, params.config, section)
+        print(f"wrote the revisions of {len(resolved)} hub {kind}(s) into {params.lock}: commit it with the config")
 write_json({"hf_home": os.environ.get("HF_HOME", "~/.cache/huggingface"),
             "hf_endpoint": os.environ.get("HF_ENDPOINT", "https://huggingface.co"), "data_cache": str(data_cache()),
             "lock": params.lock, "items": rows, "files": files}, snakemake.output.manifest)  # noqa: F821

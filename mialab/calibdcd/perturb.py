@@ -237,10 +237,10 @@ def original_key_token_perturb(attribution_models: Sequence[str], mlm_path: str,
     its index in ``texts``: a slice of a list perturbed alone is perturbed as in the whole): deterministic."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from mialab.lm.loading import load_pretrained, resolve_device
+    from mialab.lm.loading import load_pretrained, pinned, resolve_device
 
     models = [load_lm(path, device=device, dtype=dtype) for path in attribution_models]
-    mlm_tok = AutoTokenizer.from_pretrained(mlm_path)
+    mlm_tok = AutoTokenizer.from_pretrained(pinned(mlm_path))
     mlm = load_pretrained(AutoModelForMaskedLM, mlm_path).to(resolve_device(device)).eval()
     out = []
     for i, text in enumerate(texts):

@@ -34,7 +34,7 @@ def load_encoder(name: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "f
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from mialab.lm.loading import check_bf16_speed, resolve_device, resolve_dtype
+    from mialab.lm.loading import check_bf16_speed, pinned, resolve_device, resolve_dtype
 
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
@@ -42,7 +42,7 @@ def load_encoder(name: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "f
     # hub kernels off, as for every model but one whose config allows them (mialab.lm.loading.load_pretrained);
     # no folder code (the default)
     kwargs = {"dtype": getattr(torch, dtype), "use_kernels": False}
-    return SentenceTransformer(resolve_model_path(name), device=device, model_kwargs=kwargs)
+    return SentenceTransformer(pinned(resolve_model_path(name)), device=device, model_kwargs=kwargs)
 
 
 def encode(texts: list[str], *, model: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32") -> np.ndarray:

@@ -149,7 +149,10 @@ def stop_token_ids(model_path: str, tokenizer) -> frozenset[int]:
     """EOS ids that end a rollout: the model's generation config ones, else the tokenizer's."""
     from transformers import GenerationConfig
 
+    from mialab.lm.loading import pinned
+
     ids: set[int] = set()
+    model_path = pinned(model_path)   # a hub id the run pins: its snapshot, which holds the generation config
     if (Path(model_path) / "generation_config.json").exists():
         eos = GenerationConfig.from_pretrained(model_path).eos_token_id
         ids.update([eos] if isinstance(eos, int) else (eos or []))

@@ -132,6 +132,32 @@ def no_cudnn_attention() -> None:
 HUB_KERNEL_MODELS = "MIALAB_HUB_KERNEL_MODELS"
 
 
+#: The hub models a run pins, JSON ``{hub id: commit}`` (rules/common.smk: the config's revisions and its lock file,
+#: :func:`pin_hub_revisions`), inherited by every job: each loads that commit from the hub cache (:func:`pinned`),
+#: whatever the cache's branches point to.
+HUB_REVISIONS = "MIALAB_HUB_REVISIONS"
+
+
+def pin_hub_revisions(revisions) -> None:
+    """Let this process and those it starts load each hub model of ``revisions`` (hub id -> commit) at its commit."""
+    os.environ[HUB_REVISIONS] = json.dumps(dict(sorted(dict(revisions).items())))
+
+
+def pinned(path: str) -> str:
+    """``path``, or for a hub id the run pins (:data:`HUB_REVISIONS`) its snapshot folder at that commit in the hub
+    cache; one not there is an error naming it (rule ``prefetch`` fetches it)."""
+    commit = json.loads(os.environ.get(HUB_REVISIONS) or "{}").get(str(path))
+    if commit is None:
+        return path
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(str(path), revision=commit, local_files_only=True)
+    except Exception as err:   # noqa: BLE001  (any way of not finding it offline)
+        raise FileNotFoundError(f"hub model {path} at {commit} is not in the hub cache (HF_HOME): fetch it with "
+                                "snakemake prefetch <your --profile and --configfile arguments>") from err
+
+
 def allow_hub_kernels(paths) -> None:
     """Let the model folders ``paths`` (and no other) load with hub kernels, in this process and those it starts."""
     os.environ[HUB_KERNEL_MODELS] = json.dumps(sorted(os.path.realpath(p) for p in paths))
@@ -169,7 +195,7 @@ def load_pretrained(model_class, path: str, *, trust_remote_code: bool = False, 
     no_cudnn_attention()
     kernels = hub_kernels_allowed(path)
     with _hub_kernels_switch(kernels):
-        return model_class.from_pretrained(path, use_safetensors=True, trust_remote_code=trust_remote_code,
+        return model_class.from_pretrained(pinned(path), use_safetensors=True, trust_remote_code=trust_remote_code,
                                            use_kernels=kernels, **kwargs)
 
 
@@ -179,7 +205,7 @@ def load_tokenizer(path: str, *, padding_side: str = "right", trust_remote_code:
     from transformers import AutoTokenizer
 
     check_remote_code(path, trust_remote_code)
-    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(pinned(path), trust_remote_code=trust_remote_code)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = padding_side

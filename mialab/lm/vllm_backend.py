@@ -26,7 +26,7 @@ from pathlib import Path
 from mialab.core.jobs import offline_environment
 from mialab.core.paths import REPO
 from mialab.lm.engine import Completion, SamplingConfig, derived_seed, register_backend
-from mialab.lm.loading import check_remote_code
+from mialab.lm.loading import check_remote_code, pinned
 from mialab.lm.vllm_worker import check_engine_args
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
@@ -82,6 +82,7 @@ class VLLMBackend:
         check_engine_args(engine_args or {})
         check_remote_code(model, trust_remote_code)
         self.trust_remote_code = trust_remote_code
+        model = pinned(model)   # a hub id the run pins: its snapshot at that commit
         self.model = str(Path(model).resolve()) if Path(model).exists() else model
         self.python = Path(venv or default_venv()) / "bin" / "python"
         if not self.python.exists():

@@ -1,6 +1,7 @@
 """Job accounting for workflow runs on SLURM: what every job cost, per job, stage and dataset.
 
-snakemake-executor-plugin-slurm (2.8) submits each job with the run's UUID as job name, the
+snakemake-executor-plugin-slurm (2.8) submits each job with the run's UUID as job name (after the
+experiment's prefix, ``mialab-<config file names>``: :func:`jobname_prefix`, profiles/slurm), the
 comment ``rule_<rule>_wildcards_<values joined by _>`` (``rule_<rule>`` without wildcards) and
 the log ``.snakemake/slurm_logs/rule_<rule>/<values>/<jobid>.log``; the log also carries
 Snakemake's own ``wildcards: name=value, ...`` line. ``sacct`` (from slurmdbd) gives one row
@@ -17,6 +18,13 @@ efficiency columns: CPU efficiency (``TotalCPU`` over elapsed x allocated CPUs),
 SLURM >= 23.02 with ``AcctGatherGpu``/NVML and both in ``AccountingStorageTRES``; else blank), and
 the queue wait (start - submit).
 
+An experiment's jobs are those whose job name carries its prefix (and, where sacct stores it, whose working
+directory is this checkout's): two configs run from one checkout are accounted apart, each run of one
+config (its run UUID) in a table of its own. ``sacct`` separates its fields with :data:`DELIMITER`, which no job
+name holds; a line that still does not parse is left out and named in a warning. :func:`efficiency_warnings`
+names the stages below the efficiency thresholds (CPU, memory, GPU utilisation where tracked, and the share
+of the time limit used).
+
 Attribution (per dataset): a job with a ``dataset`` wildcard counts for that dataset; a job of a
 shared stage (a ``model`` wildcard but no ``dataset``, e.g. fine-tuning a model later scored on
 several datasets) counts in equal shares for the datasets of the other jobs of the same model; any
@@ -28,11 +36,13 @@ rule's mean wall time in Snakemake benchmark files of earlier runs x the GPUs it
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -43,14 +53,24 @@ from mialab.core.io import write_parquet, write_text
 SACCT_FIELDS = (
     "JobID", "JobName", "State", "ElapsedRaw", "AllocCPUS", "AllocTRES",
     "MaxRSS", "Comment", "Submit", "Start", "End", "WorkDir",
-    "TotalCPU", "ReqMem", "TRESUsageInAve", "TRESUsageInMax",
+    "TotalCPU", "ReqMem", "TRESUsageInAve", "TRESUsageInMax", "TimelimitRaw",
 )  # fmt: skip
+#: sacct's field separator: the ASCII unit separator, which no job name, comment or folder holds (``|`` may).
+DELIMITER = "\x1f"
+#: The prefix of every job name of this workflow's runs (:func:`jobname_prefix`).
+PREFIX = "mialab"
+#: Characters the plugin accepts in a job-name prefix, and its longest prefix.
+PREFIX_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+PREFIX_MAX = 50
+#: States after which sacct's record of a job allocation no longer changes.
+RUNNING_STATES = ("PENDING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
 
 #: Columns of the per-job table before the named wildcard columns.
 JOB_COLUMNS = (
     "job_id", "run_id", "rule", "wildcards", "attempt", "state", "submit", "start", "end",
     "queue_s", "elapsed_s", "alloc_cpus", "alloc_gpus", "alloc_mem_mb", "req_mem_mb", "max_rss_mb",
     "total_cpu_s", "cpu_hours", "gpu_hours", "cpu_efficiency", "mem_efficiency", "gpu_util_pct", "gpu_mem_mb",
+    "time_limit_s", "time_efficiency",
 )  # fmt: skip
 #: Shown where a job's dataset share cannot be known (module doc, "Attribution").
 SHARED = "(shared)"
@@ -62,14 +82,39 @@ _NO_TIME = ("", "Unknown", "None")
 _LOG_WILDCARDS_RE = re.compile(r"^\s+wildcards: (?P<pairs>.+)$", re.MULTILINE)
 
 
+def experiment_name(config_files) -> str:
+    """The experiment of a run's config files: their names without suffix joined by ``-`` (the Snakefile's
+    ``config.yaml`` without any), in the characters a job name prefix may hold."""
+    names = [Path(f).stem for f in config_files] or ["config"]
+    return PREFIX_CHARS.sub("_", "-".join(names))
+
+
+def jobname_prefix(config_files=None) -> str:
+    """The job-name prefix of a run's jobs (profiles/slurm; default: the config files this process's command line
+    names): :func:`experiment_prefix` of their experiment."""
+    from mialab.pipeline.config import command_line_config_files
+
+    return experiment_prefix(experiment_name(command_line_config_files(sys.argv[1:]) if config_files is None
+                                             else config_files))
+
+
+def experiment_prefix(experiment: str) -> str:
+    """``mialab-<experiment>``, cut to the plugin's 50 characters with a digest of the whole kept."""
+    prefix = f"{PREFIX}-{experiment}"
+    if len(prefix) > PREFIX_MAX:
+        prefix = f"{prefix[:PREFIX_MAX - 9]}-{hashlib.sha256(prefix.encode()).hexdigest()[:8]}"
+    return prefix
+
+
 def sacct_command(since: str) -> list[str]:
-    """The ``sacct`` call listing every job (and step) since ``since``, requeued runs included.
+    """The ``sacct`` call listing every job (and step) since ``since``, requeued runs included, its fields
+    separated by :data:`DELIMITER`.
 
     Without ``-S`` sacct shows only jobs since midnight; ``since`` takes any sacct time
     (``2026-01-31T00:00``, ``now-30days``).
     """
     return [
-        "sacct", "--parsable2", "--noheader", "--duplicates",
+        "sacct", "--parsable2", f"--delimiter={DELIMITER}", "--noheader", "--duplicates",
         "-S", since, "-E", "now", f"--format={','.join(SACCT_FIELDS)}",
     ]  # fmt: skip
 
@@ -143,32 +188,39 @@ def _max(a: float, b: float) -> float:
     return b if math.isnan(a) else a if math.isnan(b) else max(a, b)
 
 
-def parse_sacct(text: str, fields: tuple[str, ...] = SACCT_FIELDS) -> pd.DataFrame:
+def parse_sacct(text: str, fields: tuple[str, ...] = SACCT_FIELDS, delimiter: str = DELIMITER) -> pd.DataFrame:
     """One row per job allocation from ``sacct --parsable2 --noheader`` text (``fields``: the
     ``--format`` it was written with, :data:`SACCT_FIELDS` by default; text written without the
-    efficiency fields gives NaN there).
+    efficiency fields gives NaN there; ``delimiter``: its ``--delimiter``, ``|`` without one).
+
+    A line with another number of fields (a job name holding the delimiter) is left out with its steps, and
+    listed in the frame's ``attrs["skipped"]``.
 
     Steps follow their allocation (with ``--duplicates`` a requeued job appears once per run,
     each run with its own steps), so rows are grouped in order; ``max_rss_mb`` is the largest
     ``MaxRSS`` over the steps (0 when no step ran), ``total_cpu_s`` the steps' ``TotalCPU`` summed
     (the allocation's own when no step is listed), ``gpu_util_pct`` / ``gpu_mem_mb`` the largest over the
     steps. Columns: job_id, run_id, state, elapsed_s, alloc_cpus, alloc_gpus, alloc_mem_mb, req_mem_mb,
-    max_rss_mb, total_cpu_s, gpu_util_pct, gpu_mem_mb, comment, submit, start, end, workdir.
+    max_rss_mb, total_cpu_s, gpu_util_pct, gpu_mem_mb, time_limit_s, comment, submit, start, end, workdir.
     """
     rows: list[dict] = []
     step_cpu: dict[int, float] = {}  # row index -> TotalCPU summed over its steps
+    skipped: list[str] = []
     for line in text.splitlines():
         if not line.strip():
             continue
-        values = line.split("|")
+        values = line.split(delimiter)
         if len(values) != len(fields):
-            raise ValueError(f"sacct line has {len(values)} fields, expected {len(fields)}: {line!r}")
+            skipped.append(line.split(delimiter, 1)[0][:40])
+            continue
         f = dict.fromkeys(SACCT_FIELDS, "") | dict(zip(fields, values))
         rss = size_mb(f["MaxRSS"]) if f["MaxRSS"] else 0.0
         util = _usage(f["TRESUsageInAve"], "gres/gpuutil", float)
         gmem = _usage(f["TRESUsageInMax"], "gres/gpumem", size_mb)
         if "." in f["JobID"]:
             parent = f["JobID"].split(".", 1)[0]
+            if parent in skipped:
+                continue
             if not rows or rows[-1]["job_id"] != parent:
                 raise ValueError(f"sacct step {f['JobID']} does not follow its allocation")
             row = rows[-1]
@@ -192,6 +244,7 @@ def parse_sacct(text: str, fields: tuple[str, ...] = SACCT_FIELDS) -> pd.DataFra
                 "total_cpu_s": cpu_seconds(f["TotalCPU"]) if "TotalCPU" in fields else math.nan,
                 "gpu_util_pct": util,
                 "gpu_mem_mb": gmem,
+                "time_limit_s": int(f["TimelimitRaw"]) * 60.0 if f["TimelimitRaw"].isdigit() else math.nan,
                 "comment": f["Comment"],
                 "submit": _timestamp(f["Submit"]),
                 "start": _timestamp(f["Start"]),
@@ -204,9 +257,12 @@ def parse_sacct(text: str, fields: tuple[str, ...] = SACCT_FIELDS) -> pd.DataFra
             rows[i]["total_cpu_s"] = seconds
     columns = [
         "job_id", "run_id", "state", "elapsed_s", "alloc_cpus", "alloc_gpus", "alloc_mem_mb", "req_mem_mb",
-        "max_rss_mb", "total_cpu_s", "gpu_util_pct", "gpu_mem_mb", "comment", "submit", "start", "end", "workdir",
+        "max_rss_mb", "total_cpu_s", "gpu_util_pct", "gpu_mem_mb", "time_limit_s", "comment", "submit", "start",
+        "end", "workdir",
     ]  # fmt: skip
-    return pd.DataFrame(rows, columns=columns)
+    frame = pd.DataFrame(rows, columns=columns)
+    frame.attrs["skipped"] = skipped
+    return frame
 
 
 def parse_log_wildcards(text: str) -> dict[str, str]:
@@ -237,16 +293,20 @@ def read_job_logs(log_dir: str | os.PathLike) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["job_id", "rule", "wildcards", "named"])
 
 
-def snakemake_jobs(allocations: pd.DataFrame, logs: pd.DataFrame, workdir: str | os.PathLike | None) -> pd.DataFrame:
+def snakemake_jobs(allocations: pd.DataFrame, logs: pd.DataFrame, workdir: str | os.PathLike | None,
+                   prefix: str | None = None) -> pd.DataFrame:
     """The per-job table (:data:`JOB_COLUMNS` + one column per wildcard name) of a workflow's jobs.
 
     Keeps the allocations submitted by the Snakemake plugin for ``workdir`` (stored comment and
     working directory) or with a log in the workflow's log folder (``logs``, from
-    :func:`read_job_logs`); other users' and other workflows' jobs are dropped. Logs win over
-    comments: they name the wildcards, and the tasks of an array job share one comment.
-    ``attempt`` numbers the submissions of one rule + wildcards in one run by submit time
+    :func:`read_job_logs`); other users' and other workflows' jobs are dropped, and with ``prefix`` (an
+    experiment's :func:`jobname_prefix`) every job whose name does not carry it: another experiment's run from
+    the same checkout. Logs win over comments: they name the wildcards, and the tasks of an array job share
+    one comment. ``attempt`` numbers the submissions of one rule + wildcards in one run by submit time
     (Snakemake retries and SLURM requeues both count).
     """
+    if prefix is not None:
+        allocations = allocations[allocations["run_id"].str.startswith(f"{prefix}_")]
     parsed = allocations["comment"].map(parse_comment)
     if workdir is not None:
         parsed = parsed.where(allocations["workdir"].map(_same_path(workdir)), None)
@@ -272,6 +332,7 @@ def snakemake_jobs(allocations: pd.DataFrame, logs: pd.DataFrame, workdir: str |
     cpu_s = jobs["elapsed_s"] * jobs["alloc_cpus"]
     jobs["cpu_efficiency"] = (jobs["total_cpu_s"] / cpu_s).where(cpu_s > 0)
     jobs["mem_efficiency"] = (jobs["max_rss_mb"] / jobs["req_mem_mb"]).where(jobs["req_mem_mb"] > 0)
+    jobs["time_efficiency"] = (jobs["elapsed_s"] / jobs["time_limit_s"]).where(jobs["time_limit_s"] > 0)
     jobs = jobs.sort_values(["submit", "job_id"], kind="stable")
     jobs["attempt"] = jobs.groupby(["run_id", "rule", "wildcards"]).cumcount() + 1
     return jobs[list(JOB_COLUMNS) + names].reset_index(drop=True)
@@ -307,8 +368,9 @@ def totals(jobs: pd.DataFrame, by: str) -> pd.DataFrame:
     Jobs without a value for ``by`` (no such wildcard) are grouped under ``(none)``. Columns: by, jobs,
     not_completed (state other than COMPLETED), elapsed_s, mean_queue_s, cpu_hours, gpu_hours (a shared
     job's share), cpu_efficiency (TotalCPU over allocated CPU time), mem_efficiency (mean over jobs of
-    MaxRSS / ReqMem), gpu_util_pct (GPU-hour-weighted mean where tracked), max_rss_mb (largest over the
-    group), sorted by GPU- then CPU-hours, largest first.
+    MaxRSS / ReqMem), gpu_util_pct (GPU-hour-weighted mean where tracked), time_efficiency (elapsed over
+    the time limits asked for, where sacct gives them), max_rss_mb (largest over the group), sorted by GPU-
+    then CPU-hours, largest first.
     """
     if by == "dataset":
         jobs = attributed(jobs)
@@ -327,6 +389,8 @@ def totals(jobs: pd.DataFrame, by: str) -> pd.DataFrame:
         "mem_efficiency": jobs["mem_efficiency"], "max_rss_mb": jobs["max_rss_mb"],
         "util_gpu_h": (jobs["gpu_util_pct"] * jobs["gpu_hours"] * w).where(tracked, 0.0),
         "tracked_gpu_h": (jobs["gpu_hours"] * w).where(tracked, 0.0),
+        "limited_s": (jobs["elapsed_s"] * w).where(jobs["time_limit_s"] > 0, 0.0),
+        "limit_s": (jobs["time_limit_s"] * w).where(jobs["time_limit_s"] > 0, 0.0),
     })
     out = frame.groupby(by, sort=False).agg(
         jobs=("job_id", "size"),
@@ -340,13 +404,37 @@ def totals(jobs: pd.DataFrame, by: str) -> pd.DataFrame:
         mem_efficiency=("mem_efficiency", "mean"),
         util_gpu_h=("util_gpu_h", "sum"),
         tracked_gpu_h=("tracked_gpu_h", "sum"),
+        limited_s=("limited_s", "sum"),
+        limit_s=("limit_s", "sum"),
         max_rss_mb=("max_rss_mb", "max"),
     ).reset_index()
     out["cpu_efficiency"] = (out["used_cpu_s"] / out["alloc_cpu_s"]).where(out["alloc_cpu_s"] > 0)
     out["gpu_util_pct"] = (out["util_gpu_h"] / out["tracked_gpu_h"]).where(out["tracked_gpu_h"] > 0)
+    out["time_efficiency"] = (out["limited_s"] / out["limit_s"]).where(out["limit_s"] > 0)
     out = out[[by, "jobs", "not_completed", "elapsed_s", "mean_queue_s", "cpu_hours", "gpu_hours",
-               "cpu_efficiency", "mem_efficiency", "gpu_util_pct", "max_rss_mb"]]
+               "cpu_efficiency", "mem_efficiency", "gpu_util_pct", "time_efficiency", "max_rss_mb"]]
     return out.sort_values(["gpu_hours", "cpu_hours", by], ascending=[False, False, True]).reset_index(drop=True)
+
+
+#: What each efficiency warning compares (schema: accounting.thresholds): the column of totals(), and as what.
+EFFICIENCIES = {"cpu": ("cpu_efficiency", "CPU efficiency (TotalCPU / allocated CPU time): fewer CPUs would do"),
+                "memory": ("mem_efficiency", "memory efficiency (MaxRSS / ReqMem): less memory would do"),
+                "gpu": ("gpu_util_pct", "GPU utilisation (gres/gpuutil): fewer GPUs, or more work per GPU"),
+                "time": ("time_efficiency", "share of the time limit used: a shorter runtime would queue sooner")}
+
+
+def efficiency_warnings(stages: pd.DataFrame, thresholds: dict[str, float]) -> list[str]:
+    """A warning for each stage (``stages``: :func:`totals` by rule) and efficiency below its threshold
+    (``thresholds``: :data:`EFFICIENCIES`' names, fractions); an efficiency the cluster does not give is not
+    judged, GPU utilisation only for stages that held GPUs."""
+    warnings = []
+    for row in stages.itertuples():
+        for name, (column, what) in EFFICIENCIES.items():
+            value = getattr(row, column)
+            value = value / 100 if name == "gpu" else value
+            if pd.notna(value) and value < thresholds[name] and (name != "gpu" or row.gpu_hours > 0):
+                warnings.append(f"stage {row.rule}: {what}: {value:.0%} < {thresholds[name]:.0%}")
+    return warnings
 
 
 def gpu_tracking_warning(config_text: str | None) -> str | None:
@@ -398,6 +486,8 @@ def markdown_report(jobs: pd.DataFrame, warnings: list[str] = ()) -> str:
         "Efficiencies: CPU = TotalCPU / (elapsed x CPUs), memory = MaxRSS / ReqMem, GPU = gres/gpuutil "
         "(blank where the cluster does not track it). Per dataset, a shared stage's job (a model wildcard, no "
         f"dataset) is split equally over its model's datasets; other jobs without a dataset are `{SHARED}`.\n",
+        "## Per run\n",
+        markdown_table(totals(jobs, "run_id")) + "\n",
         "## Per stage (rule)\n",
         markdown_table(totals(jobs, "rule")) + "\n",
         "## Per dataset\n",
@@ -432,11 +522,12 @@ def gpu_hours_figure(stages: pd.DataFrame, path: str | os.PathLike) -> None:
 
 
 def write_accounting(jobs: pd.DataFrame, out_dir: str | os.PathLike, warnings: list[str] = ()) -> None:
-    """Write ``jobs.parquet``, ``stages.parquet``, ``datasets.parquet``, ``models.parquet``, ``jobs.md``
-    and ``gpu_hours.png`` (GPU-hours per stage), each atomically."""
+    """Write ``jobs.parquet``, ``runs.parquet``, ``stages.parquet``, ``datasets.parquet``, ``models.parquet``,
+    ``jobs.md`` and ``gpu_hours.png`` (GPU-hours per stage), each atomically."""
     out_dir = Path(out_dir)
     stages = totals(jobs, "rule")
     write_parquet(jobs, out_dir / "jobs.parquet")
+    write_parquet(totals(jobs, "run_id"), out_dir / "runs.parquet")
     write_parquet(stages, out_dir / "stages.parquet")
     write_parquet(totals(jobs, "dataset"), out_dir / "datasets.parquet")
     write_parquet(totals(jobs, "model"), out_dir / "models.parquet")
@@ -445,30 +536,69 @@ def write_accounting(jobs: pd.DataFrame, out_dir: str | os.PathLike, warnings: l
 
 
 def report(out_dir: str | os.PathLike, since: str, workdir: str | os.PathLike | None, log_dir: str | os.PathLike,
-           sacct_text: str | None = None, scontrol_text: str | None = None) -> tuple[pd.DataFrame, list[str]]:
-    """Account this workflow's SLURM jobs into ``out_dir`` (from ``sacct``/``scontrol``, or the given
-    texts of their output); return the jobs and the warnings."""
+           prefix: str | None = None, thresholds: dict[str, float] | None = None, sacct_text: str | None = None,
+           scontrol_text: str | None = None, delimiter: str = DELIMITER) -> tuple[pd.DataFrame, list[str]]:
+    """Account this workflow's SLURM jobs (of the experiment whose job names carry ``prefix``) into ``out_dir``
+    (from ``sacct``/``scontrol``, or the given texts of their output, ``delimiter`` separating sacct's
+    fields); return the jobs and the warnings: an untracked gres/gpu, sacct lines left out, and the stages
+    below ``thresholds`` (:func:`efficiency_warnings`)."""
     text = run_sacct(since) if sacct_text is None else sacct_text
-    jobs = snakemake_jobs(parse_sacct(text), read_job_logs(log_dir), workdir)
+    allocations = parse_sacct(text, delimiter=delimiter)
+    jobs = snakemake_jobs(allocations, read_job_logs(log_dir), workdir, prefix)
     config = scontrol_config() if scontrol_text is None else scontrol_text
     warnings = [w for w in [gpu_tracking_warning(config)] if w]
+    if allocations.attrs["skipped"]:
+        warnings.append(f"{len(allocations.attrs['skipped'])} sacct line(s) left out, their fields not parsed "
+                        f"(jobs {', '.join(allocations.attrs['skipped'][:5])}): not this workflow's job names")
+    warnings += efficiency_warnings(totals(jobs, "rule"), thresholds) if thresholds else []
     write_accounting(jobs, out_dir, warnings)
     return jobs, warnings
 
 
-def report_after_run(outcome: str, since: str, out_dir: str = "results/accounting",
-                     log: str = "results/logs/accounting.log") -> None:
-    """The accounting at the end of a SLURM run (``outcome``: succeeded / failed), into ``out_dir``.
-    A failure here is reported (on stderr and in ``log``), not raised: it must not hide the run's own
-    outcome."""
-    Path(log).parent.mkdir(parents=True, exist_ok=True)
+def submitted_since(log_dir: str | os.PathLike, start: float) -> set[str]:
+    """SLURM job ids of the plugin's job logs under ``log_dir`` written since ``start`` (a run's own jobs: the
+    plugin writes each job's log from its submission on)."""
+    return {path.stem for path in Path(log_dir).glob("*/**/*.log") if path.stat().st_mtime >= start}
+
+
+def unsettled(jobs: pd.DataFrame, ids: set[str]) -> set[str]:
+    """The job ids among ``ids`` that sacct does not show yet, or shows without an end (slurmdbd records a job's
+    end a little after it ends)."""
+    latest = jobs.groupby("job_id").last() if len(jobs) else pd.DataFrame(columns=["state", "end"])
+    done = {j for j, row in latest.iterrows() if row["state"] not in RUNNING_STATES and pd.notna(row["end"])}
+    return set(ids) - done
+
+
+def report_after_run(outcome: str, settings: dict, experiment: str, start: float, *,
+                     results: str = "results", log_dir: str = ".snakemake/slurm_logs", poll_s: float = 10.0) -> None:
+    """The accounting of experiment ``experiment`` at the end of a SLURM run started at ``start`` (``outcome``:
+    succeeded / failed; ``settings``: the config's ``accounting`` section), into
+    ``<results>/accounting/<experiment>/``, after waiting (up to ``settings["wait"]`` seconds, asking every
+    ``poll_s``) for sacct to show each job the run submitted ended. A failure here is reported (on stderr and in
+    ``<results>/logs/accounting-<experiment>.log``), not raised: it must not hide the run's own outcome."""
+    out_dir, log = Path(results) / "accounting" / experiment, Path(results) / "logs" / f"accounting-{experiment}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
     try:
-        jobs, warnings = report(out_dir, since, ".", ".snakemake/slurm_logs")
-        Path(log).write_text("".join(f"warning: {w}\n" for w in warnings)
-                             + f"{len(jobs)} jobs, {jobs['gpu_hours'].sum():.3f} GPU-hours -> {out_dir}\n")
+        prefix, ids = experiment_prefix(experiment), submitted_since(log_dir, start)
+        deadline = time.monotonic() + settings["wait"]
+        while True:
+            text = run_sacct(settings["since"])
+            waiting = unsettled(parse_sacct(text), ids)
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(poll_s)
+        jobs, warnings = report(out_dir, settings["since"], ".", log_dir, prefix, settings["thresholds"],
+                                sacct_text=text)
+        if waiting:
+            warnings.append(f"sacct did not show the end of job(s) {', '.join(sorted(waiting, key=int))} within "
+                            f"{settings['wait']} s (accounting.wait); refresh the accounting later")
+        log.write_text("".join(f"warning: {w}\n" for w in warnings)
+                       + f"{len(jobs)} jobs, {jobs['gpu_hours'].sum():.3f} GPU-hours -> {out_dir}\n")
+        for w in warnings:
+            print(f"job accounting: warning: {w}", file=sys.stderr)
         print(f"job accounting of the {outcome} run: {out_dir}/jobs.md", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - reported, never raised (see above)
-        Path(log).write_text(f"{type(err).__name__}: {err}\n")
+        log.write_text(f"{type(err).__name__}: {err}\n")
         print(f"job accounting failed ({err}); see {log}", file=sys.stderr)
 
 

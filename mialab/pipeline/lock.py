@@ -1,11 +1,14 @@
 """The lock file of a config: the hub revisions rule ``prefetch`` resolved, like a package lock.
 
-A hub dataset a config pins (``{hub: org/name, revision: <commit>}``) is read at that revision. One without a
-``revision`` is resolved by rule ``prefetch`` when it first fetches it: the commit the hub serves then is written
-to the config's lock file, ``<config>.lock`` beside the first config file the command names (the complete
-config; its overlays share it), and every later run reads the dataset at that commit. Commit the lock file with
-the config: two users of the same config then read the same data. To move to a newer revision, delete the entry
-(or the file) and run ``prefetch`` again.
+A hub dataset the config pins (``{hub: org/name, revision: <commit>}``) is read at that revision, a hub model a
+``models:`` entry pins (``revision: <commit>``) loaded at it. One without a revision (a dataset, a model of
+``models:``, or a hub model named elsewhere: an encoder, a judge, a paraphraser, a fill model) is resolved by rule
+``prefetch`` when it first fetches it: the commit the hub serves then is written to the config's lock file
+(``datasets:`` and ``models:`` sections), ``<config>.lock`` beside the first config file the command names (the
+complete config; its overlays share it), and every later run reads it at that commit (a model:
+:func:`mialab.pipeline.prefetch.hub_revisions`). Commit the lock file with the config: two users of the same
+config then read the same data and weights. To move to a newer revision, delete the entry (or the file) and run
+``prefetch`` again.
 
 :func:`check_sources_fetched` is the plan-time gate (rules/common.smk): a hub dataset with neither a revision nor
 a lock entry, a pinned one not in the hub cache, or a file source not in the data cache stops the run before any
@@ -25,8 +28,10 @@ from mialab.data.sources import cached_file, describe, is_file, is_hub
 from mialab.pipeline.config import ConfigError, load_yaml, walk_config
 
 LOCK_SUFFIX = ".lock"
-HEADER = ("# Hub revisions resolved by rule prefetch for the hub datasets {config} names without a revision\n"
-          "# (mialab/pipeline/lock.py). Commit this file with the config: every run reads these commits.\n")
+HEADER = ("# Hub revisions resolved by rule prefetch for the hub datasets and models {config} names without a\n"
+          "# revision (mialab/pipeline/lock.py). Commit this file with the config: every run reads these commits.\n")
+#: The lock file's sections: hub datasets, hub models.
+SECTIONS = ("datasets", "models")
 
 
 def lock_path(config_files) -> Path | None:
@@ -38,18 +43,18 @@ def lock_path(config_files) -> Path | None:
     return first.with_name(first.name.removesuffix(first.suffix) + LOCK_SUFFIX)
 
 
-def read_lock(path: Path | None) -> dict[str, str]:
-    """``org/name -> commit`` of a lock file (``datasets:`` mapping); no file: empty. A malformed one is a
+def read_lock(path: Path | None, section: str = "datasets") -> dict[str, str]:
+    """``org/name -> commit`` of a lock file's ``section`` (:data:`SECTIONS`); no file: empty. A malformed one is a
     :class:`ConfigError` naming the file."""
     if path is None or not Path(path).is_file():
         return {}
     doc = load_yaml(path) or {}
-    entries = doc.get("datasets", {}) if isinstance(doc, dict) else None
-    if not isinstance(entries, dict) or set(doc) - {"datasets"} or not all(
-            isinstance(k, str) and isinstance(v, str) and v for k, v in entries.items()):
-        raise ConfigError(f"{path}: not a lock file (a 'datasets' mapping of org/name: <commit>); rule prefetch "
-                          "writes it: delete it and run prefetch again")
-    return entries
+    if not isinstance(doc, dict) or set(doc) - set(SECTIONS) or not all(
+            isinstance(entries, dict) and all(isinstance(k, str) and isinstance(v, str) and v
+                                              for k, v in entries.items()) for entries in doc.values()):
+        raise ConfigError(f"{path}: not a lock file ('datasets' and 'models' mappings of org/name: <commit>); rule "
+                          "prefetch writes it: delete it and run prefetch again")
+    return doc.get(section, {})
 
 
 def hub_sources(config: dict) -> list[tuple[str, dict]]:
@@ -69,10 +74,13 @@ def apply_lock(config: dict, lock: dict[str, str]) -> None:
             source["revision"] = lock[source["hub"]]
 
 
-def write_lock(path: Path, resolved: dict[str, str], config: str) -> None:
-    """Add ``resolved`` (``org/name -> commit``) to lock file ``path`` (entries already there are kept)."""
-    entries = {**read_lock(path), **resolved}
-    body = yaml.safe_dump({"datasets": dict(sorted(entries.items()))}, sort_keys=False)
+def write_lock(path: Path, resolved: dict[str, str], config: str, section: str = "datasets") -> None:
+    """Add ``resolved`` (``org/name -> commit``) to lock file ``path``'s ``section`` (the entries already there, and
+    the other section's, are kept)."""
+    doc = {name: read_lock(path, name) for name in SECTIONS}
+    doc[section] = {**doc[section], **resolved}
+    body = yaml.safe_dump({name: dict(sorted(entries.items())) for name, entries in doc.items() if entries},
+                          sort_keys=False)
     write_text(HEADER.format(config=os.path.relpath(config)) + body, path)
 
 

@@ -6,10 +6,12 @@ and ``MIALAB_DATA_CACHE`` (they keep ``HF_HUB_OFFLINE=1`` unless the user export
 is ``HF_ENDPOINT`` (default huggingface.co); a gated model needs ``HF_TOKEN`` or ``hf auth login``.
 
 - Models (``models.<name>.path`` of a hub id, and hub ids named as ``embedding_model``,
-  ``reference_model``, ``key_token_model(s)``, ``mlm_model`` or a paraphraser's ``model``): huggingface_hub's
-  ``snapshot_download`` of the files a job loads (:data:`MODEL_FILES`: safetensors weights, configs,
-  tokenizer files; no pickled weights), Python files too only for a model whose config sets
-  ``trust_remote_code``.
+  ``reference_model``, ``key_token_model(s)``, ``mlm_model`` or a paraphraser's, a judge's or an LLM's
+  ``model``): huggingface_hub's ``snapshot_download`` of the files a job loads (:data:`MODEL_FILES`: safetensors
+  weights, configs, tokenizer files; no pickled weights), Python files too only for a model whose config sets
+  ``trust_remote_code``; at its revision (a ``models:`` entry's, else the lock file's ``models:``, :func:`pin_models`),
+  or without one at the commit the hub serves now, which the rule writes into the lock file. The jobs load each
+  at that commit (:func:`hub_revisions`, :func:`mialab.lm.loading.pinned`).
 - Datasets (every ``{hub: org/name, ...}`` source): huggingface_hub's ``snapshot_download`` of the repository at
   its revision, then read once as ``build_pool`` reads it (:func:`mialab.data.sources.load_hub`: its split must
   exist). A dataset without a revision is fetched at the commit the hub serves now, which the rule writes into
@@ -38,7 +40,7 @@ from pathlib import Path
 from mialab.core.io import atomic_path
 from mialab.data.sources import cached_file, describe, file_url, hub_offline
 from mialab.pipeline.config import ConfigError, walk_config
-from mialab.pipeline.lock import hub_sources
+from mialab.pipeline.lock import hub_sources, prefetch_command
 
 #: Keys outside ``models:`` whose string value may name a hub model.
 MODEL_KEYS = ("embedding_model", "reference_model", "key_token_model", "key_token_models", "mlm_model", "model")
@@ -70,9 +72,10 @@ def is_hub_model(value: str, config: dict) -> bool:
             and HUB_ID.match(value) is not None)
 
 
-def hub_items(config: dict) -> list[HubItem]:
-    """Every hub model and dataset ``config`` names, each repository (and revision) once."""
-    items = []
+def hub_items(config: dict, models_lock: dict[str, str] | None = None) -> list[HubItem]:
+    """Every hub model and dataset ``config`` names, each repository (and revision) once; a hub model named outside
+    ``models:`` at its entry in ``models_lock`` (the lock file's ``models:``), if any."""
+    items, lock = [], models_lock or {}
     for name, spec in config["models"].items():
         if spec.get("kind") == "hf" and is_hub_model(spec["path"], config):
             items.append(HubItem(f"models.{name}.path", "model", spec["path"], spec.get("revision"),
@@ -80,7 +83,7 @@ def hub_items(config: dict) -> list[HubItem]:
     for key, value in walk_config({k: v for k, v in config.items() if k != "models"}, ""):
         if (LIST_ITEM.sub("", key.rsplit(".", 1)[-1]) in MODEL_KEYS and isinstance(value, str)
                 and is_hub_model(value, config)):
-            items.append(HubItem(key, "model", value))
+            items.append(HubItem(key, "model", value, lock.get(value)))
     for key, source in hub_sources(config):   # the datasets' sources, then the models' (an SFT filler)
         items.append(HubItem(key, "dataset", source["hub"], source.get("revision"), source.get("split"),
                              source.get("subset")))
@@ -94,6 +97,21 @@ def hub_items(config: dict) -> list[HubItem]:
             seen.add(ident)
             unique.append(item)
     return unique
+
+
+def pin_models(config: dict, models_lock: dict[str, str]) -> None:
+    """Give every hub model of ``models:`` without a ``revision`` its lock entry's (in place): its key then holds
+    the commit its jobs load."""
+    for spec in config["models"].values():
+        if spec.get("kind") == "hf" and "revision" not in spec and spec["path"] in models_lock \
+                and is_hub_model(spec["path"], config):
+            spec["revision"] = models_lock[spec["path"]]
+
+
+def hub_revisions(items: list[HubItem]) -> dict[str, str]:
+    """Hub id -> commit of every hub model among ``items`` with a revision: what the jobs load
+    (:func:`mialab.lm.loading.pin_hub_revisions`)."""
+    return {i.repo_id: i.revision for i in items if i.repo_type == "model" and i.revision}
 
 
 def kernel_items(key: str) -> list[HubItem]:
@@ -193,9 +211,8 @@ def prefetch(items: list[HubItem], *, model: Callable[[HubItem], str] = fetch_mo
 
 
 def uncached_models(items: list[HubItem]) -> list[HubItem]:
-    """The hub models among ``items`` whose revision (none: the default branch's) is not in the local hub cache
-    (``HF_HOME``), judged by their ``config.json`` as transformers resolves it offline, and the hub kernels
-    that are not (:func:`kernel_cached`)."""
+    """The hub models among ``items`` whose revision is not in the local hub cache (``HF_HOME``), judged by their
+    ``config.json`` as transformers resolves it offline, and the hub kernels that are not (:func:`kernel_cached`)."""
     from huggingface_hub import try_to_load_from_cache
 
     return [i for i in items if (i.repo_type == "model" and not isinstance(
@@ -215,18 +232,25 @@ def kernel_cached(item: HubItem) -> bool:
     return True
 
 
-def check_hub_cache(config: dict) -> None:
+def check_hub_cache(config: dict, models_lock: dict[str, str], lock: Path | None, argv: list[str]) -> None:
     """When the jobs read the hub offline (``HF_HUB_OFFLINE`` unset, which they default to, or set), every hub model
-    the config names must be in the local hub cache: rules/common.smk calls it when a run starts (not for a run of
-    the ``prefetch`` target), so a model that was never fetched fails before any job, naming its key."""
+    the config names must have a revision (its ``models:`` entry's, else the lock file's) and be in the local hub
+    cache at it, and every hub kernel it turns on be there: rules/common.smk calls it when a run starts, before any
+    job is submitted (not for a run of the ``prefetch`` target), so a model that was never fetched stops the run,
+    named with its key, and the one command that fetches them (:func:`mialab.pipeline.lock.prefetch_command`)."""
     if "HF_HUB_OFFLINE" in os.environ and not hub_offline():
         return  # the jobs may download
-    missing = uncached_models(hub_items(config))
-    if missing:
-        raise ConfigError(
-            "hub models not in the local hub cache, which the jobs read offline (HF_HUB_OFFLINE):\n  "
-            + "\n  ".join(f"{i.key}: {i.repo_id}{' (hub kernel)' if i.repo_type == 'kernel' else ''} (revision "
-                           f"{i.revision or (f'v{i.version}' if i.version else 'unpinned: the default branch')})"
-                           for i in missing)
-            + "\nfetch them where the hub is reachable, with the same HF_HOME: snakemake prefetch <your --profile and "
-              "--configfile arguments> (rules/prefetch.smk), or export HF_HUB_OFFLINE=0 to let the jobs download")
+    items = hub_items(config, models_lock)
+    models = [i for i in items if i.repo_type in ("model", "kernel")]
+    problems = [f"{i.key}: {i.repo_id} (revision unpinned: none in the config, no entry in {lock or 'a lock file'})"
+                for i in models if i.repo_type == "model" and not i.revision]
+    problems += [f"{i.key}: {i.repo_id}{' (hub kernel)' if i.repo_type == 'kernel' else ''} (revision "
+                 f"{i.revision or f'v{i.version}'}): not in the hub cache (HF_HOME)"
+                 for i in uncached_models([i for i in models if i.revision or i.repo_type == "kernel"])]
+    if problems:
+        raise ConfigError("hub models not fetched yet (the jobs read them offline, at their revision):\n  "
+                          + "\n  ".join(problems)
+                          + f"\nfetch them where the hub is reachable (the login node), with the same HF_HOME: "
+                            f"{prefetch_command(argv)}"
+                            f"\n(it pins the revisions a config leaves open in {lock or 'its lock file'}: commit that "
+                            "file; docs/slurm.md, \"Staging\"), or export HF_HUB_OFFLINE=0 to let the jobs download")
