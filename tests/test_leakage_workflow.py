@@ -345,7 +345,7 @@ def test_results_summary_gets_the_split_checks_beside_the_unchanged_table(tmp_pa
         leak.append(tmp_path / f"l{i}.parquet")
         pd.DataFrame([row]).to_parquet(leak[-1])
     out = {k: str(tmp_path / f"out.{k}") for k in ("summary", "per_seed", "markdown", "csv", "headline",
-                                                    "headline_csv", "forest")}
+                                                    "headline_csv", "reproduction_csv", "forest")}
     headline = tmp_path / "h.parquet"
     pd.DataFrame().to_parquet(headline)
     pool = tmp_path / "pool.json"   # the pool's manifest (rule build_pool)
@@ -359,7 +359,7 @@ class NL(list):
     def get(self, key, default=None): return self.__dict__.get(key, default)
 builtins.snakemake = type("S", (), dict(
     input=NL(summaries=[{str(paths['summary'])!r}], per_seed=[{str(paths['per_seed'])!r}], headlines=[{str(headline)!r}],
-             leakage={list(map(str, leak))!r}, pools=[{str(pool)!r}]),
+             reproductions=[{str(headline)!r}], leakage={list(map(str, leak))!r}, pools=[{str(pool)!r}]),
     output=NL(**{out!r}), log=[{str(tmp_path / 'log')!r}], threads=1,
     params=NL(fpr_targets=[0.05], headline={{"Loss": "loss"}}, bootstrap={{"level": 0.95, "resamples": 100}},
               truncation_warn=0.05, controls=["control"])))

@@ -145,6 +145,16 @@ def test_paper_config_jobs_ask_for_what_their_code_uses(path: Path, monkeypatch)
                                                  f"prints {printed.groups()} (requested, estimated GPU-hours)")
 
 
+
+def test_the_slurm_guide_states_each_config_headers_gpu_hours():
+    """docs/slurm.md's table of paper configs repeats each header's GPU-hours (requested, estimated), which the
+    test above holds to the dry run: one figure, the same in both places."""
+    rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(
+        r"^\| (\w+) \| [\d,]+ \| ([\d,]+) \| ([\d,]+) \|$", (REPO / "docs" / "slurm.md").read_text(), re.M)}
+    headers = {p.stem: GPU_HOURS_LINE.search(p.read_text()).groups() for p in CONFIGS}
+    assert rows == headers
+
+
 def test_gpus_are_the_tensor_parallel_size_the_world_size_or_one():
     cfg = paper("calibdcd_instruct_models")
     cfg["calibdcd"]["generation"]["backend_options"]["tensor_parallel_size"] = 4

@@ -120,10 +120,17 @@ def checkout_copy() -> Path:
     return with_stand_in_hashes(repo_copy(root))
 
 
-@functools.lru_cache(maxsize=None)
 def dry_run_as_documented(command: str) -> subprocess.CompletedProcess:
-    """:func:`run_documented` in :func:`checkout_copy`, once per command line and test process, after its sources
-    were fetched there from the stand-in hub (:func:`fetch_stand_ins`)."""
+    """:func:`run_documented` in :func:`checkout_copy`, once per command line, site settings (the environment's
+    ``MIALAB_SLURM_*``, which a test may set) and test process, after its sources were fetched there from the
+    stand-in hub (:func:`fetch_stand_ins`)."""
+    site = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("MIALAB_SLURM_")))
+    return _dry_run(command, site)
+
+
+@functools.lru_cache(maxsize=None)
+def _dry_run(command: str, site: tuple[tuple[str, str], ...]) -> subprocess.CompletedProcess:
+    """:func:`dry_run_as_documented`'s run; ``site`` keys the cache (the run reads it from the environment)."""
     fetched = fetch_stand_ins(checkout_copy(), command)
     proc = run_documented(checkout_copy(), command)
     if fetched is not None and fetched.returncode:   # shown where the dry run fails too
