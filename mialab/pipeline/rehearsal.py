@@ -469,7 +469,9 @@ def build_stand_in(spec: dict, out: str | os.PathLike, texts) -> int:
         with tempfile.TemporaryDirectory() as hf_dir:  # the bare transformer, read back as the first module
             model.save_pretrained(hf_dir, safe_serialization=True)
             tok.save_pretrained(hf_dir)
-            modules = [Transformer(hf_dir), Pooling(spec["size"]["hidden_size"], pooling_mode=spec["encoder"]), Normalize()]
+            # read back with hub kernels off, as every model load (mialab.lm.loading.load_pretrained)
+            modules = [Transformer(hf_dir, model_kwargs={"use_kernels": False}),
+                       Pooling(spec["size"]["hidden_size"], pooling_mode=spec["encoder"]), Normalize()]
             SentenceTransformer(modules=modules, device="cpu").save(str(out), safe_serialization=True)
     else:
         model.save_pretrained(out, safe_serialization=True)
