@@ -113,7 +113,7 @@ def test_gpu_rule_is_scheduled_with_eight_gpus(first_run: dict) -> None:
     gpu_ids = set(jobs.loc[jobs["rule"] == "pretrain_model", "job_id"])
     assert len(gpu_ids) == 2
     tres = accounting.SACCT_FIELDS.index("AllocTRES")
-    rows = [line.split("|") for line in accounting.run_sacct("now-1hours").splitlines()]
+    rows = [line.split(accounting.DELIMITER) for line in accounting.run_sacct("now-1hours").splitlines()]
     allocated = [fields[tres] for fields in rows if fields[0] in gpu_ids]
     assert len(allocated) == 2 and all("gres/gpu=8" in t.split(",") for t in allocated)
     assert set(jobs.loc[jobs["rule"] != "pretrain_model", "alloc_gpus"]) == {0}
@@ -140,15 +140,20 @@ def test_accounting_lists_every_job(first_run: dict) -> None:
 
 def test_accounting_shows_how_well_the_jobs_used_what_they_got(first_run: dict) -> None:
     """The efficiency columns from sacct: CPU (TotalCPU), memory (MaxRSS / ReqMem), queue wait; GPU
-    utilisation is blank (this SLURM does not track gres/gpuutil), and the cluster tracks gres/gpu,
-    so no warning."""
+    utilisation is blank (this SLURM does not track gres/gpuutil), and the cluster tracks gres/gpu, so no
+    tracking warning; the report's efficiency warnings are exactly the stages below the default thresholds."""
     jobs, out = first_run["jobs"], first_run["workdir"] / "results" / "accounting" / "config"
     done = jobs[jobs["state"] == "COMPLETED"]
     assert done["cpu_efficiency"].between(0, 1.5).all() and (done["cpu_efficiency"] > 0).any()
     assert (done["mem_efficiency"] > 0).all() and (done["req_mem_mb"] == done["alloc_mem_mb"]).all()
     assert (jobs["queue_s"] >= 0).all() and jobs["gpu_util_pct"].isna().all()
     md = (out / "jobs.md").read_text()
-    assert "## Per model" in md and "Warning" not in md
+    assert "## Per model" in md and "does not track gres/gpu" not in md
+    stages = pd.read_parquet(out / "stages.parquet")
+    thresholds = {"cpu": 0.25, "memory": 0.1, "gpu": 0.3, "time": 0.1}   # the schema's defaults
+    assert md.count("**Warning:**") == len(accounting.efficiency_warnings(stages, thresholds))
+    for warning in accounting.efficiency_warnings(stages, thresholds):
+        assert f"**Warning:** {warning}" in md
     assert (out / "gpu_hours.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     models = pd.read_parquet(out / "models.parquet").set_index("model")
     assert models.loc["tiny", "gpu_hours"] == pytest.approx(jobs.loc[jobs["rule"] == "pretrain_model", "gpu_hours"].sum())
