@@ -44,6 +44,7 @@ PREDICT = "predict_result.py"
 # VeilProbe's files
 AGG = "key_perturb/keyperturb_agg.py"
 INTERP = "key_perturb/interpreter.py"
+UTILS = "key_perturb/utils.py"
 SAMPLE = "sampling_close_sourced_LLM.py"
 MAPPING = "mappingmodel.py"
 RUN = "run_protonet_classifier.py"
@@ -135,9 +136,9 @@ def dpdllm_settings() -> list[Setting]:
         Setting("reference.optimizer_args", ref, Find(TRAIN, r"optimizer=keras\.optimizers\.Adam\((.*)\),", raw=True),
                 "constants.reference_adam",
                 expect=lambda v: {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7} if v == "learning_rate" else v),
-        Setting("reference.kept_epoch", ref, Derived(lambda monitor, mode, best: f"{mode} {monitor}" if best else "last",
-                                                     (Find(TRAIN, r"monitor='(\w+)'"), Find(TRAIN, r"mode='(\w+)'"),
-                                                      Find(TRAIN, r"save_best_only=(\w+)"))),
+        Setting("reference.kept_epoch", ref, Derived(
+            lambda monitor, mode, best: f"{mode} {monitor}" if best else "last",
+            (Find(TRAIN, r"monitor='(\w+)'"), Find(TRAIN, r"mode='(\w+)'"), Find(TRAIN, r"save_best_only=(\w+)"))),
                 "constants.reference_kept",
                 test=T_C + "test_reference_finetuning_is_seeded_deterministic_and_memorises"),
         Setting("target.model", feat, Find(GENERATE, r'"--llm", type=str, choices=(\[.*\])\)', raw=True), None,
@@ -183,9 +184,12 @@ def veilprobe_settings() -> list[Setting]:
     return [
         Setting("perturbation.key_token_models", pert, literal(Find(AGG, r"^model_names = (\[.*\])", raw=True)),
                 "perturbation.key_token_paths", expect=hub_ids("openai-community")),
-        Setting("perturbation.template", pert, Find(AGG, r"input_text = (f\".*\")$", raw=True),
-                "constants.perturbation_template",
-                expect=lambda v: "the text" if "template['prefix']" in v else v),
+        Setting("perturbation.template", pert, Derived(
+            lambda name, prefix, postfix: f"{prefix}{{text}}{postfix}" if name == "competion_templete" else name,
+            (Find(UTILS, r"^\s+'gpt2': (\w+),"),
+             Find(UTILS, r"^\s+'prefix': \"(.*)\",", after=r"competion_templete = \{", raw=True),
+             Find(UTILS, r"^\s+'postfix': \"(.*)\"", after=r"competion_templete = \{", raw=True))),
+                "constants.perturbation_template"),
         Setting("perturbation.distance", pert, Find(AGG, r'interpret_ours\(.*"(\w+)"\)'), "perturbation.perturbation",
                 expect={"optimal_transport": "original"}.get),
         Setting("perturbation.beams", pert, Find(AGG, r"^\s+beams = (\d+)"), "perturbation.beams"),
@@ -207,7 +211,8 @@ def veilprobe_settings() -> list[Setting]:
         Setting("perturbation.key_tokens", pert, Find(AGG, r"choose_token_num = (\d+)"), "perturbation.keep"),
         Setting("perturbation.mlm_model", pert, Find(AGG, r"^modified_model_name = '([^']+)'"),
                 "perturbation.mlm_path", expect=hub_ids("google-bert")),
-        Setting("perturbation.fill_top", pert, Find(AGG, r"for pred in predictions\[:(\d+)\]"), "perturbation.fill_top"),
+        Setting("perturbation.fill_top", pert, Find(AGG, r"for pred in predictions\[:(\d+)\]"),
+                "perturbation.fill_top"),
         Setting("perturbation.fill_filter", pert, Find(AGG, r're\.compile\(r"(.*)"\)', raw=True),
                 "constants.fill_token",
                 expect=lambda v: f"[{v[2:-1]}]+" if v.startswith("[^") else v),
@@ -291,6 +296,18 @@ def default_of(function, parameter: str):
     return inspect.signature(function).parameters[parameter].default
 
 
+def prompt_words(length: int, prompt: str) -> int:
+    """How many words of a text DPDLLM's prompt keeps in the project (``mialab.calibdcd.extract.dpdllm_prompts`` run
+    on a text of ``4 * length`` distinct words whose prefix is empty)."""
+    import pandas as pd
+
+    from mialab.calibdcd.extract import dpdllm_prompts
+
+    text = " ".join(f"w{i}" for i in range(4 * length))
+    (kept,) = dpdllm_prompts(pd.DataFrame({"text": [text], "prefix": [""]}), length=length, prompt=prompt)
+    return len(kept.split(" ")) if kept else 0
+
+
 def paper_config() -> dict:
     """The paper config as the workflow reads it: validated against the schema, defaults filled in."""
     import yaml
@@ -325,7 +342,7 @@ def resolved_settings(config: dict, name: str) -> dict:
     return {
         "reference": {**reference, "base_path": path(reference["base"]["model"])},
         "dpdllm": {**dpdllm, "sampled": dpdllm["temperature"] > 0,
-                   "prompt_words": dpdllm["length"] // 2 if dpdllm["prompt"] == "first_words" else None},
+                   "prompt_words": prompt_words(dpdllm["length"], dpdllm["prompt"])},
         "perturbation": {
             **perturbation, "key_token_paths": [path(m["model"]) for m in perturbation["key_token_models"]],
             "mlm_path": perturbation["mlm_model"]["path"],
@@ -347,7 +364,7 @@ def resolved_settings(config: dict, name: str) -> dict:
             "reference_kept": "min perplexity",
             "dpdllm_word_split": " ", "dpdllm_response": "prompt + continuation",   # mialab.calibdcd.extract
             "dpdllm_feature": "cond_prob", "dpdllm_processing": "original", "dpdllm_score": "predict_proba",
-            "perturbation_template": "the text", "beam_sampling": False, "ipot_inner_steps": 1,
+            "perturbation_template": "{text}", "beam_sampling": False, "ipot_inner_steps": 1,
             "fill_token": FILL_TOKEN.pattern,
             "generations": 1,              # one continuation per text and query (mialab.calibdcd.stages)
             "one_mapping_model": False,    # mialab.calibdcd.mapping: the original and the perturbed pairs' models
