@@ -1,10 +1,12 @@
 """Regenerate the settings references of the paper experiments (docs/fidelity/; the format:
 docs/fidelity/README.md), their summaries in docs/fidelity.md and the paper configs' ``# Fidelity`` header lines.
 
-    LARA_CODE=<checkout> MIA_RL_CODE=<checkout> python benchmarks/fidelity_reference.py
+    LARA_CODE=<checkout> MIA_RL_CODE=<checkout> DPDLLM_CODE=<checkout> VEILPROBE_CODE=<checkout> \
+        python benchmarks/fidelity_reference.py
         reads the released code of each method whose variable names a local checkout (never copied here:
-        github talzoomanzoo/rl-data-contamination-mj for LaRA, oseyosey/MIA-RL for ADRA): every setting's value and
-        file:line, then what the paper configs' jobs receive; a method without a checkout keeps its committed
+        github talzoomanzoo/rl-data-contamination-mj for LaRA, oseyosey/MIA-RL for ADRA, ZovanZhou/DPDLLM and
+        STAIR-BUPT/VeilProbe for the two detectors CalibDCD calibrates): every setting's value and file:line, then
+        what the paper configs' jobs receive; a method (a detector) without a checkout keeps its committed
         references, their project side refreshed from the configs;
     --check: write nothing; exit 1 naming each file that would change (tests/test_fidelity_reference.py).
 
@@ -20,16 +22,18 @@ import sys
 from pathlib import Path
 
 from mialab.adra import fidelity as adra
+from mialab.calibdcd import fidelity as calibdcd
 from mialab.core.paths import REPO
 from mialab.lara import fidelity as lara
-from mialab.pipeline.fidelity import dump, header_line, replace_block, replace_header_line, summary
+from mialab.pipeline.fidelity import code_checkout, dump, header_line, replace_block, replace_header_line, summary
 
 #: each method's spec module and its tag in docs/fidelity.md
-METHODS = {"lara": lara, "adra": adra}
+METHODS = {"lara": lara, "adra": adra, "calibdcd": calibdcd}
 
 
-def outputs(checkouts: dict[str, Path | None] | None = None) -> dict[Path, str]:
-    """Every file this writes and its new text (``checkouts``: a method's local checkout of its released code)."""
+def outputs(checkouts: dict[str, Path | dict[str, Path] | None] | None = None) -> dict[Path, str]:
+    """Every file this writes and its new text (``checkouts``: a method's local checkout of its released code, or,
+    for CalibDCD, each detector's: ``mialab.pipeline.fidelity.code_checkout``)."""
     checkouts = checkouts or {}
     table = REPO / "docs" / "fidelity.md"
     text = table.read_text()
@@ -50,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 where a file would change")
     args = ap.parse_args(argv)
-    checkouts = {tag: Path(os.environ[m.CODE_ENV]) if os.environ.get(m.CODE_ENV) else None
-                 for tag, m in METHODS.items()}
+    checkouts = {tag: code_checkout(m.CODE_ENV, os.environ) for tag, m in METHODS.items()}
     changed = []
     for path, text in outputs(checkouts).items():
         if not path.exists() or path.read_text() != text:

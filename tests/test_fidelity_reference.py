@@ -1,8 +1,8 @@
 """The settings references of the paper experiments (docs/fidelity/; the format: docs/fidelity/README.md) hold what
 each job of the paper configs receives, key by key: every setting equals the released code's or is a named
 deviation with its reason, listed in docs/fidelity.md. Runs without the released code (the references are
-committed); with LARA_CODE / MIA_RL_CODE naming a checkout of a method's code, regenerates its references from the
-code and compares."""
+committed); with LARA_CODE / MIA_RL_CODE / DPDLLM_CODE / VEILPROBE_CODE naming a checkout of a method's (a
+detector's) code, regenerates its references from the code and compares."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from workflow_helpers import REPO
 
 from mialab.adra import fidelity as adra
+from mialab.calibdcd import fidelity as calibdcd
 from mialab.lara import fidelity as lara
 from mialab.pipeline.fidelity import (
     Derived,
@@ -27,13 +28,14 @@ from mialab.pipeline.fidelity import (
     ShellValue,
     Table,
     YamlKey,
+    code_checkout,
     dump,
     load,
     reference,
     refresh,
 )
 
-METHODS = {"lara": lara, "adra": adra}
+METHODS = {"lara": lara, "adra": adra, "calibdcd": calibdcd}
 
 
 def generator():
@@ -78,6 +80,17 @@ def test_every_adra_experiment_of_the_paper_configs_has_its_reference():
     assert {(e.config, e.model, e.dataset, e.variant) for e in adra.EXPERIMENTS.values()} == planned
     for name in adra.EXPERIMENTS:
         assert adra.document_path(name).is_file(), f"{name}: run benchmarks/fidelity_reference.py with MIA_RL_CODE"
+
+
+def test_every_calibdcd_experiment_of_the_paper_config_has_its_reference():
+    """Each (detector, dataset) of the CalibDCD paper config's calibdcd section is an experiment, on its targets."""
+    section = calibdcd.paper_config()["calibdcd"]
+    assert {(e.detector, e.dataset) for e in calibdcd.EXPERIMENTS.values()} == {
+        (d, ds) for d in section["detectors"] for ds in section["datasets"]}
+    for name, e in calibdcd.EXPERIMENTS.items():
+        assert list(e.models) == list(section["models"])
+        assert calibdcd.document_path(name).is_file(), (
+            f"{name}: run benchmarks/fidelity_reference.py with {calibdcd.CODE_ENV[e.detector]}")
 
 
 def test_the_committed_references_hold_what_the_paper_configs_jobs_receive(method, refreshed):
@@ -152,6 +165,41 @@ def test_the_high_impact_settings_are_the_codes():
         assert rows["rl.actor.updates_per_batch"]["value"] == 16 and rows["rl.trainer.steps_per_epoch"]["value"] == 112
 
 
+def test_the_calibdcd_detectors_run_as_their_code():
+    """The detectors' training and sampling settings issue #36 names are their code's: DPDLLM's reference fine-tuning
+    (15 epochs, batch 4, Adam lr 5e-5 to 0, the lowest-perplexity epoch), packing length, sampling (T 0.7, 32 new
+    tokens, 16 prompt words), features and classifier; VeilProbe's perturbation (IPOT beta 2, 1000 steps, 10 beams,
+    10 new tokens, top-p 0.9999, key tokens 13 of 26, fill-mask top 5), target output (T 0.2, 512 tokens), mapping
+    models, pruning (p 0.01) and prototypical network; every difference left is a named one."""
+    for name, e in calibdcd.EXPERIMENTS.items():
+        rows = {r["name"]: r for r in load(calibdcd.document_path(name))["settings"]}
+        if e.detector == "dpdllm":
+            names = [n for n in rows if n.startswith(("reference.", "target.", "features."))
+                     and n not in ("reference.texts", "target.model")] + ["classifier.model"]
+            differ = {"reference.texts", "classifier.score"}
+        else:
+            names = [n for n in rows if n.startswith(("perturbation.", "mapping.", "classifier.", "target."))
+                     and n not in ("target.model", "target.query", "classifier.split", "mapping.tokenizer",
+                                   "mapping.pairs_per_text", "mapping.perturbed_model_is_original")]
+            differ = {"target.query", "mapping.tokenizer", "mapping.pairs_per_text",
+                      "mapping.perturbed_model_is_original"}
+        for setting in names:
+            assert rows[setting]["status"] == "equal", (name, setting, rows[setting])
+        assert {n for n, r in rows.items() if r["status"] == "deviation"} == differ, name
+    veilprobe = {r["name"]: r["value"] for r in load(calibdcd.document_path("calibdcd_veilprobe_wikimia"))["settings"]}
+    assert (veilprobe["perturbation.ipot_beta"], veilprobe["perturbation.key_tokens"],
+            veilprobe["perturbation.candidates_per_model"], veilprobe["classifier.prune_p"]) == (2, 13, 26, 0.01)
+
+
+def test_a_methods_checkouts_come_from_its_variables():
+    """One variable per method, or one per part (CalibDCD's detectors): the parts whose variable is set."""
+    env = {"LARA_CODE": "/code/lara", "DPDLLM_CODE": "/code/dpdllm", "VEILPROBE_CODE": ""}
+    assert code_checkout("LARA_CODE", env) == Path("/code/lara")
+    assert code_checkout("MIA_RL_CODE", env) is None
+    assert code_checkout(calibdcd.CODE_ENV, env) == {"dpdllm": Path("/code/dpdllm")}
+    assert code_checkout(calibdcd.CODE_ENV, {}) is None
+
+
 def fake_checkout(tmp_path: Path) -> Path:
     """A git checkout of a tiny released code: a launch script, a Hydra config, a prompt f-string, a data file."""
     import pandas as pd
@@ -220,11 +268,12 @@ def test_locators_read_the_value_and_its_line_and_a_difference_needs_its_reason(
 
 
 def test_the_references_regenerate_from_the_released_code(method):
-    """Every value and file:line read again from the checkout LARA_CODE / MIA_RL_CODE names: the committed
-    references are its."""
-    if not os.environ.get(method.CODE_ENV):
-        pytest.skip(f"{method.CODE_ENV} names no checkout of the released code")
-    checkout = Path(os.environ[method.CODE_ENV])
+    """Every value and file:line read again from the checkout LARA_CODE / MIA_RL_CODE / DPDLLM_CODE / VEILPROBE_CODE
+    names: the committed references are its."""
+    checkout = code_checkout(method.CODE_ENV, os.environ)
+    if checkout is None:
+        names = method.CODE_ENV if isinstance(method.CODE_ENV, str) else " / ".join(method.CODE_ENV.values())
+        pytest.skip(f"{names} names no checkout of the released code")
     for name, doc in method.documents(checkout).items():
         assert dump(doc) == method.document_path(name).read_text(), (
             f"{name}: the released code at {doc['released_code']['commit']} reads otherwise; "

@@ -310,6 +310,15 @@ def refresh(document: dict, settings: Sequence[Setting], resolved: Mapping) -> d
     return {**document, "counts": counts(rows), "settings": rows}
 
 
+def code_checkout(code_env: str | Mapping[str, str], environ: Mapping[str, str]) -> Path | dict[str, Path] | None:
+    """A method's local checkout of its released code, named by the environment: ``code_env`` one variable (its
+    path; None where unset) or, for a method whose parts have their own code, part -> variable (the parts whose
+    variable is set; None where none is)."""
+    if isinstance(code_env, str):
+        return Path(environ[code_env]) if environ.get(code_env) else None
+    return {part: Path(environ[v]) for part, v in code_env.items() if environ.get(v)} or None
+
+
 def checkout_commit(checkout: Path) -> str:
     """The commit a checkout is at (``git rev-parse HEAD``)."""
     done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
