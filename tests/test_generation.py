@@ -248,3 +248,23 @@ def test_vllm_rollouts_through_worker_venv(tiny_model):
                             assistant_prefix_ratio=0.25, sampling=SamplingConfig(n=2, max_new_tokens=5, seed=3),
                             backend_options={"dtype": "float32", "max_model_len": 128, "enforce_eager": True})
     check_schema(rollouts, n=2, max_new_tokens=5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (default_venv() / "bin" / "python").exists(),
+                    reason="no vLLM venv (run scripts/setup_vllm.sh)")
+def test_vllm_on_cpu_samples_seeded_prompts_beyond_one_steps_budget(tiny_model):
+    """Seeded prompts whose tokens exceed one engine step's budget (vLLM's CPU default: 2,048): vLLM would prefill
+    them in chunks and then fail to rewind a CPU generator; the worker schedules them whole, and each prompt's
+    samples are its own: the last half sent alone (at its place in the job) samples what it did among all."""
+    from mialab.lm.vllm_backend import VLLMBackend
+    from mialab.lm.vllm_worker import whole_prompt_args
+
+    assert whole_prompt_args({"max_model_len": 256}, tiny_model) == {"enable_chunked_prefill": False,
+                                                                      "max_num_batched_tokens": 2048}
+    assert whole_prompt_args({"max_num_batched_tokens": 512}, tiny_model) == {}
+    prompts = [[5 + (i + j) % 40 for j in range(200)] for i in range(16)]   # 3,200 prompt tokens
+    backend = VLLMBackend(tiny_model, dtype="float32", max_model_len=256, enforce_eager=True)
+    sampling = SamplingConfig(n=2, max_new_tokens=4, temperature=1.0, seed=7)
+    every = backend.generate(prompts, sampling, frozenset())
+    assert backend.generate(prompts[8:], sampling, frozenset(), offset=8) == every[8:]

@@ -157,15 +157,21 @@ def rehearse_through_slurm(name: str, env: dict) -> tuple[dict, Path, pd.DataFra
     `profiles/slurm`: the plan-time checks see the paper config on the test node's GPUs and every job from the
     stand-ins to the reports is a SLURM job; what every rehearsal writes (test_rehearsal.rehearsal_written), and a
     second dry run has nothing to do. Returns the paper config, the working directory, the accounting table (the
-    workflow's onsuccess hook writes it at the end of every SLURM run) and the run's log."""
+    workflow's onsuccess hook writes it at the end of every SLURM run) and the run's log.
+
+    Its generation jobs run on the hf backend, the rehearsal's fallback where the worker's environment has no vLLM
+    (MIALAB_VLLM_VENV names none here): this test is about SLURM, and the rehearsals of tests/test_rehearsal.py run
+    the vLLM backends where scripts/setup_vllm.sh built them."""
     import yaml
 
     cfg = yaml.safe_load((REPO / "configs" / "paper" / f"{name}.yaml").read_text())
     workdir = make_workdir(Path(tempfile.mkdtemp(prefix=f"mialab-slurm-rehearsal-{name}-")), cfg)
+    env = {**env, "MIALAB_VLLM_VENV": str(workdir / "no-vllm-venv")}
     start = time.monotonic()
     log = run(workdir, env, "--config", "rehearsal=true")
     print(f"{name} rehearsal through SLURM: {time.monotonic() - start:.0f}s")
     assert "has been submitted with SLURM jobid" in log and "mialab: rehearsal: models." in log
+    assert "no working vLLM in the generation worker's environment" in log
     assert "Nothing to be done" in run(workdir, env, "-n", "--config", "rehearsal=true")
     rehearsal_written(name, workdir)
     return cfg, workdir, pd.read_parquet(workdir / "results/accounting/config/jobs.parquet"), log

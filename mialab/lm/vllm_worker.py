@@ -40,15 +40,37 @@ def check_engine_args(engine: dict) -> None:
                          f"for the model instead); allowed: {', '.join(sorted(ENGINE_ARGS))}")
 
 
+def whole_prompt_args(engine: dict, model: str) -> dict:
+    """The engine arguments that schedule every prompt whole (no chunked prefill), for vLLM on the CPU.
+
+    A seeded request whose prompt is prefilled in chunks has its sampled token discarded after each partial step,
+    and vLLM then rewinds that request's generator (``set_offset``), which a CPU generator cannot do: the engine
+    dies with "CPU Generator does not use offset" (vLLM 0.32) once the prompts of a call exceed one step's token
+    budget. Without chunked prefill a step's budget must hold the longest sequence: the engine's ``max_model_len``,
+    else the model folder's positions. ``{}`` where neither is known, or the config set either argument."""
+    if {"enable_chunked_prefill", "max_num_batched_tokens"} & set(engine):
+        return {}
+    length = engine.get("max_model_len")
+    config = os.path.join(model, "config.json")
+    if length is None and os.path.isfile(config):
+        with open(config) as f:
+            cfg = json.load(f)
+        length = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(int(length), 2048)} if length else {}
+
+
 def run(request: dict) -> dict:
     """Generate ``n`` samples for every tokenised prompt of ``request`` with vLLM."""
     import vllm
     from vllm import LLM, SamplingParams
+    from vllm.platforms import current_platform
 
     engine = request.get("engine", {})
     check_engine_args(engine)
     if len(request["seeds"]) != len(request["prompt_token_ids"]):
         raise ValueError(f"{len(request['seeds'])} seeds for {len(request['prompt_token_ids'])} prompts")
+    if current_platform.is_cpu():
+        engine = {**engine, **whole_prompt_args(engine, request["model"])}
     llm = LLM(model=request["model"], seed=request["seed"], trust_remote_code=bool(request["trust_remote_code"]),
               **engine)
     params = [SamplingParams(n=request["n"], temperature=request["temperature"], top_p=request["top_p"],
