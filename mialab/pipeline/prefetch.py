@@ -116,7 +116,21 @@ def hub_revisions(items: list[HubItem]) -> dict[str, str]:
 
 def kernel_items(key: str) -> list[HubItem]:
     """The CUDA kernel repositories transformers maps layers to (its hub-kernel mapping), each once, for
-    config key ``key``; those it marks as running their own code are left out."""
+    config key ``key``; those it marks as running their own code are left out. A transformers that does not take
+    the installed ``kernels`` package (each release accepts a range of it) has no such mapping: an error naming
+    ``key`` and both versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from transformers.utils.import_utils import is_kernels_available
+
+    if not is_kernels_available():
+        try:
+            installed = f"kernels {version('kernels')}"
+        except PackageNotFoundError:
+            installed = "no kernels package"
+        raise ConfigError(f"{key}: transformers {version('transformers')} uses no hub kernels with {installed} "
+                          "installed (it takes the kernels versions its release names): install one it takes, or "
+                          "turn hub kernels off for the model")
     from transformers.integrations.hub_kernels import _build_kernel_mapping
 
     found = set()
