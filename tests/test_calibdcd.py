@@ -27,6 +27,7 @@ from mialab.calibdcd.classifiers import ProtoNetConfig, PrototypicalClassifier, 
 from mialab.calibdcd.correction import apply_correction, correction_matrix, select_correction
 from mialab.calibdcd.features import difference_columns, veilprobe_blocks, veilprobe_vector
 from mialab.calibdcd.frames import feature_frame, view_matrices
+from mialab.lm.loading import load_pretrained
 from mialab.calibdcd.shift import (
     consensus_basis,
     false_positive_pressure,
@@ -534,14 +535,20 @@ def test_dpdllm_prompt_is_the_codes_first_words_so_the_features_read_the_target(
 
 
 def test_key_token_perturbation_on_tiny_llama(tiny_model, tiny_split):
-    from mialab.calibdcd.extract import add_perturbed_prefix
+    from mialab.calibdcd.extract import add_perturbed_query
 
     surprisal = dict(key_token_models=[tiny_model], ratio=0.3, perturbation="surprisal", beams=10, new_tokens=10,
                      seed=0)
-    split = add_perturbed_prefix(tiny_split, **surprisal, device="cpu")
-    assert (split["perturbed_prefix"] != split["prefix"]).all()
-    again = add_perturbed_prefix(tiny_split, **surprisal, device="cpu")
-    assert again["perturbed_prefix"].tolist() == split["perturbed_prefix"].tolist()
+    split = add_perturbed_query(tiny_split, query="prefix", **surprisal, device="cpu")
+    assert split["query"].tolist() == tiny_split["prefix"].tolist()
+    assert (split["perturbed_query"] != split["query"]).all()
+    again = add_perturbed_query(tiny_split, query="prefix", **surprisal, device="cpu")
+    assert again["perturbed_query"].tolist() == split["perturbed_query"].tolist()
+    whole = add_perturbed_query(tiny_split, query="text", **surprisal, device="cpu")   # VeilProbe's code: the text
+    assert whole["query"].tolist() == tiny_split["text"].tolist()
+    assert (whole["perturbed_query"] != whole["query"]).all() and (whole["perturbed_query"] != split["perturbed_query"]).all()
+    with pytest.raises(ValueError, match=r"unknown VeilProbe query 'suffix'; known: \['text', 'prefix'\]"):
+        add_perturbed_query(tiny_split, query="suffix", **surprisal, device="cpu")
 
 
 # --- VeilProbe's mapping model and pruning ----------------------------------------------------------------
@@ -578,7 +585,7 @@ def test_mapping_features_average_every_layer_over_the_positions(tmp_path):
     z = mapping_features(path, texts)
     assert z.shape == (2, 2 * (1 + 1) * 16)
     np.testing.assert_array_equal(mapping_features(path, texts[1:]), z[1:])
-    tok, model = AutoTokenizer.from_pretrained(path), EncoderDecoderModel.from_pretrained(path).eval()
+    tok, model = AutoTokenizer.from_pretrained(path), load_pretrained(EncoderDecoderModel, path).eval()
     x = tok(texts[1], padding="max_length", max_length=16, truncation=True, return_tensors="pt")
     prompt = tok("[CLS]", padding="max_length", max_length=16, return_tensors="pt")["input_ids"]
     assert prompt[0, :3].tolist() == [tok.cls_token_id, tok.cls_token_id, tok.sep_token_id]
@@ -710,7 +717,7 @@ def test_mlm_fill_changes_exactly_the_given_spans_and_is_seeded(tiny_mlm):
 
     from mialab.calibdcd.perturb import mlm_fill
 
-    tok, mlm = AutoTokenizer.from_pretrained(tiny_mlm), AutoModelForMaskedLM.from_pretrained(tiny_mlm).eval()
+    tok, mlm = AutoTokenizer.from_pretrained(tiny_mlm), load_pretrained(AutoModelForMaskedLM, tiny_mlm).eval()
     text = "the cat walks over the hill"
     spans = [(3, 7), (22, 27)]                                # " cat", " hill"
     out = mlm_fill(mlm, tok, text, spans, np.random.default_rng(0), top=50)
@@ -728,7 +735,7 @@ def test_mlm_fill_reads_a_text_longer_than_its_positions_in_a_window_around_the_
 
     from mialab.calibdcd.perturb import mlm_fill
 
-    tok, mlm = AutoTokenizer.from_pretrained(tiny_mlm), AutoModelForMaskedLM.from_pretrained(tiny_mlm).eval()
+    tok, mlm = AutoTokenizer.from_pretrained(tiny_mlm), load_pretrained(AutoModelForMaskedLM, tiny_mlm).eval()
     text = " ".join(["the cat walks over the hill"] * 33)
     assert len(tok(text)["input_ids"]) > 128
     start = len(text) - len(" hill")
@@ -761,28 +768,29 @@ def test_batched_attribution_matches_one_masked_input_at_a_time(make_tiny_model)
 
 @pytest.mark.slow
 def test_original_key_token_perturbation_on_tiny_models(make_tiny_model, tiny_mlm, tiny_split):
-    from mialab.calibdcd.extract import add_perturbed_prefix
+    from mialab.calibdcd.extract import add_perturbed_query
     from mialab.calibdcd.perturb import original_key_token_perturb
 
     # three attribution models sharing a tokenizer (the code: GPT-2, -medium, -large), the byte-level minimum
     # vocabulary (260): small OT supports
     models = [make_tiny_model(VERSE, vocab_size=64, hidden_size=h) for h in (16, 32, 64)]
     texts = tiny_split.iloc[[2, 3]]
-    run = functools.partial(add_perturbed_prefix, texts, key_token_models=models, ratio=0.3, perturbation="original",
+    run = functools.partial(add_perturbed_query, texts, query="prefix", key_token_models=models, ratio=0.3,
+                            perturbation="original",
                             mlm_model=tiny_mlm, beams=2, new_tokens=2, ot_topk=16, ot_iterations=50, seed=0,
                             batch_size=4, device="cpu")
     split = run()
-    assert (split["perturbed_prefix"] != split["prefix"]).all()
-    assert run()["perturbed_prefix"].tolist() == split["perturbed_prefix"].tolist()          # seeded: equal twice
+    assert (split["perturbed_query"] != split["prefix"]).all()
+    assert run()["perturbed_query"].tolist() == split["perturbed_query"].tolist()          # seeded: equal twice
     direct = original_key_token_perturb(models, tiny_mlm, texts["prefix"].tolist(), beams=2, new_tokens=2,
                                         ot_topk=16, ot_iterations=50, batch_size=1, device="cpu")
-    assert direct == split["perturbed_prefix"].tolist()                   # the same, one masked input at a time
+    assert direct == split["perturbed_query"].tolist()                   # the same, one masked input at a time
     with pytest.raises(ValueError, match="needs an mlm_model"):
-        add_perturbed_prefix(tiny_split, key_token_models=models, ratio=0.3, perturbation="original", beams=2,
-                             new_tokens=2, seed=0)
+        add_perturbed_query(tiny_split, query="prefix", key_token_models=models, ratio=0.3, perturbation="original",
+                            beams=2, new_tokens=2, seed=0)
     with pytest.raises(ValueError, match="surprisal perturbation reads one key-token model, got 3"):
-        add_perturbed_prefix(tiny_split, key_token_models=models, ratio=0.3, perturbation="surprisal", beams=2,
-                             new_tokens=2, seed=0)
+        add_perturbed_query(tiny_split, query="prefix", key_token_models=models, ratio=0.3, perturbation="surprisal",
+                            beams=2, new_tokens=2, seed=0)
     other = make_tiny_model(VERSE, vocab_size=300)                        # merges: other token ids
     with pytest.raises(ValueError, match="must share a tokenizer"):
         original_key_token_perturb([models[0], other], tiny_mlm, ["the cat walks"], beams=2, new_tokens=2,
@@ -798,11 +806,11 @@ def test_pool_perturbation_in_parts_equals_one_pass_and_resumes(make_tiny_model,
 
     models = [make_tiny_model(VERSE, vocab_size=64, hidden_size=h) for h in (16, 32)]
     texts = stages.scope_texts(tiny_split.iloc[[2, 3]])
-    options = {"key_token_models": models, "perturbation": "original", "ratio": 0.15, "mlm_model": tiny_mlm, "beams": 2,
-               "new_tokens": 2, "ot_topk": 16, "ot_iterations": 50, "seed": 0}
+    options = {"key_token_models": models, "query": "prefix", "perturbation": "original", "ratio": 0.15,
+               "mlm_model": tiny_mlm, "beams": 2, "new_tokens": 2, "ot_topk": 16, "ot_iterations": 50, "seed": 0}
     lm = {"batch_size": 4, "device": "cpu"}
     whole = stages.perturb_pool(texts, options, lm)
-    assert whole.columns.tolist() == ["id", "perturbed_prefix"] and whole["id"].tolist() == texts["id"].tolist()
+    assert whole.columns.tolist() == ["id", "query", "perturbed_query"] and whole["id"].tolist() == texts["id"].tolist()
     monkeypatch.setattr(stages, "PERTURBATION_PART_TEXTS", 1)
     parts = Parts(tmp_path / "perturbed.parquet.parts")
     assert stages.perturb_pool(texts, options, lm, parts=parts).equals(whole)
@@ -810,6 +818,6 @@ def test_pool_perturbation_in_parts_equals_one_pass_and_resumes(make_tiny_model,
     assert len(files) == 2
     files[1].unlink()                                               # killed before its second part was written
     calls = []
-    real = stages.add_perturbed_prefix
-    monkeypatch.setattr(stages, "add_perturbed_prefix", lambda split, **kw: calls.append(len(split)) or real(split, **kw))
+    real = stages.add_perturbed_query
+    monkeypatch.setattr(stages, "add_perturbed_query", lambda split, **kw: calls.append(len(split)) or real(split, **kw))
     assert stages.perturb_pool(texts, options, lm, parts=parts).equals(whole) and calls == [1]   # the first part reused

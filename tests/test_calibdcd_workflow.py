@@ -14,7 +14,7 @@ from conftest import VERSE_MODEL
 from workflow_helpers import REPO, default_config, job_stats, make_workdir, planned_jobs, snakemake
 
 from mialab.calibdcd.calibrate import VARIANTS, run_calibdcd
-from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_view_features
+from mialab.calibdcd.extract import add_perturbed_query, dpdllm_view_features
 from mialab.calibdcd.frames import feature_frame
 from mialab.calibdcd.plan import VIEWS_SCOPE, CalibDCDPlan, perturbation_options
 from mialab.calibdcd.report import (
@@ -104,28 +104,33 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
     views = [ORIGINAL, "cue_answer", "tiny_chat"]
     dets = {"dpdllm": {"reference_model": tiny_model, "length": 6, "prompt": "first_words", "max_new_tokens": 4,
                        "temperature": 0.7},
-            "veilprobe": {"max_new_tokens": 4, "temperature": 0.0}}
-    with pytest.raises(ValueError, match="perturbed_prefix"):   # VeilProbe's prompts: rule calibdcd_perturbation's
+            "veilprobe": {"max_new_tokens": 4, "temperature": 0.0, "continuations": 2}}
+    with pytest.raises(ValueError, match="perturbed_query"):   # VeilProbe's prompts: rule calibdcd_perturbation's
         extract_features(texts, views, generate=generate, detectors=dets, lm_options=LM)
-    perturbed = add_perturbed_prefix(texts, key_token_models=[tiny_model], ratio=0.3, perturbation="surprisal",
-                                     beams=10, new_tokens=10, seed=0, batch_size=2)
+    perturbed = add_perturbed_query(texts, query="prefix", key_token_models=[tiny_model], ratio=0.3,
+                                    perturbation="surprisal", beams=10, new_tokens=10, seed=0, batch_size=2)
     texts = perturbed
     run = extract_features(texts, views, generate=generate, detectors=dets, lm_options=LM)
-    assert [c[1] for c in calls] == [{"max_new_tokens": 4, "temperature": 0.7}, {"max_new_tokens": 4, "temperature": 0.0}]
+    assert [c[1] for c in calls] == [{"max_new_tokens": 4, "temperature": 0.7, "n": 1},
+                                     {"max_new_tokens": 4, "temperature": 0.0, "n": 2}]
     for prompts, _ in calls:                                                  # distinct prompts, shortest first
         assert len(prompts) == len(set(prompts)) and [len(p) for p in prompts] == sorted(map(len, prompts))
     gens = run.generations
-    assert len(gens) == 3 * 3 + 3 * 2 * 3                   # dpdllm: views x texts; veilprobe: x (prefix, perturbed)
+    assert len(gens) == 3 * 3 + 3 * 2 * 3 * 2    # dpdllm: views x texts; veilprobe: x (query, perturbed) x 2 samples
     vp = gens[gens["detector"] == "veilprobe"]
-    assert vp.loc[vp["input"] == "perturbed_prefix", "text"].tolist() == perturbed["perturbed_prefix"].tolist() * 3
+    assert vp.loc[vp["input"] == "perturbed_query", "text"].tolist() == \
+        [t for t in perturbed["perturbed_query"] for _ in range(2)] * 3
+    assert vp["sample"].tolist() == [0, 1] * 18 and set(gens.loc[gens["detector"] == "dpdllm", "sample"]) == {0}
     first_words = ["the cat walks", "a queen sings", "line 7: the"]     # DPDLLM's code: the first length // 2 words
     for (det, column, inputs), (prompts, sampling) in zip((("dpdllm", "dpdllm_prompt", first_words),
-                                                           ("veilprobe", "prefix", texts["prefix"].tolist())), calls):
+                                                           ("veilprobe", "query", texts["prefix"].tolist())), calls):
         plain = gens[(gens["detector"] == det) & (gens["view"] == "cue_answer") & (gens["input"] == column)]
-        assert plain["prompt"].tolist() == apply_view("cue_answer", inputs)
-        assert plain["text"].tolist() == inputs
-        lookup = dict(zip(prompts, engine(prompts, **sampling)))            # the same engine call, the same outputs
-        assert plain["output"].tolist() == [lookup[p] for p in plain["prompt"]]
+        n = sampling["n"]
+        assert plain["prompt"].tolist() == [p for p in apply_view("cue_answer", inputs) for _ in range(n)]
+        assert plain["text"].tolist() == [t for t in inputs for _ in range(n)]
+        got = engine(prompts, **sampling)                                   # the same engine call, the same outputs
+        lookup = {p: got[i * n:(i + 1) * n] for i, p in enumerate(prompts)}
+        assert plain["output"].tolist() == [o for p in plain["prompt"].iloc[::n] for o in lookup[p]]
     assert list(run.features) == ["dpdllm"]                                   # VeilProbe's: veilprobe_tables
     dp = run.features["dpdllm"]
     assert dp.shape == (9, 2 + 6) and dp.groupby("view")["id"].apply(list).to_dict() == {v: ["a", "b", "c"] for v in views}
@@ -136,11 +141,72 @@ def test_features_come_from_one_generate_call_per_sampling_setting_and_match_its
                                         reference_model=tiny_model, length=6, prompt="first_words", device="cpu")
         np.testing.assert_allclose(dp[dp["view"] == view].filter(like="z"), expected.filter(like="z"), atol=1e-6)
     calls.clear()
-    same = {det: {**spec, "temperature": 0.0} for det, spec in dets.items()}
+    same = {det: {**spec, "temperature": 0.0, "continuations": 1} for det, spec in dets.items()}
     extract_features(texts, views, generate=generate, detectors=same, lm_options=LM)
     assert len(calls) == 1                                                    # equal settings share one call
     with pytest.raises(KeyError, match="unknown detector"):
         extract_features(texts, views, generate=generate, detectors={"zlib": {}}, lm_options={})
+
+
+def test_veilprobe_queries_the_whole_text_by_default(tiny_model):
+    """VeilProbe's code queries the target with the whole text (its sampler stores the Item as the Prefix): the
+    schema's default; ``query: prefix`` is the option. The perturbation stage makes the queries, so the features
+    (through its key) and the mapping models (they train on the features job's generations) follow it."""
+    from mialab.calibdcd.stages import perturb_pool
+    from mialab.lm.engine import rollout_generator
+
+    cfg = validated(default_config())
+    plan = CalibDCDPlan(Plan(cfg), cfg)
+    assert plan.perturbation("wikimia").manifest["config"]["query"] == "text"
+    other = default_config()
+    other["calibdcd"]["detectors"]["veilprobe"]["query"] = "prefix"
+    other = validated(other)
+    mine = CalibDCDPlan(Plan(other), other)
+    assert mine.perturbation("wikimia").key != plan.perturbation("wikimia").key
+    assert mine.features("chat", "wikimia", "original").key != plan.features("chat", "wikimia", "original").key
+    texts = pd.DataFrame({"id": ["a", "b"], "prefix": ["the cat walks over", "a queen sings of"],
+                          "suffix": ["the hill today", "love and war"]})
+    texts["text"] = texts["prefix"] + " " + texts["suffix"]
+    options = {"key_token_models": [tiny_model], "perturbation": "surprisal", "ratio": 0.3, "beams": 10,
+               "new_tokens": 10, "seed": 0}
+    for query, column in (("text", "text"), ("prefix", "prefix")):
+        queries = perturb_pool(texts, {**options, "query": query}, LM)
+        assert queries["query"].tolist() == texts[column].tolist()
+        run = extract_features(texts.merge(queries, on="id"), [ORIGINAL], generate=rollout_generator(tiny_model),
+                               detectors={"veilprobe": {"max_new_tokens": 2, "temperature": 0.0}}, lm_options=LM)
+        gens = run.generations
+        assert gens.loc[gens["input"] == "query", "prompt"].tolist() == texts[column].tolist()
+
+
+def test_veilprobe_trains_a_mapping_pair_per_distinct_continuation(tiny_model, tmp_path):
+    """VeilProbe's mapping script reads three continuations per text (Generate1-3): the target samples
+    ``continuations`` of each prompt in one engine call, distinct (one seeded request, n samples, as vLLM's ``n``),
+    and each is one training pair of the mapping models."""
+    from conftest import tiny_mapping
+
+    from mialab.lm.embeddings import resolve_model_path
+    from mialab.lm.engine import rollout_generator
+
+    assert validated(default_config())["calibdcd"]["detectors"]["veilprobe"]["continuations"] == 3
+    texts = pd.DataFrame({"id": ["a", "b", "c"], "text": ["the cat walks over the hill today",
+                                                          "a queen sings of love and war", "line 7: the bird walks"]})
+    texts["query"] = texts["text"]
+    texts["perturbed_query"] = ["the dog walks over the hill today", "a king sings of love and war",
+                                "line 9: the bird walks"]
+    engine = rollout_generator(tiny_model)
+    run = extract_features(texts, [ORIGINAL], generate=engine, lm_options=LM,
+                           detectors={"veilprobe": {"max_new_tokens": 6, "temperature": 0.9, "continuations": 3}})
+    gens = run.generations
+    assert len(gens) == 3 * 2 * 3 and gens["sample"].tolist() == [0, 1, 2] * 6
+    distinct = gens.groupby(["input", "id"])["output"].nunique()
+    assert (distinct == 3).all(), distinct                        # three samples of one prompt, not one text thrice
+    again = extract_features(texts, [ORIGINAL], generate=engine, lm_options=LM,
+                             detectors={"veilprobe": {"max_new_tokens": 6, "temperature": 0.9, "continuations": 3}})
+    pd.testing.assert_frame_equal(again.generations, gens)        # seeded: the same samples
+    tables = veilprobe_tables(gens, ["a"], ["cue_answer"], tokenizer=resolve_model_path(), mapping=tiny_mapping(epochs=1),
+                              folders={c: str(tmp_path / c) for c in ("query", "perturbed_query")})
+    assert {k: v["pairs"] for k, v in tables.logs.items()} == {"query": 9, "perturbed_query": 9}
+    assert tables.original["id"].tolist() == ["a", "b", "c"]     # one feature row per text
 
 
 def test_veilprobe_tables_train_on_the_original_query_and_read_every_scopes_queries(tmp_path):
@@ -152,19 +218,19 @@ def test_veilprobe_tables_train_on_the_original_query_and_read_every_scopes_quer
 
     ids, prefixes = ["a", "b", "c"], ["the cat walks over", "a queen sings of", "line 7: the bird"]
     perturbed = ["the dog walks over", "a king sings of", "line 9: the bird"]
-    rows = [("veilprobe", ORIGINAL, i, col, t, t, f"out {t}") for col, texts in (("prefix", prefixes),
-            ("perturbed_prefix", perturbed)) for i, t in zip(ids, texts)]
+    rows = [("veilprobe", ORIGINAL, i, col, t, t, f"out {t}") for col, texts in (("query", prefixes),
+            ("perturbed_query", perturbed)) for i, t in zip(ids, texts)]
     rows.append(("dpdllm", ORIGINAL, "a", "prefix", prefixes[0], prefixes[0], "not a VeilProbe pair"))
     gens = pd.DataFrame(rows, columns=["detector", "view", "id", "input", "text", "prompt", "output"])
     cfg = tiny_mapping(epochs=1)
-    folders = {c: str(tmp_path / c) for c in ("prefix", "perturbed_prefix")}
+    folders = {c: str(tmp_path / c) for c in ("query", "perturbed_query")}
     views = ["cue_answer", "tiny_chat"]
     run = veilprobe_tables(gens, ["c", "a"], views, tokenizer=resolve_model_path(), mapping=cfg, folders=folders)
-    assert {k: v["pairs"] for k, v in run.logs.items()} == {"prefix": 3, "perturbed_prefix": 3}
+    assert {k: v["pairs"] for k, v in run.logs.items()} == {"query": 3, "perturbed_query": 3}
     assert run.original["id"].tolist() == ids and set(run.original["view"]) == {ORIGINAL}
     assert run.views[["view", "id"]].values.tolist() == [[v, i] for v in views for i in ("c", "a")]
-    z = mapping_features(folders["prefix"], apply_view("tiny_chat", [prefixes[2], prefixes[0]]))
-    zp = mapping_features(folders["perturbed_prefix"], apply_view("tiny_chat", [perturbed[2], perturbed[0]]))
+    z = mapping_features(folders["query"], apply_view("tiny_chat", [prefixes[2], prefixes[0]]))
+    zp = mapping_features(folders["perturbed_query"], apply_view("tiny_chat", [perturbed[2], perturbed[0]]))
     got = run.views[run.views["view"] == "tiny_chat"].filter(like="z").to_numpy()
     np.testing.assert_allclose(got, veilprobe_vector(z, zp), atol=1e-5)
     again = veilprobe_tables(gens, ["c", "a"], views, tokenizer=resolve_model_path(), mapping=cfg,
@@ -420,7 +486,7 @@ def test_veilprobe_key_token_models_and_mlm_model_are_resolved_models():
     for m in targets:
         features = a.features(m, "wikimia", "original").manifest
         assert features["upstream"]["perturbation"] == a.perturbation("wikimia").key
-        assert set(features["config"]["detectors"]["veilprobe"]) == {"temperature", "max_new_tokens"}
+        assert set(features["config"]["detectors"]["veilprobe"]) == {"temperature", "max_new_tokens", "continuations"}
     assert "perturbation" not in a.features(targets[0], "wikimia", VIEWS_SCOPE).manifest["upstream"]
     assert a.perturbation("wikimia").key != a.perturbation("bookmia").key
     options = a.perturbation_settings(a.lm_path)
@@ -439,8 +505,8 @@ def test_veilprobe_key_token_models_and_mlm_model_are_resolved_models():
         "chat", "wikimia", "original").key    # through the perturbation's key
     tiny = validated(default_config())     # the tiny world: one key-token model, surprisal
     assert perturbation_options(tiny["calibdcd"]["detectors"]["veilprobe"]) == {
-        "key_token_models": ["control"], "ratio": 0.15, "perturbation": "surprisal", "beams": 10, "new_tokens": 10,
-        "seed": 0}
+        "key_token_models": ["control"], "query": "text", "ratio": 0.15, "perturbation": "surprisal", "beams": 10,
+        "new_tokens": 10, "seed": 0}
     for change, message in (({"key_token_models": ["control"]}, "name the key-token models once"),
                             ({"perturbation": "original"}, "perturbation original needs an mlm_model"),
                             ({"key_token_model": None, "key_token_models": ["control", "base"]},

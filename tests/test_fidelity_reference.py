@@ -169,8 +169,9 @@ def test_the_calibdcd_detectors_run_as_their_code():
     """The detectors' training and sampling settings issue #36 names are their code's: DPDLLM's reference fine-tuning
     (15 epochs, batch 4, Adam lr 5e-5 to 0, the lowest-perplexity epoch), packing length, sampling (T 0.7, 32 new
     tokens, 16 prompt words), features and classifier; VeilProbe's perturbation (IPOT beta 2, 1000 steps, 10 beams,
-    10 new tokens, top-p 0.9999, key tokens 13 of 26, fill-mask top 5), target output (T 0.2, 512 tokens), mapping
-    models, pruning (p 0.01) and prototypical network; every difference left is a named one."""
+    10 new tokens, top-p 0.9999, key tokens 13 of 26, fill-mask top 5), query (the whole text), target output (T 0.2,
+    512 tokens), mapping models (three pairs per text), pruning (p 0.01) and prototypical network; every difference
+    left is a named one."""
     for name, e in calibdcd.EXPERIMENTS.items():
         rows = {r["name"]: r for r in load(calibdcd.document_path(name))["settings"]}
         if e.detector == "dpdllm":
@@ -179,10 +180,9 @@ def test_the_calibdcd_detectors_run_as_their_code():
             differ = {"reference.texts", "classifier.score"}
         else:
             names = [n for n in rows if n.startswith(("perturbation.", "mapping.", "classifier.", "target."))
-                     and n not in ("target.model", "target.query", "classifier.split", "mapping.tokenizer",
-                                   "mapping.pairs_per_text", "mapping.perturbed_model_is_original")]
-            differ = {"target.query", "mapping.tokenizer", "mapping.pairs_per_text",
-                      "mapping.perturbed_model_is_original"}
+                     and n not in ("target.model", "target.generations", "classifier.split", "mapping.tokenizer",
+                                   "mapping.perturbed_model_is_original")]
+            differ = {"target.generations", "mapping.tokenizer", "mapping.perturbed_model_is_original"}
         for setting in names:
             assert rows[setting]["status"] == "equal", (name, setting, rows[setting])
         assert {n for n, r in rows.items() if r["status"] == "deviation"} == differ, name

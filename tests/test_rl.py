@@ -20,6 +20,7 @@ from mialab.data.rl_corpus import (
     split_members,
     split_request,
 )
+from mialab.lm.loading import load_pretrained
 from mialab.training.grpo import (
     GRPOSettings,
     checkpoint_state,
@@ -322,8 +323,8 @@ def test_lora_run_exports_a_merged_standalone_model(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="needs the run's init model"):
         export_checkpoint(run.checkpoint, tmp_path / "merged")
     export_checkpoint(run.checkpoint, tmp_path / "merged", init=tiny_model)
-    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").state_dict()
-    init = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    merged = load_pretrained(AutoModelForCausalLM, str(tmp_path / "merged")).state_dict()
+    init = load_pretrained(AutoModelForCausalLM, tiny_model).state_dict()
     assert merged.keys() == init.keys()
     changed = {k for k in init if not np.array_equal(init[k].numpy(), merged[k].numpy())}
     assert changed and all(".q_proj." in k or ".v_proj." in k for k in changed)

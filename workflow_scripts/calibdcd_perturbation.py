@@ -1,4 +1,4 @@
-"""Rule calibdcd_perturbation: VeilProbe's perturbed prefix of every pool text (the same for every target);
+"""Rule calibdcd_perturbation: VeilProbe's query of every pool text and its perturbation (the same for every target);
 the original perturbation resumes from the parts of a killed attempt (``<perturbed>.parts/``, removed at the end)."""
 
 from mialab.core.jobs import setup_job
@@ -21,5 +21,5 @@ parts = Parts(parts_folder(output.perturbed))
 perturbed = perturb_pool(texts, params.options, params.lm, parts=parts)
 write_parquet(perturbed, output.perturbed)
 parts.remove()
-write_manifest({**params.manifest, "texts": len(texts), "changed": int((perturbed["perturbed_prefix"] != texts["prefix"]).sum()),
+write_manifest({**params.manifest, "texts": len(texts), "changed": int((perturbed["perturbed_query"] != perturbed["query"]).sum()),
                 "seconds": round(time.perf_counter() - start, 1)}, output.manifest, outputs=output)

@@ -10,7 +10,7 @@ import time
 import pandas as pd
 
 from mialab.calibdcd.mapping import MappingConfig
-from mialab.calibdcd.stages import veilprobe_tables
+from mialab.calibdcd.stages import DETECTOR_INPUTS, veilprobe_tables
 from mialab.core.io import write_manifest, write_parquet
 from mialab.lm.embeddings import resolve_model_path
 from mialab.lm.loading import resolve_device
@@ -23,7 +23,7 @@ ids = list(dict.fromkeys(i for p in inputs.calibration for i in pd.read_parquet(
 os.makedirs(output.mapping, exist_ok=True)
 run = veilprobe_tables(pd.read_parquet(inputs.generations), ids, params.views, tokenizer=tokenizer,
                        mapping=MappingConfig(**spec),
-                       folders={c: os.path.join(output.mapping, c) for c in ("prefix", "perturbed_prefix")},
+                       folders={c: os.path.join(output.mapping, c) for c in DETECTOR_INPUTS["veilprobe"]},
                        device=resolve_device(params.lm["device"]))
 write_parquet(run.original, output.original)
 write_parquet(run.views, output.views)

@@ -2,15 +2,17 @@
 texts (their number and mean tokens: ``resources/throughputs.yaml``, ``pools``); the LM passes in ``lm.dtype``.
 
 - ``calibdcd_reference`` (dataset): DPDLLM's reference model fine-tuned ``finetune.epochs`` on every pool text.
-- ``calibdcd_perturbation`` (dataset): VeilProbe's original perturbation of every text's prefix (half its
-  tokens): for each attribution model, a beam search (``beams`` beams, ``new_tokens`` steps) of the prefix
-  and of the prefix without each of its tokens, ``lm.batch_size`` at a time, so ``(n + 1) x beams x n`` tokens
-  of prefill and ``new_tokens`` latency-bound steps per batch; the surprisal substitute: one batched pass.
-- ``calibdcd_features`` (model, dataset, scope): the target's answer (``generation.max_new_tokens``) to every
-  prompt: each pool text's inputs of every detector in the original scope, the ten views of every seed's
-  D-cal in the views scope (DPDLLM's alone); the reference model's pass over the answers.
+- ``calibdcd_perturbation`` (dataset): VeilProbe's original perturbation of every text's query (``query``:
+  the whole text, or its prefix, half its tokens), ``n`` tokens: for each attribution model, a beam search
+  (``beams`` beams, ``new_tokens`` steps) of the query and of the query without each of its tokens,
+  ``lm.batch_size`` at a time, so ``(n + 1) x beams x n`` tokens of prefill and ``new_tokens`` latency-bound
+  steps per batch; the surprisal substitute: one batched pass.
+- ``calibdcd_features`` (model, dataset, scope): the target's answers (``generation.max_new_tokens``; VeilProbe:
+  ``continuations`` of each) to every prompt: each pool text's inputs of every detector in the original scope,
+  the ten views of every seed's D-cal in the views scope (DPDLLM's alone); the reference model's pass over
+  the answers.
 - ``calibdcd_veilprobe`` (model, dataset): the two mapping models trained ``mapping.epochs`` on the
-  original scope's answers at ``mapping.max_length`` tokens.
+  original scope's answers (one pair per continuation) at ``mapping.max_length`` tokens.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def calibdcd_perturbation(facts, model: str | None, dataset: str, **_) -> Work:
     if vp["perturbation"] != "original":
         return Work(params_b=sizes[0], dtype=lm["dtype"], loads_b=tuple(sizes),
                     forward_tokens=pool.rows * pool.tokens)
-    n = min(pool.tokens, REFERENCE_CONTEXT) / 2
+    n = min(pool.tokens, REFERENCE_CONTEXT) / (1 if vp["query"] == "text" else 2)
     batches = math.ceil((n + 1) / lm["batch_size"])
     return Work(params_b=sum(sizes), dtype=lm["dtype"], loads_b=(*sizes, facts.params_b(vp["mlm_model"])),
                 forward_tokens=pool.rows * (n + 1) * vp["beams"] * n,
@@ -56,12 +58,15 @@ def calibdcd_features(facts, model: str, dataset: str, *, wildcards, **_) -> Wor
     calib = facts.config["calibdcd"]
     gen = calib["generation"]
     if wildcards["scope"] == ORIGINAL_SCOPE:
-        prompts = facts.pool(dataset).rows * sum(len(DETECTOR_INPUTS[d]) for d in calib["detectors"])
+        per_text = {d: len(DETECTOR_INPUTS[d]) for d in calib["detectors"]}
+        prompts = facts.pool(dataset).rows * sum(per_text.values())
+        answers = facts.pool(dataset).rows * sum(n * spec.get("continuations", 1)
+                                                 for n, spec in zip(per_text.values(), calib["detectors"].values()))
     else:
         views = len(controlled_views(calib["models"][model]["family"]))
-        prompts = facts.seeds * calib["partition"]["n_calibration"] * views
+        prompts = answers = facts.seeds * calib["partition"]["n_calibration"] * views
     p = facts.params_b(model)
-    new = prompts * gen["max_new_tokens"]
+    new = answers * gen["max_new_tokens"]
     generated = {"vllm_tokens": new} if gen["backend"] == "vllm" else \
         {"hf_tokens": new, "hf_batch": gen["backend_options"].get("batch_size", 64)}
     return Work(params_b=p, loads_b=(p,), engines=int(gen["backend"] == "vllm"),
@@ -72,7 +77,8 @@ def calibdcd_veilprobe(facts, model: str, dataset: str, **_) -> Work:
     calib = facts.config["calibdcd"]
     mapping = calib["detectors"]["veilprobe"]["mapping"]
     p = mapping_params_b(mapping)
-    tokens = 2 * facts.pool(dataset).rows * mapping["max_length"] * mapping["epochs"]   # two mapping models
+    pairs = facts.pool(dataset).rows * calib["detectors"]["veilprobe"]["continuations"]
+    tokens = 2 * pairs * mapping["max_length"] * mapping["epochs"]   # two mapping models
     return Work(params_b=p, dtype=calib["lm"]["dtype"], loads_b=(p, p), train_flops=train_flops(p, tokens))
 
 

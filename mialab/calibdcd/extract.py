@@ -1,8 +1,8 @@
 """Per-view entries: a split (``mialab.data.schema``) and a view in, DPDLLM's feature table out; and
 VeilProbe's key-token perturbation of a split (its features: :func:`mialab.calibdcd.stages.veilprobe_tables`).
 
-The query is the view applied to the detector's prompt (DPDLLM: :func:`dpdllm_prompts`; VeilProbe: the
-text's ``prefix`` and its perturbation); ``generate(prompts) -> continuations`` is
+The query is the view applied to the detector's prompt (DPDLLM: :func:`dpdllm_prompts`; VeilProbe: its
+query, :func:`veilprobe_queries`, and that query's perturbation); ``generate(prompts) -> continuations`` is
 any generation callable with the detector's sampling settings bound, e.g.
 :func:`mialab.lm.engine.rollout_generator` (the project's rollout engine) with
 ``functools.partial``.
@@ -61,25 +61,38 @@ def dpdllm_view_features(split: pd.DataFrame, view: str, *, generate: Generate, 
     return feature_frame(split["id"].tolist(), view, z)
 
 
-def add_perturbed_prefix(split: pd.DataFrame, *, key_token_models: Sequence[str], ratio: float, perturbation: str,
-                         beams: int, new_tokens: int, seed: int, mlm_model: str | None = None, ot_topk: int = 1000,
-                         ot_iterations: int = 1000, first_index: int = 0, batch_size: int = 8, device: str = "auto",
-                         dtype: str = "float32") -> pd.DataFrame:
-    """``split`` with a ``perturbed_prefix`` column (VeilProbe key-token perturbation, view-independent):
-    ``original`` (OT attribution on every key-token model, ``mlm_model``'s fill; ``first_index``: the
-    first row's index in the list it was sliced from) or ``surprisal`` (``ratio``, one key-token model)."""
-    prefixes = split["prefix"].astype(str).tolist()
+#: VeilProbe's query of a text: ``text`` (the code: the whole text, the ``Item`` its sampler stores as
+#: ``Prefix``) or ``prefix`` (the split's prefix, as the other detectors read)
+VEILPROBE_QUERIES = ("text", "prefix")
+
+
+def veilprobe_queries(split: pd.DataFrame, query: str) -> list[str]:
+    """VeilProbe's query of each text of ``split`` (:data:`VEILPROBE_QUERIES`)."""
+    if query not in VEILPROBE_QUERIES:
+        raise ValueError(f"unknown VeilProbe query {query!r}; known: {list(VEILPROBE_QUERIES)}")
+    return split[query].astype(str).tolist()
+
+
+def add_perturbed_query(split: pd.DataFrame, *, query: str, key_token_models: Sequence[str], ratio: float,
+                        perturbation: str, beams: int, new_tokens: int, seed: int, mlm_model: str | None = None,
+                        ot_topk: int = 1000, ot_iterations: int = 1000, first_index: int = 0, batch_size: int = 8,
+                        device: str = "auto", dtype: str = "float32") -> pd.DataFrame:
+    """``split`` with VeilProbe's ``query`` (:func:`veilprobe_queries`) and ``perturbed_query`` columns (its
+    key-token perturbation, view-independent): ``original`` (OT attribution on every key-token model,
+    ``mlm_model``'s fill; ``first_index``: the first row's index in the list it was sliced from) or
+    ``surprisal`` (``ratio``, one key-token model)."""
+    queries = veilprobe_queries(split, query)
     if perturbation == "original":
         if mlm_model is None:
             raise ValueError("VeilProbe's original perturbation needs an mlm_model (the code: bert-base-cased)")
-        perturbed = original_key_token_perturb(key_token_models, mlm_model, prefixes, beams=beams,
+        perturbed = original_key_token_perturb(key_token_models, mlm_model, queries, beams=beams,
                                                new_tokens=new_tokens, ot_topk=ot_topk, ot_iterations=ot_iterations,
                                                seed=seed, first_index=first_index, batch_size=batch_size,
                                                device=device, dtype=dtype)
     elif perturbation == "surprisal":
         if len(key_token_models) != 1:
             raise ValueError(f"the surprisal perturbation reads one key-token model, got {len(key_token_models)}")
-        perturbed = key_token_perturb(key_token_models[0], prefixes, ratio=ratio, device=device, dtype=dtype)
+        perturbed = key_token_perturb(key_token_models[0], queries, ratio=ratio, device=device, dtype=dtype)
     else:
         raise ValueError(f"unknown VeilProbe perturbation {perturbation!r}; known: original, surprisal")
-    return split.assign(perturbed_prefix=perturbed)
+    return split.assign(query=queries, perturbed_query=perturbed)

@@ -217,16 +217,18 @@ def veilprobe_settings() -> list[Setting]:
                 "constants.fill_token",
                 expect=lambda v: f"[{v[2:-1]}]+" if v.startswith("[^") else v),
         Setting("target.model", feat, Find(SAMPLE, r'^\s+model="([^"]+)"'), None, reason=OTHER_TARGETS),
-        Setting("target.query", feat, Find(SAMPLE, r'^\s+"Prefix": (\w+),', raw=True), "veilprobe.query_words",
-                expect=lambda v: 1.0 if v == "item" else v,
-                reason="open: the code queries the target (and perturbs, and trains the mapping models on) the whole "
-                       "text, its Item column; the project queries with the pool's prefix, the first prefix_ratio of "
-                       "the text's words, as every other detector of the pool"),
+        Setting("target.query", feat, Find(SAMPLE, r'^\s+"Prefix": (\w+),', raw=True), "perturbation.query",
+                expect=lambda v: "text" if v == "item" else v,
+                test=T_W + "test_veilprobe_queries_the_whole_text_by_default"),
         Setting("target.temperature", feat, Find(SAMPLE, r"^\s+temperature=([\d.]+)"), "veilprobe.temperature"),
         Setting("target.max_tokens", feat, Derived(lambda _, n: n, (
             Find(SAMPLE, r"max_tokens=(max_length)", raw=True), Find(SAMPLE, r"text_out\(.*max_length=(\d+)\)"))),
                 "veilprobe.max_new_tokens"),
-        Setting("target.generations", feat, Find(SAMPLE, r"num_generations = (\d+)"), "constants.generations"),
+        Setting("target.generations", feat, Find(SAMPLE, r"num_generations = (\d+)"), "veilprobe.continuations",
+                reason="three continuations per text, as the mapping script that trained the models reads "
+                       "(Generate1-3, mapping.pairs_per_text): the released sampler's one (its Generate1 column) "
+                       "cannot feed that script, which fails on the missing Generate2",
+                test=T_W + "test_veilprobe_trains_a_mapping_pair_per_distinct_continuation"),
         Setting("mapping.encoder.hidden_size", mapping, bert("hidden_size", enc), "mapping.hidden_size"),
         Setting("mapping.encoder.num_attention_heads", mapping, bert("num_attention_heads", enc), "mapping.num_heads"),
         Setting("mapping.encoder.num_hidden_layers", mapping, bert("num_hidden_layers", enc), "mapping.num_layers"),
@@ -256,11 +258,8 @@ def veilprobe_settings() -> list[Setting]:
         Setting("mapping.epochs", mapping, Find(MAPPING, r"train_seq2seq\(.*num_epochs=(\d+)\)"), "mapping.epochs"),
         Setting("mapping.seed", mapping, Find(MAPPING, r"^\s+set_seed\((\d+)\)"), "mapping.seed"),
         Setting("mapping.pairs_per_text", mapping,
-                Derived(len, (literal(Find(MAPPING, r"for col in (\[.*\]):", raw=True)),)), "constants.generations",
-                reason="open: the release's sampler writes one continuation per text (num_generations = 1, its "
-                       "Generate1 column), which the project follows; its mapping script reads three (Generate1-3), "
-                       "columns that sampler never writes: with its released data the mapping models may have "
-                       "trained on three continuations per text"),
+                Derived(len, (literal(Find(MAPPING, r"for col in (\[.*\]):", raw=True)),)), "veilprobe.continuations",
+                test=T_W + "test_veilprobe_trains_a_mapping_pair_per_distinct_continuation"),
         Setting("mapping.perturbed_model_is_original", mapping, Derived(lambda a, b: a == b, (
             Find(RUN, r"^\s+model1_path = '([^']+)'"), Find(RUN, r"^\s+model_perturb_path = '([^']+)'"))),
                 "constants.one_mapping_model",
@@ -351,8 +350,7 @@ def resolved_settings(config: dict, name: str) -> dict:
             "ot_topp": default_of(topp_union, "topp"), "ipot_beta": default_of(ipot, "beta"),
             "fill_top": default_of(mlm_fill, "top"),
         },
-        "veilprobe": {**detectors["veilprobe"],   # the query: the pool's prefix (mialab.calibdcd.stages)
-                      "query_words": config["datasets"][e.dataset]["pool"]["prefix_ratio"]},
+        "veilprobe": detectors["veilprobe"],
         "mapping": calib.veilprobe(e.models[0], e.dataset).manifest["config"]["mapping"],
         "classifier": {det: DETECTORS[det].classifier for det in spec}
         | {"prune_p": PRUNE_P},
@@ -366,7 +364,6 @@ def resolved_settings(config: dict, name: str) -> dict:
             "dpdllm_feature": "cond_prob", "dpdllm_processing": "original", "dpdllm_score": "predict_proba",
             "perturbation_template": "{text}", "beam_sampling": False, "ipot_inner_steps": 1,
             "fill_token": FILL_TOKEN.pattern,
-            "generations": 1,              # one continuation per text and query (mialab.calibdcd.stages)
             "one_mapping_model": False,    # mialab.calibdcd.mapping: the original and the perturbed pairs' models
             "equal_var": False, "k_way": 2, "protonet_optimizer": "Adam",   # mialab.calibdcd.classifiers
         },

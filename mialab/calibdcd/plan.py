@@ -35,8 +35,9 @@ from mialab.scoring.baselines import column_name
 LM_KEYS = ("reference_model", "key_token_model", "key_token_models", "mlm_model")
 ORIGINAL_SCOPE, VIEWS_SCOPE = "original", "views"
 SCOPES = (ORIGINAL_SCOPE, VIEWS_SCOPE)
-#: the veilprobe section's keys of :func:`mialab.calibdcd.extract.add_perturbed_prefix` besides its models
-PERTURBATION_KEYS = ("ratio", "perturbation", "mlm_model", "beams", "new_tokens", "ot_topk", "ot_iterations", "seed")
+#: the veilprobe section's keys of :func:`mialab.calibdcd.extract.add_perturbed_query` besides its models
+PERTURBATION_KEYS = ("query", "ratio", "perturbation", "mlm_model", "beams", "new_tokens", "ot_topk", "ot_iterations",
+                     "seed")
 
 
 UNCALIBRATED = "original"  # the variant name of a detector's uncalibrated score
@@ -48,7 +49,7 @@ def score_column(detector: str, variant: str) -> str:
 
 
 def perturbation_options(veilprobe: Mapping) -> dict:
-    """:func:`mialab.calibdcd.extract.add_perturbed_prefix`'s settings from the veilprobe section: the
+    """:func:`mialab.calibdcd.extract.add_perturbed_query`'s settings from the veilprobe section: the
     key-token models (``key_token_models``, or the one ``key_token_model``) and :data:`PERTURBATION_KEYS`."""
     models = veilprobe.get("key_token_models") or [veilprobe["key_token_model"]]
     return {"key_token_models": list(models), **{k: veilprobe[k] for k in PERTURBATION_KEYS if k in veilprobe}}
@@ -206,7 +207,8 @@ class CalibDCDPlan:
 
     @functools.lru_cache(maxsize=None)
     def perturbation(self, dataset: str) -> Stage:
-        """VeilProbe's perturbed prefixes of a pool: the same for every target (the code: once per dataset)."""
+        """VeilProbe's queries of a pool and their perturbation: the same for every target (the code: once per
+        dataset)."""
         return self.plan.stage("calibdcd/perturbations", {"dataset": dataset}, {
             "dataset": dataset, "config": {**self.perturbation_settings(self.lm_key), "lm": self.spec["lm"]},
             "upstream": {"pool": self.plan.pool(dataset).key},

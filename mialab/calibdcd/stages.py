@@ -17,13 +17,15 @@ settings share one call); DPDLLM's features of all views are then computed in on
 pass, the same features as :func:`mialab.calibdcd.extract.dpdllm_view_features`. DPDLLM's reference model is fine-tuned once per pool
 (:func:`mialab.calibdcd.reference.finetune_reference`, rule ``calibdcd_reference``).
 
-VeilProbe's perturbed prompts do not depend on the target: its key-token perturbation runs once per pool
+VeilProbe's prompts do not depend on the target: its query of each text (``veilprobe.query``: the whole
+text, as its code, or the pool's prefix) and that query's key-token perturbation are made once per pool
 (rule ``calibdcd_perturbation``, :func:`perturb_pool`; the code: once per dataset), and every target's
-feature job reads them.
+feature job reads them. The target samples ``veilprobe.continuations`` continuations of each (its mapping
+script reads three per text).
 
 VeilProbe's features come from its two mapping models (:mod:`mialab.calibdcd.mapping`), trained per
-(target, pool) on the original query's (prefix, output) and (perturbed prefix, output) pairs of
-every pool text (rule ``calibdcd_veilprobe``, :func:`veilprobe_tables`); the models then read the
+(target, pool) on the original query's (query, output) and (perturbed query, output) pairs of
+every pool text, one pair per continuation (rule ``calibdcd_veilprobe``, :func:`veilprobe_tables`); the models then read the
 queries of every scope (the original query on every text, the controlled views on D-cal). As in
 VeilProbe's code the features read the query only (the target's outputs shape the mapping models),
 so the target answers VeilProbe's prompts under the original query only.
@@ -38,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from mialab.calibdcd.calibrate import FitCache, run_calibdcd
-from mialab.calibdcd.extract import add_perturbed_prefix, dpdllm_prompts
+from mialab.calibdcd.extract import add_perturbed_query, dpdllm_prompts, veilprobe_queries
 from mialab.calibdcd.features import veilprobe_vector
 from mialab.calibdcd.frames import feature_frame
 from mialab.calibdcd.mapping import MappingConfig, mapping_features, train_mapping_model
@@ -86,32 +88,32 @@ PERTURBATION_PART_TEXTS = 32
 
 
 def perturb_pool(texts: pd.DataFrame, options: Mapping, lm_options: Mapping, parts=None) -> pd.DataFrame:
-    """``id, perturbed_prefix`` of every text (:func:`mialab.calibdcd.extract.add_perturbed_prefix` with
+    """``id, query, perturbed_query`` of every text (:func:`mialab.calibdcd.extract.add_perturbed_query` with
     ``options``, :func:`mialab.calibdcd.plan.perturbation_options`' keys). The original perturbation (attribution per text)
     runs :data:`PERTURBATION_PART_TEXTS` texts at a time through ``parts`` (a
     :class:`mialab.lm.engine.Parts`, or None), equal to one pass; surprisal (one batched pass) at once."""
     def perturb(start: int, stop: int) -> pd.DataFrame:
         extra = {"first_index": start} if options.get("perturbation") == "original" else {}
-        done = add_perturbed_prefix(texts.iloc[start:stop], **options, **extra, **lm_options)
-        return done[["id", "perturbed_prefix"]].reset_index(drop=True)
+        done = add_perturbed_query(texts.iloc[start:stop], **options, **extra, **lm_options)
+        return done[["id", "query", "perturbed_query"]].reset_index(drop=True)
 
     if parts is None or options.get("perturbation") != "original":
         return perturb(0, len(texts))
     from mialab.lm.engine import fingerprint
 
     key = fingerprint({"options": dict(options), "lm": dict(lm_options), "ids": texts["id"].tolist(),
-                       "prefixes": texts["prefix"].tolist()})
+                       "queries": veilprobe_queries(texts, options["query"])})
     return parts.run(key, len(texts), PERTURBATION_PART_TEXTS, perturb)
 
 
-#: the text columns a detector's prompts are built from (DPDLLM's: added by :func:`extract_features`)
-DETECTOR_INPUTS = {"dpdllm": ("dpdllm_prompt",), "veilprobe": ("prefix", "perturbed_prefix")}
-SAMPLING_KEYS = ("max_new_tokens", "temperature")
+#: the text columns a detector's prompts are built from (DPDLLM's: added by :func:`extract_features`;
+#: VeilProbe's: :func:`perturb_pool`'s)
+DETECTOR_INPUTS = {"dpdllm": ("dpdllm_prompt",), "veilprobe": ("query", "perturbed_query")}
 
 
 def view_prompts(texts: pd.DataFrame, views: Sequence[str], detectors: Sequence[str]) -> pd.DataFrame:
     """``detector, view, id, input, text, prompt``: every input column a detector puts under a view
-    (DPDLLM's prompt; VeilProbe's prefix and perturbed prefix) with its text, for every text and view."""
+    (DPDLLM's prompt; VeilProbe's query and perturbed query) with its text, for every text and view."""
     rows = [(det, view, i, column, text, prompt) for det in detectors for view in views
             for column in DETECTOR_INPUTS[det]
             for i, text, prompt in zip(texts["id"], texts[column].astype(str),
@@ -142,24 +144,25 @@ class VeilProbeRun:
 
     original: pd.DataFrame      # id, view (original), z0000 ... of every pool text
     views: pd.DataFrame         # id, view, z0000 ... of D-cal under every controlled view
-    logs: dict                  # input (prefix / perturbed_prefix) -> mapping-model training log
+    logs: dict                  # input (query / perturbed_query) -> mapping-model training log
 
 
 def veilprobe_tables(generations: pd.DataFrame, calibration_ids: Sequence[str], views: Sequence[str], *,
                      tokenizer: str, mapping: MappingConfig, folders: Mapping[str, str],
                      device: str = "cpu") -> VeilProbeRun:
-    """Train VeilProbe's two mapping models on the original query's generations (every pool text) into
-    ``folders[input]`` and compute the features of every pool text under the original query and of
-    ``calibration_ids`` under ``views``."""
+    """Train VeilProbe's two mapping models on the original query's generations (every pool text, every
+    continuation: one pair each, in the order of the generations) into ``folders[input]`` and compute the
+    features of every pool text under the original query and of ``calibration_ids`` under ``views``."""
     own = generations[(generations["detector"] == "veilprobe") & (generations["view"] == ORIGINAL)]
-    inputs = {column: own[own["input"] == column].set_index("id") for column in DETECTOR_INPUTS["veilprobe"]}
-    prefix, perturbed = inputs["prefix"], inputs["perturbed_prefix"]
-    if prefix.empty or not prefix.index.equals(perturbed.index):
-        raise ValueError("VeilProbe needs the original query's prefix and perturbed-prefix generations of the same texts")
+    pairs = {column: own[own["input"] == column] for column in DETECTOR_INPUTS["veilprobe"]}
+    inputs = {column: rows.drop_duplicates("id").set_index("id") for column, rows in pairs.items()}
+    query, perturbed = inputs["query"], inputs["perturbed_query"]
+    if query.empty or not query.index.equals(perturbed.index):
+        raise ValueError("VeilProbe needs the original query's query and perturbed-query generations of the same texts")
     logs = {column: train_mapping_model(tokenizer, rows["text"].tolist(), rows["output"].tolist(), folders[column],
-                                        config=mapping, device=device) for column, rows in inputs.items()}
-    ids = prefix.index.tolist()
-    missing = pd.Index([str(i) for i in calibration_ids]).difference(prefix.index)
+                                        config=mapping, device=device) for column, rows in pairs.items()}
+    ids = query.index.tolist()
+    missing = pd.Index([str(i) for i in calibration_ids]).difference(query.index)
     if len(missing):
         raise ValueError(f"{len(missing)} calibration id(s) have no original-query generation, e.g. {list(missing[:3])}")
     cal = list(dict.fromkeys(str(i) for i in calibration_ids))
@@ -168,7 +171,7 @@ def veilprobe_tables(generations: pd.DataFrame, calibration_ids: Sequence[str], 
     for column, rows in inputs.items():
         texts = [q for view, part in queries for q in apply_view(view, rows.loc[part, "text"].astype(str).tolist())]
         z[column] = mapping_features(folders[column], texts, device=device)
-    vectors = veilprobe_vector(z["prefix"], z["perturbed_prefix"])
+    vectors = veilprobe_vector(z["query"], z["perturbed_query"])
     frames, start = [], 0
     for view, part in queries:
         frames.append(feature_frame(part, view, vectors[start:start + len(part)]))
@@ -181,41 +184,49 @@ class FeatureRun:
     """What one feature job writes: a feature table per detector and the target's outputs."""
 
     features: dict[str, pd.DataFrame]     # dpdllm -> id, view, z0000 ...
-    generations: pd.DataFrame             # detector, view, id, input, text, prompt, output
+    generations: pd.DataFrame             # detector, view, id, input, text, prompt, sample, output
 
 
 def extract_features(texts: pd.DataFrame, views: Sequence[str], *, generate: Callable[..., list[str]],
                      detectors: Mapping[str, dict], lm_options: Mapping) -> FeatureRun:
-    """The target's outputs on ``texts`` (id, text, prefix, suffix; VeilProbe: and ``perturbed_prefix``, of
-    :func:`perturb_pool`) under every view for every detector, and DPDLLM's features (VeilProbe's come
-    from :func:`veilprobe_tables`).
+    """The target's outputs on ``texts`` (id, text, prefix, suffix; VeilProbe: and ``query``,
+    ``perturbed_query``, of :func:`perturb_pool`) under every view for every detector, and DPDLLM's
+    features (VeilProbe's come from :func:`veilprobe_tables`).
 
     ``detectors`` maps ``dpdllm`` to ``{reference_model, length, prompt, max_new_tokens, temperature}`` (the
     fine-tuned reference folder; ``prompt``: :func:`mialab.calibdcd.extract.dpdllm_prompts`) and
-    ``veilprobe`` to ``{max_new_tokens, temperature}``; ``lm_options``
+    ``veilprobe`` to ``{max_new_tokens, temperature, continuations}``; ``lm_options``
     (batch_size, device, dtype) go to the reference model's passes. ``generate(prompts, max_new_tokens=,
-    temperature=)`` is called once per distinct sampling setting, with its distinct prompts, shortest
-    first (batches of similar length pad less).
+    temperature=, n=)`` returns ``n`` continuations of each prompt (prompt-major; ``n``: the detector's
+    ``continuations``, 1 where it names none) and is called once per distinct sampling setting, with its
+    distinct prompts, shortest first (batches of similar length pad less). The generations hold one row per
+    continuation, numbered in ``sample``.
     """
     unknown = set(detectors) - set(DETECTOR_INPUTS)
     if unknown:
         raise KeyError(f"unknown detector(s) {sorted(unknown)}; known: {sorted(DETECTOR_INPUTS)}")
-    if "veilprobe" in detectors and "perturbed_prefix" not in texts.columns:
-        raise ValueError("VeilProbe's prompts need the texts' perturbed_prefix (rule calibdcd_perturbation)")
+    if "veilprobe" in detectors and not {"query", "perturbed_query"} <= set(texts.columns):
+        raise ValueError("VeilProbe's prompts need the texts' query and perturbed_query (rule calibdcd_perturbation)")
     if "dpdllm" in detectors:
         dp = detectors["dpdllm"]
         texts = texts.assign(dpdllm_prompt=dpdllm_prompts(texts, length=dp["length"], prompt=dp["prompt"]))
     generations = view_prompts(texts, views, list(detectors))
-    settings = {det: tuple(spec[k] for k in SAMPLING_KEYS) for det, spec in detectors.items()}
+    settings = {det: (spec["max_new_tokens"], spec["temperature"], spec.get("continuations", 1))
+                for det, spec in detectors.items()}
     outputs = {}
     for setting in dict.fromkeys(settings.values()):
+        max_new_tokens, temperature, n = setting
         rows = generations["detector"].map(settings) == setting
         prompts = sorted(set(generations.loc[rows, "prompt"]), key=lambda p: (len(p), p))
-        got = generate(prompts, **dict(zip(SAMPLING_KEYS, setting, strict=True)))
-        if len(got) != len(prompts) or not all(isinstance(o, str) for o in got):
-            raise ValueError(f"generate returned {len(got)} outputs for {len(prompts)} prompts (strings expected)")
-        outputs[setting] = dict(zip(prompts, got, strict=True))
-    generations["output"] = [outputs[settings[d]][p] for d, p in zip(generations["detector"], generations["prompt"])]
+        got = generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature, n=n)
+        if len(got) != n * len(prompts) or not all(isinstance(o, str) for o in got):
+            raise ValueError(f"generate returned {len(got)} outputs for {len(prompts)} prompts x {n} continuations "
+                             "(strings expected)")
+        outputs[setting] = {p: got[i * n:(i + 1) * n] for i, p in enumerate(prompts)}
+    samples = [outputs[settings[d]][p] for d, p in zip(generations["detector"], generations["prompt"])]
+    generations = generations.loc[generations.index.repeat([len(s) for s in samples])].reset_index(drop=True)
+    generations["sample"] = [i for s in samples for i in range(len(s))]
+    generations["output"] = [o for s in samples for o in s]
     features = {}
     if "dpdllm" in detectors:
         features["dpdllm"] = dpdllm_table(generations, reference_model=dp["reference_model"],

@@ -354,7 +354,8 @@ def text_completions(model_path: str, *, backend: str = "hf", backend_options: d
     """``complete(prompts, sampling) -> completions``: backend ``backend`` (started once on ``model_path``
     with ``backend_options``) answers each prompt string, sent as one chat user turn when ``chat``
     (:func:`mialab.lm.prompts.format_prompt`) and tokenised as the engine does (BOS added unless already
-    there); each prompt's first completion is returned decoded, special tokens and the stop token dropped.
+    there); each prompt's ``sampling.n`` completions are returned decoded (prompt-major), special tokens and
+    the stop token dropped.
     With a ``parts`` folder every call is resumable there (:class:`Parts`)."""
     from mialab.lm.loading import load_tokenizer
 
@@ -370,8 +371,8 @@ def text_completions(model_path: str, *, backend: str = "hf", backend_options: d
 
         def chunk(start: int, stop: int) -> pd.DataFrame:
             completions = engine.generate(ids[start:stop], sampling, stops, offset=start)
-            return pd.DataFrame({"text": [tok.decode(c[0].token_ids, skip_special_tokens=True)
-                                          for c in completions]}, dtype=str)
+            return pd.DataFrame({"text": [tok.decode(c.token_ids, skip_special_tokens=True)
+                                          for samples in completions for c in samples]}, dtype=str)
 
         if folder is None:
             return chunk(0, len(ids))["text"].tolist()
@@ -384,15 +385,15 @@ def text_completions(model_path: str, *, backend: str = "hf", backend_options: d
 
 def rollout_generator(model_path: str, *, backend: str = "hf", backend_options: dict | None = None,
                       trust_remote_code: bool = False, parts: str | Path | None = None) -> Callable[..., list[str]]:
-    """``generate(prompts, *, max_new_tokens, temperature, seed) -> continuations`` of raw prompt strings
-    (CalibDCD's target outputs; one continuation per prompt, ``temperature`` 0: greedy, the engine's
-    top-p and top-k otherwise), on :func:`text_completions` (resumable in ``parts``)."""
+    """``generate(prompts, *, max_new_tokens, temperature, seed, n) -> continuations`` of raw prompt strings
+    (CalibDCD's target outputs; ``n`` continuations per prompt, prompt-major, ``temperature`` 0: greedy, the
+    engine's top-p and top-k otherwise), on :func:`text_completions` (resumable in ``parts``)."""
     complete = text_completions(model_path, backend=backend, backend_options=backend_options,
                                 trust_remote_code=trust_remote_code, parts=parts)
 
     def generate(prompts: Sequence[str], *, max_new_tokens: int, temperature: float = 0.0,
-                 seed: int = 0) -> list[str]:
-        return complete(prompts, SamplingConfig(n=1, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed))
+                 seed: int = 0, n: int = 1) -> list[str]:
+        return complete(prompts, SamplingConfig(n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed))
 
     return generate
 

@@ -91,9 +91,9 @@ STAGE_VERSIONS: dict[str, int] = {
     "lara/scores": 3,
     "calibdcd/partitions": 1,
     "calibdcd/references": 1,
-    "calibdcd/perturbations": 2,  # 2: key-token surprisals per text
-    "calibdcd/features": 5,  # 4: DPDLLM's reference probabilities per text; 5: vLLM seeds per prompt
-    "calibdcd/veilprobe": 2,  # 2: mapping features per text
+    "calibdcd/perturbations": 3,  # 2: key-token surprisals per text; 3: the query beside its perturbation
+    "calibdcd/features": 6,  # 4: DPDLLM's reference probabilities per text; 5: vLLM seeds per prompt; 6: samples
+    "calibdcd/veilprobe": 3,  # 2: mapping features per text; 3: a pair per continuation
     "calibdcd/scores": 3,
 }
 
