@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     """Under pytest-xdist the workers share the cores with each other and with the workflow jobs they start, so
     (in the environment the workers inherit) each worker's own torch runs one thread and a waiting OpenMP thread
-    sleeps instead of spinning on a core another process needs (README, "Two commands"); a job sets its own
+    sleeps instead of spinning on a core another process needs (docs/status.md, "What the test suite runs"); a job sets its own
     thread count (mialab.core.jobs.setup_job).
 
     pytest 9.2 with pytest-xdist <= 3.8 does not group under ``--dist loadgroup`` (pytest-xdist#1386):

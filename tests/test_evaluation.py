@@ -265,7 +265,8 @@ def test_readme_section_is_regenerated_from_a_run_and_checked(tmp_path):
     assert run("--check").returncode == 0
     with pytest.raises(ValueError, match="no results section"):
         replace_section("# no markers\n", "x")
-    # a sweep run elsewhere (--sweep): its figure copied beside the README, one onset line per method
+    # a sweep run elsewhere (--sweep): its figure copied to docs/figures/, one onset line per method in
+    # docs/sweep.md's block (the README keeps the one table)
     from mialab.evaluation.sweep import sweep_figure, sweep_table
 
     sweep_dir = tmp_path / "sweep/results/sweep/exposure"
@@ -275,11 +276,22 @@ def test_readme_section_is_regenerated_from_a_run_and_checked(tmp_path):
     sweep = sweep_table(points)
     sweep.to_parquet(sweep_dir / "sweep.parquet")
     sweep_figure(sweep, HEADLINE, str(sweep_dir / "sweep.png"))
+    doc = tmp_path / "docs/sweep.md"
+    doc.parent.mkdir()
+    doc.write_text("# sweep\n")
+    failed = run("--sweep", str(tmp_path / "sweep"))
+    assert failed.returncode != 0 and "has no sweep section" in failed.stderr  # the script never guesses where
+    doc.write_text("# sweep\n\n<!-- sweep:begin (scripts/readme_results.py) -->\nold\n<!-- sweep:end -->\n\nafter\n")
+    assert run("--sweep", str(tmp_path / "sweep"), "--check").returncode == 1  # the sweep's block is stale
     assert run("--sweep", str(tmp_path / "sweep")).returncode == 0
-    text = readme.read_text()
-    assert "![exposure sweep](docs/figures/sweep_exposure.png)" in text and (tmp_path / "docs/figures/sweep_exposure.png").is_file()
+    assert readme.read_text() == text  # the README's table is the run's already
+    swept = doc.read_text()
+    assert "![exposure sweep](figures/sweep_exposure.png)" in swept and (tmp_path / "docs/figures/sweep_exposure.png").is_file()
+    assert swept.startswith("# sweep\n\n<!-- sweep:begin") and swept.endswith("<!-- sweep:end -->\n\nafter\n") and "old" not in swept
     mink = h.set_index("family").loc["Min-K%++"]
-    assert f"| d / m | Min-K%++ | 50.0 [40, 60] | {100 * mink['auroc']:.1f} [" in text and "| onset |" in text
+    assert f"| d / m | Min-K%++ | 50.0 [40, 60] | {100 * mink['auroc']:.1f} [" in swept and "| onset |" in swept
+    assert run("--sweep", str(tmp_path / "sweep"), "--check").returncode == 0
+    assert run("--check").returncode == 0  # without a sweep run, docs/sweep.md is left as it is
 
 
 def _check_rows(dataset: str, shared: int) -> pd.DataFrame:
