@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from workflow_helpers import make_workdir, snakemake
+from workflow_helpers import grpo_settings, make_workdir, snakemake
 
 from mialab.core.io import write_manifest
 from mialab.core.jobs import THREAD_VARIABLES
-from mialab.training.grpo import GRPOSettings
 
 REPO = Path(__file__).resolve().parents[1]
 BOOT = REPO / "tests" / "slurm" / "boot.sh"
@@ -95,8 +94,8 @@ PROBLEMS = [
 ]
 PROBLEMS_MODEL = {"corpus": PROBLEMS * 20, "num_heads": 4}
 DATA = pd.DataFrame({"prompt": [p + "\n\n" for p in PROBLEMS], "reference": PROBLEMS[::-1]})
-SETTINGS = GRPOSettings(lr=1e-3, epochs=2, num_generations=4, batch_size=8, max_completion_length=8,
-                        max_prompt_length=12, save_steps=2, save_total_limit=None)
+SETTINGS = grpo_settings(lr=1e-3, epochs=2, num_generations=4, batch_size=8, max_completion_length=8,
+                         max_prompt_length=12, save_steps=2, save_total_limit=None)
 
 
 def distinct_characters(completions, **kwargs) -> list[float]:

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from workflow_helpers import grpo_settings, ns_task
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -24,7 +25,7 @@ from mialab.adra.rewards import (
 from mialab.adra.training import training_set
 from mialab.lm.prompts import prompt_token_ids
 from mialab.n_sampling.attack import rollout_metrics, score_table, top_k_mean
-from mialab.n_sampling.tasks import Task, fit_prefix, known_templates, load_template, prompts, trainer_prompt
+from mialab.n_sampling.tasks import fit_prefix, known_templates, load_template, prompts, trainer_prompt
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma tau upsilon phi chi psi "
          "omega river stone cloud field light").split()
@@ -48,7 +49,7 @@ def candidates(n: int = 6, words: int = 8) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-TASK = Task(template="continuation", assistant_prefix_ratio=0.25, max_new_tokens=8)
+TASK = ns_task("continuation", assistant_prefix_ratio=0.25, max_new_tokens=8)
 
 
 # --- rewards -----------------------------------------------------------------------------------
@@ -264,7 +265,7 @@ def test_pair_rule_one_example_per_shared_prefix_pair_rewarded_for_the_better_su
     cands["pair_id"] = ["p0", "p0", "p1", "p1"]
     cands.loc[1, "prefix"], cands.loc[3, "prefix"] = cands.loc[0, "prefix"], cands.loc[2, "prefix"]
     assert shares_prefix_pairs(cands) and pair_partners(cands) == {"c0": "c1", "c1": "c0", "c2": "c3", "c3": "c2"}
-    task = Task(template="continuation", assistant_prefix_ratio=0.0, max_new_tokens=8)
+    task = ns_task("continuation", assistant_prefix_ratio=0.0, max_new_tokens=8)
     rows = training_set(cands, tokenizer, task, "adra", prompt_format="plain", seed=0, reference="suffix")
     assert list(rows["id"]) == ["c0", "c2"] and set(rows["rule"]) == {"max"}
     assert rows["references"][0] == [cands["suffix"][0], cands["suffix"][1]]
@@ -356,12 +357,10 @@ def test_judge_reward_with_the_tiny_model_as_judge_on_cpu_is_in_unit_range_and_d
 
 
 def settings(**over):
-    from mialab.training.grpo import GRPOSettings
-
     base = dict(lr=5e-3, beta=0.005, max_steps=4, num_generations=4, batch_size=8, max_completion_length=8,
                 max_prompt_length=32, save_steps=2, save_total_limit=None, temperature=1.0, top_p=0.95, top_k=50,
                 lora={"r": 4, "lora_alpha": 8, "target_modules": "all-linear"}, seed=0)
-    return GRPOSettings(**{**base, **over})
+    return grpo_settings(**{**base, **over})
 
 
 def adapter(path) -> dict:
@@ -471,7 +470,7 @@ def test_aime_candidate_gives_a_quarter_of_the_solution_once(tmp_path, pool_rati
     pool = get_family("aime")({"source": str(src), "solution_prefix_ratio": pool_ratio,
                                "membership": {"rule": "years", "member_years": [2024], "nonmember_years": [2025]}})
     row = pool.iloc[0]
-    task = Task("continuation", assistant_prefix_ratio=0.25)
+    task = ns_task("continuation", assistant_prefix_ratio=0.25)
     shown, rest = split_assistant_prefix(row["suffix"], task.assistant_prefix_ratio)
     assert len(shown.split()) == given and len(rest.split()) == target_words
     assert 100 - target_words == len(row["prefix"].split()) - 2 + given  # "Find x." is 2 words

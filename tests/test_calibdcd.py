@@ -494,7 +494,7 @@ def test_reference_finetuning_is_seeded_deterministic_and_memorises(tiny_model, 
     after = reference_probabilities(str(tmp_path / "ref0"), parts, length=8, device="cpu")
     assert after.mean() > before.mean()                                     # the texts are memorised
     with pytest.raises(ValueError, match="no text"):
-        finetune_reference(tiny_model, [], str(tmp_path / "none"), length=8)
+        finetune_reference(tiny_model, [], str(tmp_path / "none"), length=8, config=cfg)
 
 
 def test_dpdllm_extractor_on_tiny_llama(tiny_model, tiny_split):

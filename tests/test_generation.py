@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 import fake_vllm
+from workflow_helpers import ns_sampling
 
 from mialab.lm.engine import (
     FINISH_REASONS,
@@ -48,7 +49,7 @@ def tokenizer(tiny_model):
 
 def hf_rollouts(model: str, seed: int, **kw) -> pd.DataFrame:
     return run_rollouts(SPLIT, model=model, backend="hf", template="Continue: {prefix}",
-                        sampling=SamplingConfig(n=3, max_new_tokens=6, seed=seed), prompt_format=kw.pop("prompt_format", "chat"),
+                        sampling=ns_sampling(n=3, max_new_tokens=6, seed=seed), prompt_format=kw.pop("prompt_format", "chat"),
                         backend_options={"batch_size": 2, "device": "cpu"}, **kw)
 
 
@@ -134,11 +135,13 @@ def test_backend_registry():
 
 
 def test_sampling_config_validates():
-    assert SamplingConfig().temperature == 1.0 and SamplingConfig().top_p == 0.95 and SamplingConfig().top_k == 50
+    with pytest.raises(TypeError, match="temperature"):   # no sampling default: the caller's config says each
+        SamplingConfig(max_new_tokens=4)
+    assert (ns_sampling().temperature, ns_sampling().top_p, ns_sampling().top_k, ns_sampling().n) == (1.0, 0.95, 50, 1)
     with pytest.raises(ValueError):
-        SamplingConfig(n=0)
+        ns_sampling(n=0)
     with pytest.raises(ValueError):
-        SamplingConfig(top_p=0.0)
+        ns_sampling(top_p=0.0)
 
 
 # --- hf backend -----------------------------------------------------------------------------------------
@@ -165,7 +168,7 @@ def test_rollouts_parquet_round_trip_and_validation(tiny_model, tmp_path):
 
 def test_hf_greedy_base_model_rollouts_are_identical_across_samples(tiny_model):
     rollouts = run_rollouts(SPLIT, model=tiny_model, backend="hf", template="{prefix}", prompt_format="plain",
-                            sampling=SamplingConfig(n=2, max_new_tokens=4, temperature=0.0),
+                            sampling=ns_sampling(n=2, max_new_tokens=4, temperature=0.0),
                             backend_options={"batch_size": 3, "device": "cpu"})
     check_schema(rollouts, n=2, max_new_tokens=4)
     for _, group in rollouts.groupby("id"):
@@ -218,7 +221,7 @@ def test_a_prompt_repeated_in_a_vllm_call_gets_distinct_samples_and_parts_keep_t
     assert requests[-1]["seeds"] == request_seeds(5, 0, 1) and len(set(requests[0]["seeds"])) == 3
     backend = get_backend("vllm")(tiny_model)
     ids = [prompt_token_ids(tokenizer, t, "plain") for t in ["a b", "a b", "c d", "a b"]]
-    sampling = SamplingConfig(n=2, max_new_tokens=4, temperature=1.0, seed=9)
+    sampling = ns_sampling(n=2, max_new_tokens=4, temperature=1.0, seed=9)
     whole = backend.generate(ids, sampling, frozenset({tokenizer.eos_token_id}))
     assert backend.generate(ids[2:], sampling, frozenset({tokenizer.eos_token_id}), offset=2) == whole[2:]
     assert whole[0] != whole[1] and whole[0][0] != whole[0][1]   # prompts apart, and a request's n samples apart
@@ -245,7 +248,7 @@ def test_asking_again_samples_anew_on_either_backend(tiny_model, tokenizer, monk
                     reason="no vLLM venv (run scripts/setup_vllm.sh)")
 def test_vllm_rollouts_through_worker_venv(tiny_model):
     rollouts = run_rollouts(SPLIT, model=tiny_model, backend="vllm", template="Continue: {prefix}", prompt_format="chat",
-                            assistant_prefix_ratio=0.25, sampling=SamplingConfig(n=2, max_new_tokens=5, seed=3),
+                            assistant_prefix_ratio=0.25, sampling=ns_sampling(n=2, max_new_tokens=5, seed=3),
                             backend_options={"dtype": "float32", "max_model_len": 128, "enforce_eager": True})
     check_schema(rollouts, n=2, max_new_tokens=5)
 
@@ -265,6 +268,6 @@ def test_vllm_on_cpu_samples_seeded_prompts_beyond_one_steps_budget(tiny_model):
     assert whole_prompt_args({"max_num_batched_tokens": 512}, tiny_model) == {}
     prompts = [[5 + (i + j) % 40 for j in range(200)] for i in range(16)]   # 3,200 prompt tokens
     backend = VLLMBackend(tiny_model, dtype="float32", max_model_len=256, enforce_eager=True)
-    sampling = SamplingConfig(n=2, max_new_tokens=4, temperature=1.0, seed=7)
+    sampling = ns_sampling(n=2, max_new_tokens=4, temperature=1.0, seed=7)
     every = backend.generate(prompts, sampling, frozenset())
     assert backend.generate(prompts[8:], sampling, frozenset(), offset=8) == every[8:]

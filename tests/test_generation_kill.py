@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from workflow_helpers import NS_TASK, schema_defaults
 
 from mialab.core.io import write_parquet
 from mialab.lm.engine import parts_folder
@@ -32,8 +33,8 @@ SPLIT = pd.DataFrame({
     "label": [i % 2 for i in range(N)],
 })
 TINY_MODEL = {"corpus": [" ".join(WORDS)] * 50, "min_frequency": 1, "hidden_size": 32, "num_layers": 1}
-CONFIG = {"task": {"template": "continuation", "max_new_tokens": 16}, "prompt_format": "plain", "backend": "hf",
-          "backend_options": {"batch_size": 256, "device": "cpu"}}
+CONFIG = {"task": {**schema_defaults(*NS_TASK), "template": "continuation", "max_new_tokens": 16},
+          "prompt_format": "plain", "backend": "hf", "backend_options": {"batch_size": 256, "device": "cpu"}}
 SAMPLING = {"n": 4, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "seed": 0}
 
 #: Runs the workflow script of the job read from argv[1] (JSON: :func:`script_job`) as Snakemake would.

@@ -8,9 +8,10 @@ import shutil
 
 import pandas as pd
 import pytest
+from workflow_helpers import ns_sampling
 
 from mialab.lm import engine, hf_backend
-from mialab.lm.engine import Parts, SamplingConfig, parts_folder, rollout_generator, run_rollouts_many, write_rollouts
+from mialab.lm.engine import Parts, parts_folder, rollout_generator, run_rollouts_many, write_rollouts
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -34,7 +35,7 @@ def small_parts(monkeypatch):
 
 
 def rollouts(model: str, out, *, seed: int = 0, parts: bool = True) -> bytes:
-    (table,) = run_rollouts_many([SPLIT], [SamplingConfig(n=3, max_new_tokens=6, seed=seed)], model=model,
+    (table,) = run_rollouts_many([SPLIT], [ns_sampling(n=3, max_new_tokens=6, seed=seed)], model=model,
                                  template="Continue: {prefix}", prompt_format="chat", backend_options=OPTIONS,
                                  parts=[parts_folder(out)] if parts else None)
     write_rollouts(table, out)
@@ -127,4 +128,4 @@ def test_hf_offset_must_fall_on_a_batch_boundary(tiny_model):
     backend = engine.start_backend("hf", tiny_model, OPTIONS)
     assert backend.part_size == 2
     with pytest.raises(ValueError, match="batch boundary"):
-        backend.generate([[1, 2]], SamplingConfig(), frozenset({0}), offset=1)
+        backend.generate([[1, 2]], ns_sampling(), frozenset({0}), offset=1)

@@ -96,3 +96,98 @@ def test_training_launches_build_ops_in_this_environment_with_its_own_ninja(monk
     assert env["PATH"].split(os.pathsep) == [bindir, "/usr/bin", "/bin"]
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/scratch/ops")      # a user's choice is kept
     assert launch.launch_command("train.py", [], 2)[1]["TORCH_EXTENSIONS_DIR"] == "/scratch/ops"
+
+
+# --- a job's lifecycle (mialab.core.jobs.Job) --------------------------------------------------------------
+
+def test_a_job_removes_stale_temporaries_at_its_start_and_its_scratch_after_the_manifest(tmp_path, monkeypatch):
+    import json
+    from pathlib import Path
+
+    from mialab.core.io import write_parquet
+    from mialab.core.jobs import Job
+
+    import pandas as pd
+
+    out, manifest = tmp_path / "table.parquet", tmp_path / "manifest.json"
+    stale, other = tmp_path / ".table.parquet.k1ll3d.tmp", tmp_path / ".elsewhere.parquet.x.tmp"
+    stale.write_text("half"), other.write_text("another job's")
+    parts = tmp_path / "table.parquet.parts"
+    parts.mkdir()
+    (parts / "part-0.parquet").write_text("resumable")
+    clock = iter([100.0, 112.34])
+    monkeypatch.setattr("mialab.core.jobs.time.perf_counter", lambda: next(clock))
+    job = Job([out, manifest], scratch=[parts])
+    assert not stale.exists() and other.exists() and parts.exists()
+    write_parquet(pd.DataFrame({"a": [1]}), out)
+    job.finish({"rows": 1}, manifest)
+    written = json.loads(manifest.read_text())
+    assert written["rows"] == 1 and written["seconds"] == 12.3
+    assert list(written["outputs"]) == ["table.parquet"]      # the outputs recorded, the manifest left out
+    assert not parts.exists() and Path(out).exists()
+
+
+def test_an_untimed_job_writes_the_manifest_as_given(tmp_path):
+    import json
+
+    from mialab.core.jobs import Job
+
+    Job([tmp_path / "manifest.json"]).finish({"steps": 3}, tmp_path / "manifest.json", timed=False)
+    assert json.loads((tmp_path / "manifest.json").read_text()) == {"steps": 3, "outputs": {}}
+
+
+def test_in_a_launcher_job_rank_zero_alone_publishes(tmp_path, monkeypatch):
+    """Rank 0 removes stale temporaries, moves a folder into place, writes the manifest and removes the
+    scratch; another rank touches none of it (it only takes part in the computation)."""
+    from mialab.core.jobs import Job, launcher_rank
+
+    final, manifest, work = tmp_path / "trainer", tmp_path / "manifest.json", tmp_path / "work"
+    stale = tmp_path / ".trainer.abc.tmp"
+    stale.mkdir()
+    (work / "checkpoint").mkdir(parents=True)
+    (work / "checkpoint" / "state.pt").write_text("weights")
+
+    monkeypatch.setenv("RANK", "1")
+    assert launcher_rank() == 1
+    job = Job.launched([final, manifest], scratch=[work])
+    assert not job.publishes and stale.exists()
+    with job.directory(final) as where:
+        assert where == final                                 # the final path, never written by this rank
+    job.publish_folder(work / "checkpoint", final)
+    job.finish({"x": 1}, manifest)
+    assert not final.exists() and not manifest.exists() and work.exists()
+
+    monkeypatch.delenv("RANK")                                # no launcher: one process, rank 0
+    job = Job.launched([final, manifest], scratch=[work])
+    assert job.publishes and not stale.exists()
+    job.publish_folder(work / "checkpoint", final)
+    assert (final / "state.pt").read_text() == "weights" and not any((work / "checkpoint").iterdir())
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".trainer.")]   # moved in whole, no temporary left
+    job.finish({"x": 1}, manifest)
+    assert manifest.exists() and not work.exists()
+
+
+#: entry scripts still to move onto mialab.core.jobs.Job (being edited elsewhere); the list only shrinks
+NOT_YET_ON_JOB = {"calibdcd_features.py", "calibdcd_perturbation.py", "calibdcd_veilprobe.py"}
+
+
+def test_no_entry_script_repeats_the_job_lifecycle():
+    """The timer, stale-temporary and parts clean-up, and the launcher's rank test live in
+    mialab.core.jobs.Job alone; a workflow script that spells one out again fails here."""
+    import re
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parents[1] / "workflow_scripts"
+    lifecycle = re.compile(r"perf_counter|remove_stale_temporaries|Parts\(|\.remove\(\)|shutil\.rmtree|"
+                           r"environ\.get\(\"(LOCAL_)?RANK\"|nullcontext")
+    repeating = {p.name for p in scripts.glob("*.py") if lifecycle.search(p.read_text())}
+    assert repeating <= NOT_YET_ON_JOB, f"scripts that repeat the job lifecycle: {sorted(repeating - NOT_YET_ON_JOB)}"
+    assert NOT_YET_ON_JOB <= repeating, f"converted, drop from NOT_YET_ON_JOB: {sorted(NOT_YET_ON_JOB - repeating)}"
+
+
+def test_the_job_module_loads_no_numpy_before_setup_job_pins_the_threads():
+    """OpenBLAS reads its thread count when numpy loads: importing the job glue must not load it."""
+    out = subprocess.run([sys.executable, "-c", "import sys\nfrom mialab.core.jobs import Job, setup_job\n"
+                          "print(sorted(m for m in ('numpy', 'pandas', 'torch') if m in sys.modules))"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]"]

@@ -32,7 +32,7 @@ from workflow_helpers import (
 )
 
 from mialab.checks import leakage
-from mialab.data.paraphrase import APPLY_TO, EXPERIMENTS
+from mialab.data.paraphrase_experiments import APPLY_TO, EXPERIMENTS
 from mialab.data.registry import get_family
 from mialab.data.sampling import sample_split
 from mialab.pipeline.plan import PARAPHRASE_EXPERIMENTS, Plan
@@ -155,7 +155,7 @@ def test_keys_of_the_new_stages_follow_only_what_determines_them():
     assert train.model("base").key != base.model("base").key and train.model("control").key == base.model("control").key
     assert train.split("wikimia", 0).manifest["paraphrase"]["setting"] == {"train": "paraphrased", "evaluate": "original"}
     assert train.evaluated_split("wikimia", 0) == train.split("wikimia", 0)
-    # the plan's copy of ADRA's semantics is the package's
+    # the plan's table of ADRA's semantics is the package's
     for apply_to, exp in PARAPHRASE_EXPERIMENTS.items():
         assert APPLY_TO[apply_to] == exp["experiment"] and EXPERIMENTS[exp["experiment"]] == exp["setting"]
 

@@ -52,7 +52,8 @@ def _train(tmp_path, tok, name: str, checkpoints=None, every: int = 0, steps: in
     from mialab.training.pretrain import pretrain
 
     settings = MLMSettings(steps=steps, batch_size=8, seq_len=32, lr=5e-3, min_lr=5e-4, warmup_steps=2,
-                           weight_decay=0.01, grad_clip=1.0, precision="fp32", checkpoint_every=every, seed=3)
+                           weight_decay=0.01, grad_clip=1.0, precision="fp32", checkpoint_every=every, seed=3,
+                           mask_prob=0.15)
     model = init_mlm(tok, ARCH, settings.seq_len, settings.seed)
     losses = pretrain(model, mlm_blocks(CORPUS, tok, settings.seq_len), settings, checkpoint_dir=checkpoints,
                       inputs=masked_inputs(tok, settings.mask_prob))

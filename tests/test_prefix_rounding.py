@@ -4,9 +4,10 @@ them as named options (``prefix_rounding: ceil``, ``assistant_prefix_min_words: 
 
 import pandas as pd
 import pytest
+from workflow_helpers import ns_task
 
 from mialab.data.registry import config_schema, get_family, with_defaults
-from mialab.n_sampling.tasks import Task, candidate_prompt, target
+from mialab.n_sampling.tasks import candidate_prompt, target
 from mialab.text.prefix import split_assistant_prefix, split_words
 
 
@@ -78,7 +79,7 @@ def test_aime_candidate_given_and_target_word_counts_as_the_paper_config(tmp_pat
     """The paper config's AIME: the pool's prefix is the problem alone, the task gives
     ``max(1, floor(0.25 m))`` solution words and the rollout must reconstruct the rest."""
     row = aime_row(tmp_path, m, solution_prefix_ratio=0.0)
-    task = Task("continuation", assistant_prefix_ratio=0.25, assistant_prefix_min_words=min_words)
+    task = ns_task("continuation", assistant_prefix_ratio=0.25, assistant_prefix_min_words=min_words)
     assert row["prefix"] == "Find x." and len(row["suffix"].split()) == m
     to_reconstruct = target(row["suffix"], task.assistant_prefix_ratio, task.assistant_prefix_min_words)
     assert len(to_reconstruct.split()) == m - given

@@ -14,10 +14,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from conftest import DATA, SETTINGS, assert_same_weights, distinct_characters, stop_at, weights
 from conftest import PROBLEMS_MODEL as TINY_MODEL  # noqa: F401 (conftest.tiny_model)
+from workflow_helpers import grpo_settings
 
 from mialab.core.io import atomic_directory, remove_stale_temporaries, write_json
 from mialab.training.checkpoints import check_steps, latest_checkpoint
-from mialab.training.grpo import GRPOSettings, checkpoint_state, last_checkpoint, run_grpo, steps_per_epoch
+from mialab.training.grpo import checkpoint_state, last_checkpoint, run_grpo, steps_per_epoch
 
 
 class Killed(Exception):
@@ -230,7 +231,7 @@ def test_sft_job_killed_after_a_deepspeed_checkpoint_resumes_to_the_same_bytes(t
 # --- GRPO --------------------------------------------------------------------------------------
 def test_steps_per_epoch_counts_whole_generation_batches():
     assert steps_per_epoch(6, SETTINGS) == 3  # 2 prompts per step
-    settings = GRPOSettings(num_generations=4, batch_size=8, grad_accum=2, num_iterations=2)
+    settings = grpo_settings(num_generations=4, batch_size=8, grad_accum=2, num_iterations=2)
     assert steps_per_epoch(13, settings) == 6  # 4 prompts per generation batch, 3 batches, 2 steps each
     assert steps_per_epoch(13, settings, world_size=2) == 2
     with pytest.raises(ValueError, match="3 prompts are fewer than one rollout batch of 4"):

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import DATA, PROBLEMS, PROBLEMS_MODEL, SETTINGS, assert_same_weights, distinct_characters, stop_at, weights
+from workflow_helpers import grpo_settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -238,7 +239,7 @@ def test_settings_reject_unknown_keys_and_partial_prompt_groups():
     with pytest.raises(KeyError, match="unknown GRPO setting.*'learning_rate'"):
         GRPOSettings.from_config({"learning_rate": 1e-3})
     with pytest.raises(ValueError, match="multiple of num_generations"):
-        GRPOSettings(batch_size=6, num_generations=4)
+        grpo_settings(batch_size=6, num_generations=4)
     assert epoch_seed(0, 1) != epoch_seed(0, 0) != epoch_seed(1, 0)
 
 
@@ -253,7 +254,7 @@ def test_vllm_generation_is_used_only_on_gpus_where_vllm_is_installed(tmp_path):
     assert vllm_generation(options, "cuda") == expected
     with pytest.raises(KeyError, match="unknown vLLM generation option.*'tp'.*known: .*tensor_parallel_size"):
         vllm_generation({"tp": 2}, "cpu")  # checked before the CPU fallback
-    args = grpo_config(GRPOSettings(num_generations=4, batch_size=8, vllm=options), tmp_path, device="cpu")
+    args = grpo_config(grpo_settings(num_generations=4, batch_size=8, vllm=options), tmp_path, device="cpu")
     assert args.use_vllm is False
 
 

@@ -29,6 +29,55 @@ def validated(cfg: dict) -> dict:
     return cfg
 
 
+def schema_node(*path: str) -> dict:
+    """The config schema's node at ``path``: property names, and ``kind=<k>`` for the branch of a ``models``
+    entry of kind ``k``, ``*`` for the schema of every entry of a map (its additionalProperties)."""
+    from mialab.data.registry import config_schema
+
+    node = config_schema()
+    for step in path:
+        if step == "*":
+            node = node["additionalProperties"]
+        elif step.startswith("kind="):
+            node = next(b["then"] for b in node["allOf"] if b["if"]["properties"]["kind"]["const"] == step[5:])
+        else:
+            node = node["properties"][step]
+    return node
+
+
+def schema_defaults(*path: str) -> dict:
+    """``{key: default}`` of the keys the object schema at ``path`` (:func:`schema_node`) gives a default."""
+    return {k: copy.deepcopy(v["default"]) for k, v in schema_node(*path)["properties"].items() if "default" in v}
+
+
+#: where the schema declares an RL model's GRPO settings, and an N-Sampling task
+RL_TRAIN = ("models", "*", "kind=rl", "train")
+NS_TASK = ("n_sampling", "tasks", "*")
+
+
+def grpo_settings(**changes):
+    """GRPOSettings of an RL model's ``train`` section holding ``changes`` (the schema's defaults filled in)."""
+    from mialab.training.grpo import GRPOSettings
+
+    return GRPOSettings.from_config({**schema_defaults(*RL_TRAIN), **changes})
+
+
+def ns_sampling(**changes):
+    """A SamplingConfig as N-Sampling's (``n_sampling.sampling`` and a task's ``max_new_tokens`` at the schema's
+    defaults; one completion per prompt) with ``changes``."""
+    from mialab.lm.engine import SamplingConfig
+
+    return SamplingConfig(**{"max_new_tokens": schema_defaults(*NS_TASK)["max_new_tokens"],
+                             **schema_defaults("n_sampling", "sampling"), **changes})
+
+
+def ns_task(template: str, **changes):
+    """The Task of an ``n_sampling.tasks`` entry holding ``template`` and ``changes`` (the schema's defaults filled in)."""
+    from mialab.n_sampling.tasks import Task
+
+    return Task.from_config({**schema_defaults(*NS_TASK), "template": template, **changes})
+
+
 def default_config() -> dict:
     return yaml.safe_load((REPO / "config.yaml").read_text())
 

@@ -3,15 +3,12 @@
 
 import argparse
 import json
-import os
-import shutil
-import time
 from pathlib import Path
 
 import pandas as pd
 
-from mialab.core.io import atomic_directory, write_manifest, write_parquet
-from mialab.core.jobs import setup_job
+from mialab.core.io import write_parquet
+from mialab.core.jobs import Job, setup_job
 
 
 def main() -> None:
@@ -32,22 +29,18 @@ def main() -> None:
     from mialab.adra.training import run_record
 
     manifest = json.loads(args.manifest)
-    start = time.perf_counter()
+    job = Job.launched([args.out_adapters, args.out_training_set, args.out_log, args.out_manifest], scratch=[args.work])
     snapshots = Path(args.work) / "snapshots"
     baseline = pd.read_parquet(args.baseline_scores) if args.baseline_scores else None
     data, log = train(args.model, pd.read_parquet(args.split), manifest["config"], Path(args.work) / "trainer",
                       snapshots, baseline_scores=baseline, trust_remote_code=args.trust_remote_code)
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not job.publishes:
         return
-    with atomic_directory(args.out_adapters) as tmp:
-        for item in snapshots.iterdir():
-            os.replace(item, tmp / item.name)
+    job.publish_folder(snapshots, args.out_adapters)
     write_parquet(data, args.out_training_set)
     log, record = run_record(log, data)
     write_parquet(log, args.out_log)
-    write_manifest({**manifest, **record, "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest,
-                   outputs=[args.out_adapters, args.out_training_set, args.out_log])
-    shutil.rmtree(args.work, ignore_errors=True)
+    job.finish({**manifest, **record}, args.out_manifest)
 
 
 if __name__ == "__main__":

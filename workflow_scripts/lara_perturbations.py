@@ -1,15 +1,13 @@
 """Rule lara_perturbations: each seed's split questions, known non-members and their perturbations
 (model-free; one job per dataset, so the retrieval encoder loads once)."""
 
-from mialab.core.jobs import setup_job
+from mialab.core.jobs import Job, setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
-import time
-
 import pandas as pd
 
-from mialab.core.io import write_manifest, write_parquet
+from mialab.core.io import write_parquet
 from mialab.lara.stages import (
     backend_specs,
     instruction_model,
@@ -20,7 +18,7 @@ from mialab.lara.stages import (
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
 spec = params.spec
-start = time.perf_counter()
+job = Job(output)
 pool = pd.read_parquet(inputs.pool)
 generate = instruction_model(spec)
 counts = {}
@@ -34,5 +32,4 @@ for seed, split_path, table_path in zip(params.seeds, inputs.splits, output.tabl
                                n_neighbours=spec["neighbours"]["n"], n_variants=spec["paraphrase"]["n_variants"])
     write_parquet(table, table_path)
     counts[f"seed-{seed}"] = perturbation_counts(questions, neighbour_pool, table)
-write_manifest({**params.manifest, "seeds_tables": counts, "seconds": round(time.perf_counter() - start, 1)},
-               output.manifest, outputs=output)
+job.finish({**params.manifest, "seeds_tables": counts}, output.manifest)

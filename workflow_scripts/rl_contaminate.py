@@ -2,15 +2,11 @@
 
 import argparse
 import json
-import os
-import shutil
-import time
-from pathlib import Path
 
 import pandas as pd
 
-from mialab.core.io import atomic_directory, remove_stale_temporaries, write_manifest, write_parquet
-from mialab.core.jobs import setup_job
+from mialab.core.io import write_parquet
+from mialab.core.jobs import Job, setup_job
 from mialab.data.rl_corpus import stage_corpus
 from mialab.training.grpo import GRPOSettings, epoch_record, export_checkpoint, run_grpo
 from mialab.training.rewards import make_reward
@@ -34,28 +30,23 @@ def main() -> None:
     args = ap.parse_args()
     setup_job(None, args.threads)
     spec, manifest = json.loads(args.spec), json.loads(args.manifest)
-    start = time.perf_counter()
-    if int(os.environ.get("RANK", "0")) == 0:  # temporaries left by a killed earlier attempt
-        remove_stale_temporaries(args.out_model, args.out_trainer, args.out_corpus, args.out_log, args.out_manifest)
+    job = Job.launched([args.out_model, args.out_trainer, args.out_corpus, args.out_log, args.out_manifest],
+                       scratch=[args.work])
 
     corpus = stage_corpus(spec, pd.read_parquet(args.member_pool),
                           pd.read_parquet(args.member_split) if args.member_split else None)
     run = run_grpo(args.init, corpus[["prompt", "reference"]], make_reward(spec["reward"]),
                    GRPOSettings.from_config(spec["train"]), args.work, resume_from=args.previous,
                    until_epoch=args.epoch, trust_remote_code=args.trust_remote_code)
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not job.publishes:
         return
     log, record = epoch_record(run, corpus, args.epoch, f"GRPO epoch {args.epoch} ({args.out_model})")
-    with atomic_directory(args.out_model) as tmp:
+    with job.directory(args.out_model) as tmp:
         export_checkpoint(run.checkpoint, tmp, init=args.init, trust_remote_code=args.trust_remote_code)
-    with atomic_directory(args.out_trainer) as tmp:
-        for item in Path(run.checkpoint).iterdir():
-            os.replace(item, tmp / item.name)
+    job.publish_folder(run.checkpoint, args.out_trainer)
     write_parquet(corpus, args.out_corpus)
     write_parquet(log, args.out_log)
-    write_manifest({**manifest, **record, "seconds": round(time.perf_counter() - start, 1)}, args.out_manifest,
-                   outputs=[args.out_model, args.out_trainer, args.out_corpus, args.out_log])
-    shutil.rmtree(args.work, ignore_errors=True)
+    job.finish({**manifest, **record}, args.out_manifest)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,10 @@
 import argparse
 import json
 import os
-import shutil
-from contextlib import nullcontext
 
 import pandas as pd
 
-from mialab.core.io import atomic_directory, remove_stale_temporaries, write_manifest
-from mialab.core.jobs import setup_job
+from mialab.core.jobs import Job, setup_job
 from mialab.lm.loading import load_tokenizer
 from mialab.training.checkpoints import check_steps, checkpoint_root
 from mialab.training.sft import SFTSettings, run_sft, stage_corpus
@@ -29,7 +26,6 @@ def main() -> None:
     args = ap.parse_args()
     setup_job(None, args.threads)
     spec, manifest = json.loads(args.spec), json.loads(args.manifest)
-    rank = int(os.environ.get("RANK", "0"))
 
     train = SFTSettings.from_config(spec["train"])
     # absent: plain texts; chat: filler rows and members as conversations in the init model's chat template
@@ -39,17 +35,14 @@ def main() -> None:
     texts, stats = stage_corpus(spec, [pd.read_parquet(p) for p in args.member_pool], chat_tok, seed=train.seed)
     manifest_path = os.path.join(os.path.dirname(args.out), "manifest.json")
     checkpoints = checkpoint_root(args.out)
-    if rank == 0:
-        remove_stale_temporaries(args.out, manifest_path)  # left by a killed earlier attempt
+    job = Job.launched([args.out, manifest_path], scratch=[checkpoints])
     # non-zero ranks write nothing; they only take part in training
-    with atomic_directory(args.out) if rank == 0 else nullcontext(args.out) as tmp:
+    with job.directory(args.out) as tmp:
         run = run_sft(args.init, texts, str(tmp), train, trust_remote_code=args.trust_remote_code,
                       checkpoint_dir=str(checkpoints))
         steps = check_steps(run.steps, run.expected_steps, f"SFT {args.out}")
-    if rank == 0:
-        write_manifest({**manifest, "corpus": stats, "final_loss": run.losses[-1], "n_micro_steps": len(run.losses),
-                       "steps": steps}, manifest_path, outputs=[args.out])
-        shutil.rmtree(checkpoints, ignore_errors=True)
+    job.finish({**manifest, "corpus": stats, "final_loss": run.losses[-1], "n_micro_steps": len(run.losses),
+                "steps": steps}, manifest_path, timed=False)
 
 
 if __name__ == "__main__":

@@ -32,12 +32,13 @@ from mialab.lm.logprobs import token_logprobs
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    """DPDLLM's reference fine-tuning (``train_detector.py`` defaults)."""
+    """DPDLLM's reference fine-tuning: ``calibdcd.detectors.dpdllm.finetune`` (the schema fills its defaults,
+    ``train_detector.py``'s)."""
 
-    epochs: int = 15
-    batch_size: int = 4
-    lr: float = 5e-5
-    seed: int = 0
+    epochs: int
+    batch_size: int
+    lr: float
+    seed: int
 
 
 def special_ids(tok) -> tuple[int, int]:
@@ -81,7 +82,7 @@ def _batches(rows: list[list[int]], batch_size: int, pad: int):
 
 
 def finetune_reference(base_model: str, texts: Sequence[str], output: str, *, length: int,
-                       config: FinetuneConfig = FinetuneConfig(), device: str = "auto") -> dict:
+                       config: FinetuneConfig, device: str = "auto") -> dict:
     """Fine-tune ``base_model`` on ``texts`` (DPDLLM's memorisation step) and save the best epoch to
     ``output`` (a Hugging Face folder, safetensors, written atomically); returns the training log."""
     import torch

@@ -1,10 +1,16 @@
-"""Glue shared by the thin entry points in ``workflow_scripts/``: logging, threads, no run-time downloads."""
+"""Glue shared by the thin entry points in ``workflow_scripts/``: logging, threads, no run-time downloads
+(:func:`setup_job`), and a job's lifecycle around its outputs (:class:`Job`)."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import shutil
 import sys
+import time
+from pathlib import Path
+from typing import Iterable, Iterator
 
 #: Thread-count variables of torch's intra-op pool (OpenMP), MKL and OpenBLAS.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -114,3 +120,82 @@ def report_cuda_use() -> None:
         return
     print(f"mialab: CUDA device {device} ({torch.cuda.get_device_name(device)}): peak memory "
           f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB allocated", file=sys.stderr, flush=True)
+
+
+def launcher_rank() -> int:
+    """This process's rank among the processes of a launcher job (``torchrun``'s ``RANK``, set by
+    :mod:`mialab.core.launch`); 0 in a job of one process."""
+    return int(os.environ.get("RANK", "0"))
+
+
+class Job:
+    """One job's lifecycle around its outputs, from its start to its manifest.
+
+    Created where the job's own work starts: its timer starts (:meth:`seconds`), and the temporaries a
+    killed earlier attempt left beside ``outputs`` are removed (:func:`mialab.core.io.remove_stale_temporaries`;
+    the job owns its outputs, so no other job's temporary is touched). :meth:`finish` writes the manifest,
+    recording ``outputs`` (with the job's wall time as ``seconds`` unless ``timed=False``), then deletes the
+    ``scratch`` folders: what only a resumed attempt needs (resumable parts, checkpoints, a trainer's work
+    folder). Until the manifest is written they stay, so an attempt killed before resumes from them.
+
+    In a job of one process per device (:meth:`launched`) rank 0 alone publishes: it alone removes stale
+    temporaries, moves folders into place (:meth:`directory`, :meth:`publish_folder`), writes the manifest and
+    deletes the scratch; the other ranks (:attr:`publishes` false) only take part in the computation.
+    """
+
+    def __init__(self, outputs: Iterable[str | os.PathLike] = (), *, scratch: Iterable[str | os.PathLike] = (),
+                 rank: int = 0):
+        self.started = time.perf_counter()
+        self.outputs = [str(o) for o in outputs]
+        self.scratch = [Path(s) for s in scratch]
+        self.rank = rank
+        if self.publishes:
+            from mialab.core.io import remove_stale_temporaries   # pandas: after setup_job pinned the threads
+
+            remove_stale_temporaries(*self.outputs)
+
+    @classmethod
+    def launched(cls, outputs: Iterable[str | os.PathLike] = (), *,
+                 scratch: Iterable[str | os.PathLike] = ()) -> Job:
+        """The job of this process of a launcher job (:func:`launcher_rank`): rank 0 publishes."""
+        return cls(outputs, scratch=scratch, rank=launcher_rank())
+
+    @property
+    def publishes(self) -> bool:
+        """Whether this process writes the job's outputs (rank 0)."""
+        return self.rank == 0
+
+    def seconds(self) -> float:
+        """Wall time since the job started, in seconds (one decimal)."""
+        return round(time.perf_counter() - self.started, 1)
+
+    @contextlib.contextmanager
+    def directory(self, final: str | os.PathLike) -> Iterator[Path]:
+        """On rank 0, :func:`mialab.core.io.atomic_directory` of ``final`` (moved into place on success);
+        on the other ranks ``final`` itself, which they do not write."""
+        if not self.publishes:
+            yield Path(final)
+            return
+        from mialab.core.io import atomic_directory
+
+        with atomic_directory(final) as tmp:
+            yield tmp
+
+    def publish_folder(self, source: str | os.PathLike, final: str | os.PathLike) -> None:
+        """Move every item of folder ``source`` into ``final`` (rank 0; atomically: ``final`` appears whole)."""
+        if not self.publishes:
+            return
+        with self.directory(final) as tmp:
+            for item in Path(source).iterdir():
+                os.replace(item, tmp / item.name)
+
+    def finish(self, manifest: dict, path: str | os.PathLike, *, timed: bool = True) -> None:
+        """Write ``manifest`` to ``path`` (recording the job's ``outputs``; ``seconds`` added when ``timed``),
+        then delete the scratch folders; nothing on a rank other than 0."""
+        if not self.publishes:
+            return
+        from mialab.core.io import write_manifest
+
+        write_manifest({**manifest, "seconds": self.seconds()} if timed else manifest, path, outputs=self.outputs)
+        for folder in self.scratch:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -44,6 +44,7 @@ import pandas as pd
 
 from mialab.core.paths import PROMPTS
 from mialab.core.registry import Registry
+from mialab.data.paraphrase_experiments import EXPERIMENTS
 from mialab.data.schema import validate_split
 from mialab.text.llm_prompts import Generate
 from mialab.text.spans import MATH_SPAN
@@ -279,14 +280,6 @@ def paraphrase_split(split: pd.DataFrame, paraphraser: Paraphraser, *, require_b
     return out
 
 
-EXPERIMENTS = {
-    # ADRA: existing (pretrained / post-trained) models are evaluated on paraphrases ...
-    "existing_model": {"evaluate": "paraphrased"},
-    # ... fine-tuning experiments train on paraphrases and evaluate on the originals.
-    "finetune": {"train": "paraphrased", "evaluate": "original"},
-}
-
-
 def paraphrase_setting(split: pd.DataFrame, paraphraser: Paraphraser, *, experiment: str
                        ) -> tuple[dict[str, pd.DataFrame], dict]:
     """ADRA's paraphrased setting for ``experiment`` (``existing_model`` or ``finetune``).
@@ -314,12 +307,6 @@ def paraphrase_setting(split: pd.DataFrame, paraphraser: Paraphraser, *, experim
 
 
 # -- the workflow stage (rules/paraphrase.smk) --------------------------------------------------
-
-#: ``datasets.<name>.paraphrase.apply_to`` -> ADRA experiment: ``evaluation`` (an existing model is
-#: evaluated on paraphrases) or ``training`` (the contaminating model trains on paraphrased members
-#: and is evaluated on the originals).
-APPLY_TO = {"evaluation": "existing_model", "training": "finetune"}
-
 
 def paraphraser_for(spec: dict, *, family: str | None = None) -> Paraphraser:
     """The backend a (normalised) ``paraphrase`` entry names; LLM backends get the dataset's family

@@ -52,15 +52,17 @@ FINISH_REASONS = ("stop", "length")
 BACKEND_MODULES = ("mialab.lm.hf_backend", "mialab.lm.vllm_backend")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingConfig:
-    """How rollouts are sampled; ``temperature == 0`` means greedy decoding."""
+    """How rollouts are sampled: ``n`` completions per prompt (one unless said), ``temperature == 0`` greedy
+    decoding. No sampling value has a default here: each caller passes its own (N-Sampling's and ADRA's come
+    from their config sections, whose schema alone holds the defaults)."""
 
     n: int = 1
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 0.95
-    top_k: int = 50
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -309,7 +311,7 @@ def generate_rollouts(split: pd.DataFrame, backend: RolloutBackend, tokenizer, *
 
 
 def run_rollouts(split: pd.DataFrame, *, model: str, backend: str = "hf", template: str = "{prefix}",
-                 sampling: SamplingConfig = SamplingConfig(), prompt_format: str = "plain",
+                 sampling: SamplingConfig, prompt_format: str = "plain",
                  assistant_prefix_ratio: float = 0.0,
                  backend_options: dict | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
     """Load ``model``'s tokenizer, start backend ``backend`` on it and generate rollouts for ``split``."""
@@ -384,16 +386,18 @@ def text_completions(model_path: str, *, backend: str = "hf", backend_options: d
 
 
 def rollout_generator(model_path: str, *, backend: str = "hf", backend_options: dict | None = None,
-                      trust_remote_code: bool = False, parts: str | Path | None = None) -> Callable[..., list[str]]:
+                      trust_remote_code: bool = False, parts: str | Path | None = None,
+                      top_p: float = 0.95, top_k: int = 50) -> Callable[..., list[str]]:
     """``generate(prompts, *, max_new_tokens, temperature, seed, n) -> continuations`` of raw prompt strings
-    (CalibDCD's target outputs; ``n`` continuations per prompt, prompt-major, ``temperature`` 0: greedy, the
-    engine's top-p and top-k otherwise), on :func:`text_completions` (resumable in ``parts``)."""
+    (CalibDCD's target outputs; ``n`` continuations per prompt, prompt-major, ``temperature`` 0: greedy, else
+    sampled with ``top_p`` and ``top_k``), on :func:`text_completions` (resumable in ``parts``)."""
     complete = text_completions(model_path, backend=backend, backend_options=backend_options,
                                 trust_remote_code=trust_remote_code, parts=parts)
 
     def generate(prompts: Sequence[str], *, max_new_tokens: int, temperature: float = 0.0,
                  seed: int = 0, n: int = 1) -> list[str]:
-        return complete(prompts, SamplingConfig(n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed))
+        return complete(prompts, SamplingConfig(n=n, max_new_tokens=max_new_tokens, temperature=temperature,
+                                                top_p=top_p, top_k=top_k, seed=seed))
 
     return generate
 

@@ -46,13 +46,14 @@ def load_template(name: str, directory: str | Path = TEMPLATE_DIR) -> str:
 
 @dataclass(frozen=True)
 class Task:
-    """A dataset's reconstruction task (module doc)."""
+    """A dataset's reconstruction task (module doc): an ``n_sampling.tasks.<dataset>`` entry (the schema fills
+    its defaults)."""
 
     template: str
-    assistant_prefix_ratio: float = 0.0
-    max_new_tokens: int = 64
-    max_prompt_tokens: int | None = None
-    assistant_prefix_min_words: int = 1
+    assistant_prefix_ratio: float
+    max_new_tokens: int
+    max_prompt_tokens: int | None
+    assistant_prefix_min_words: int
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.assistant_prefix_ratio < 1.0:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mialab.core.integrity import HashCache, content_digest, model_fingerprint
+from mialab.data.paraphrase_experiments import APPLY_TO, EXPERIMENTS
 
 SEED_PART = "seed-{seed}"  # a seed's folder: a part of a split's address, and inside a job over every seed
 EPOCH_PART = "epoch-{epoch}"  # an RL run's epoch checkpoint, inside the run's folder
@@ -117,12 +118,10 @@ def determining(spec: dict, *, also: tuple = ()) -> dict:
     it always had)."""
     return {k: v for k, v in spec.items() if k not in (*NOT_DETERMINING, *also) and not (k == "hub_kernels" and not v)}
 
-# datasets.<name>.paraphrase.apply_to -> the ADRA experiment and what each part of it sees
-# (a copy of mialab.data.paraphrase.EXPERIMENTS, so importing the plan loads no paraphraser; tests check they agree).
-PARAPHRASE_EXPERIMENTS: dict[str, dict] = {
-    "evaluation": {"experiment": "existing_model", "setting": {"evaluate": "paraphrased"}},
-    "training": {"experiment": "finetune", "setting": {"train": "paraphrased", "evaluate": "original"}},
-}
+#: datasets.<name>.paraphrase.apply_to -> the ADRA experiment and what each part of it sees
+#: (mialab.data.paraphrase_experiments, which loads no paraphraser)
+PARAPHRASE_EXPERIMENTS: dict[str, dict] = {apply_to: {"experiment": experiment, "setting": dict(EXPERIMENTS[experiment])}
+                                           for apply_to, experiment in APPLY_TO.items()}
 
 
 def stable_hash(obj: Any, length: int = KEY_LENGTH) -> str:

@@ -68,7 +68,7 @@ PRECISIONS = ("fp32", "bf16", "auto")
 ENTROPY_AGGREGATIONS = ("like_loss", "token_mean")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GRPOSettings:
     """GRPO hyperparameters; the keys of a config's ``train`` block.
 
@@ -82,41 +82,46 @@ class GRPOSettings:
     ``epochs``. ``entropy_coeff``: the entropy
     bonus's coefficient (module doc; 0: none, TRL's loss unchanged). ``steps_per_generation``,
     ``policy_loss_scale`` and ``entropy_aggregation``: the module doc's batching and loss scale.
+
+    Defaults come from the schema alone (``models.<name>.train`` of an ``rl`` model, ``adra.train``; its
+    validation fills them in): a field the schema gives a default to has none here. The defaults below are
+    what a key means where a section leaves it out (``tests/test_schema_defaults.py`` holds them to the
+    schema's).
     """
 
-    lr: float = 1.0e-6
-    beta: float = 0.0
-    epochs: int = 1
+    lr: float
+    beta: float
+    epochs: int
     max_steps: int = -1
-    num_generations: int = 8
-    batch_size: int = 8
-    grad_accum: int = 1
-    num_iterations: int = 1
+    num_generations: int
+    batch_size: int
+    grad_accum: int
+    num_iterations: int
     steps_per_generation: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float
+    top_p: float
+    top_k: int
     max_prompt_length: int | None = None
     prompt_special_tokens: bool = True
-    max_completion_length: int = 256
-    epsilon: float = 0.2
-    loss_type: str = "dapo"
+    max_completion_length: int
+    epsilon: float
+    loss_type: str
     entropy_coeff: float = 0.0
     entropy_aggregation: str = "like_loss"
     policy_loss_scale: float = 1.0
-    scale_rewards: str = "group"
-    lr_scheduler: str = "constant"
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    save_steps: int = 50
-    save_total_limit: int | None = 2
-    precision: str = "fp32"
-    activation_checkpointing: bool = False
+    scale_rewards: str
+    lr_scheduler: str
+    warmup_steps: int
+    weight_decay: float
+    grad_clip: float
+    save_steps: int
+    save_total_limit: int | None
+    precision: str
+    activation_checkpointing: bool
     lora: dict | None = None
     vllm: dict | None = None
     logging_steps: int = 1
-    seed: int = 0
+    seed: int
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:

@@ -26,9 +26,10 @@ MASK_SHARE, RANDOM_SHARE = 0.8, 0.1
 
 @dataclass(frozen=True)
 class MLMSettings(PretrainSettings):
-    """A ``kind: mlm`` model's ``train`` section: pretraining's settings and the share of tokens chosen."""
+    """A ``kind: mlm`` model's ``train`` section: pretraining's settings and the share of tokens chosen (the
+    schema fills its defaults)."""
 
-    mask_prob: float = 0.15
+    mask_prob: float
 
     @classmethod
     def from_config(cls, spec: dict) -> MLMSettings:
