@@ -1,7 +1,7 @@
 # mialab: membership inference and data-contamination detection for language models.
 # The config is config.yaml (the offline tiny world) when no --configfile is given, else exactly the
-# files given: one complete experiment config, then the overlays of it (README.md, "Configuration").
-# See README.md for the pipeline and targets.
+# files given: one complete experiment config, then the overlays of it (docs/configuration.md).
+# See README.md for the pipeline and docs/configuration.md for the targets.
 import sys
 
 sys.path.insert(0, workflow.basedir)  # mialab, for this file and the rule files

@@ -9,7 +9,7 @@ their solutions, per dtype (bf16 only where the CPU computes it natively):
 - that a text's scores are the same alone and among the others (checked, not timed);
 - the largest change of each passive score when a text is scored in those padded batches instead of alone
   (the dependence on batch neighbours the per-text forward removes), when bf16 replaces fp32 (the
-  difference the README's "Conventions" state), and, for Loss, against MIMIR's own computation (one text
+  difference docs/conventions.md states), and, for Loss, against MIMIR's own computation (one text
   per forward pass, the log-softmax in the model's dtype: ``mimir/models.py:get_probabilities``).
 
 Usage: python benchmarks/bench_batch_invariance.py --model DIR (e.g. a finished tiny world's

@@ -67,7 +67,7 @@ def main() -> int:
     baseline = cfg.get("baseline", props["baseline"]["default"])
     readme = Path(args.readme)
     updates = {readme: replace_section(readme.read_text(), results_section(pd.read_parquet(headline_path), targets,
-                                                                            baseline, None))}
+                                                                            baseline))}
     sweep_dir = Path(args.sweep or work) / "results/sweep/exposure"
     sweep = sweep_dir / "sweep.png"
     if sweep.is_file():

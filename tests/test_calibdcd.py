@@ -813,11 +813,11 @@ def test_pool_perturbation_in_parts_equals_one_pass_and_resumes(make_tiny_model,
     assert whole.columns.tolist() == ["id", "query", "perturbed_query"] and whole["id"].tolist() == texts["id"].tolist()
     monkeypatch.setattr(stages, "PERTURBATION_PART_TEXTS", 1)
     parts = Parts(tmp_path / "perturbed.parquet.parts")
-    assert stages.perturb_pool(texts, options, lm, parts=parts).equals(whole)
+    assert stages.perturb_pool(texts, options, lm, parts=parts.folder).equals(whole)
     files = sorted(parts.folder.glob("*.parquet"))
     assert len(files) == 2
     files[1].unlink()                                               # killed before its second part was written
     calls = []
     real = stages.add_perturbed_query
     monkeypatch.setattr(stages, "add_perturbed_query", lambda split, **kw: calls.append(len(split)) or real(split, **kw))
-    assert stages.perturb_pool(texts, options, lm, parts=parts).equals(whole) and calls == [1]   # the first part reused
+    assert stages.perturb_pool(texts, options, lm, parts=parts.folder).equals(whole) and calls == [1]   # the first part reused

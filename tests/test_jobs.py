@@ -167,10 +167,6 @@ def test_in_a_launcher_job_rank_zero_alone_publishes(tmp_path, monkeypatch):
     assert manifest.exists() and not work.exists()
 
 
-#: entry scripts still to move onto mialab.core.jobs.Job (being edited elsewhere); the list only shrinks
-NOT_YET_ON_JOB = {"calibdcd_features.py", "calibdcd_perturbation.py", "calibdcd_veilprobe.py"}
-
-
 def test_no_entry_script_repeats_the_job_lifecycle():
     """The timer, stale-temporary and parts clean-up, and the launcher's rank test live in
     mialab.core.jobs.Job alone; a workflow script that spells one out again fails here."""
@@ -181,8 +177,7 @@ def test_no_entry_script_repeats_the_job_lifecycle():
     lifecycle = re.compile(r"perf_counter|remove_stale_temporaries|Parts\(|\.remove\(\)|shutil\.rmtree|"
                            r"environ\.get\(\"(LOCAL_)?RANK\"|nullcontext")
     repeating = {p.name for p in scripts.glob("*.py") if lifecycle.search(p.read_text())}
-    assert repeating <= NOT_YET_ON_JOB, f"scripts that repeat the job lifecycle: {sorted(repeating - NOT_YET_ON_JOB)}"
-    assert NOT_YET_ON_JOB <= repeating, f"converted, drop from NOT_YET_ON_JOB: {sorted(NOT_YET_ON_JOB - repeating)}"
+    assert not repeating, f"scripts that repeat the job lifecycle: {sorted(repeating)}"
 
 
 def test_the_job_module_loads_no_numpy_before_setup_job_pins_the_threads():

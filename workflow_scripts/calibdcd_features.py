@@ -1,21 +1,19 @@
 """Rule calibdcd_features: the target's outputs under a scope's views and the detectors' features; the
 outputs' generation resumes from the parts of a killed attempt (``<generations>.parts/``, removed at the end)."""
 
-from mialab.core.jobs import setup_job
+from mialab.core.jobs import Job, setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
-
-import time
 
 import pandas as pd
 
 from mialab.calibdcd.stages import extract_features, scope_texts
-from mialab.core.io import write_manifest, write_parquet
-from mialab.lm.engine import Parts, parts_folder, rollout_generator
+from mialab.core.io import write_parquet
+from mialab.lm.engine import parts_folder, rollout_generator
 from mialab.lm.loading import trusts_remote_code
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-start = time.perf_counter()
+job = Job(output, scratch=[parts_folder(output.generations)])
 pool = pd.read_parquet(inputs.pool, columns=["id", "text", "prefix", "suffix"])
 # views: every seed's D-cal, each text once (in order of first appearance)
 ids = list(dict.fromkeys(i for p in inputs.calibration for i in pd.read_parquet(p)["id"].astype(str))) \
@@ -33,6 +31,5 @@ features = [d for d in params.detectors if d != "veilprobe"]  # VeilProbe's come
 for det, path in zip(features, output.features, strict=True):
     write_parquet(run.features[det], path)
 write_parquet(run.generations, output.generations)
-Parts(parts).remove()
-write_manifest({**params.manifest, "texts": len(texts), "prompts": int(run.generations["prompt"].nunique()),
-               "seconds": round(time.perf_counter() - start, 1)}, output.manifest, outputs=output)
+job.finish({**params.manifest, "texts": len(texts), "prompts": int(run.generations["prompt"].nunique())},
+           output.manifest)

@@ -1,22 +1,21 @@
 """Rule calibdcd_veilprobe: VeilProbe's two mapping models of a (target, pool) and its features of both scopes."""
 
-from mialab.core.jobs import setup_job
+from mialab.core.jobs import Job, setup_job
 
 setup_job(snakemake.log[0], snakemake.threads)  # noqa: F821
 
 import os
-import time
 
 import pandas as pd
 
 from mialab.calibdcd.mapping import MappingConfig
 from mialab.calibdcd.stages import DETECTOR_INPUTS, veilprobe_tables
-from mialab.core.io import write_manifest, write_parquet
+from mialab.core.io import write_parquet
 from mialab.lm.embeddings import resolve_model_path
 from mialab.lm.loading import resolve_device
 
 params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # noqa: F821
-start = time.perf_counter()
+job = Job(output)
 spec = dict(params.mapping)
 tokenizer = resolve_model_path(spec.pop("tokenizer"))   # the packaged MiniLM: bert-base-uncased's vocabulary
 ids = list(dict.fromkeys(i for p in inputs.calibration for i in pd.read_parquet(p)["id"].astype(str)))
@@ -27,5 +26,5 @@ run = veilprobe_tables(pd.read_parquet(inputs.generations), ids, params.views, t
                        device=resolve_device(params.lm["device"]))
 write_parquet(run.original, output.original)
 write_parquet(run.views, output.views)
-write_manifest({**params.manifest, "texts": len(run.original), "calibration": len(ids), "training": run.logs,
-                "seconds": round(time.perf_counter() - start, 1)}, output.manifest, outputs=output)
+job.finish({**params.manifest, "texts": len(run.original), "calibration": len(ids), "training": run.logs},
+           output.manifest)

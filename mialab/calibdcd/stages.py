@@ -90,8 +90,8 @@ PERTURBATION_PART_TEXTS = 32
 def perturb_pool(texts: pd.DataFrame, options: Mapping, lm_options: Mapping, parts=None) -> pd.DataFrame:
     """``id, query, perturbed_query`` of every text (:func:`mialab.calibdcd.extract.add_perturbed_query` with
     ``options``, :func:`mialab.calibdcd.plan.perturbation_options`' keys). The original perturbation (attribution per text)
-    runs :data:`PERTURBATION_PART_TEXTS` texts at a time through ``parts`` (a
-    :class:`mialab.lm.engine.Parts`, or None), equal to one pass; surprisal (one batched pass) at once."""
+    runs :data:`PERTURBATION_PART_TEXTS` texts at a time through the folder ``parts`` (a
+    :class:`mialab.lm.engine.Parts` folder, or None), equal to one pass; surprisal (one batched pass) at once."""
     def perturb(start: int, stop: int) -> pd.DataFrame:
         extra = {"first_index": start} if options.get("perturbation") == "original" else {}
         done = add_perturbed_query(texts.iloc[start:stop], **options, **extra, **lm_options)
@@ -99,11 +99,11 @@ def perturb_pool(texts: pd.DataFrame, options: Mapping, lm_options: Mapping, par
 
     if parts is None or options.get("perturbation") != "original":
         return perturb(0, len(texts))
-    from mialab.lm.engine import fingerprint
+    from mialab.lm.engine import Parts, fingerprint
 
     key = fingerprint({"options": dict(options), "lm": dict(lm_options), "ids": texts["id"].tolist(),
                        "queries": veilprobe_queries(texts, options["query"])})
-    return parts.run(key, len(texts), PERTURBATION_PART_TEXTS, perturb)
+    return Parts(parts).run(key, len(texts), PERTURBATION_PART_TEXTS, perturb)
 
 
 #: the text columns a detector's prompts are built from (DPDLLM's: added by :func:`extract_features`;

@@ -1,5 +1,5 @@
-"""The README's results section, regenerated from a finished run (``scripts/readme_results.py``):
-the headline table and the exposure sweep's figure, between two marker comments of README.md."""
+"""The README's results section, regenerated from a finished run (``scripts/readme_results.py``): the
+headline table between two marker comments of README.md; and the exposure sweep's onsets (docs/sweep.md)."""
 
 from __future__ import annotations
 
@@ -51,21 +51,13 @@ def sweep_onsets(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def results_section(headline: pd.DataFrame, fpr_targets: list[float], baseline: str, sweep_figure: str | None,
-                    sweep: pd.DataFrame | None = None) -> str:
-    """The markdown between the markers (the sweep's figure and onsets where a sweep was run)."""
+def results_section(headline: pd.DataFrame, fpr_targets: list[float], baseline: str) -> str:
+    """The markdown between the README's markers: the headline table of the default tiny world."""
     text = [BEGIN, "",
             f"Headline of the default tiny world (`results/evaluation/summary.md` has every method and ablation): "
             f"AUROC with its 95% bootstrap interval over the distinct candidates of the 3 seeds (members and non-members resampled apart), TPR at low "
             f"FPR (with 48–64 non-members per seed, TPR@1%FPR allows no false positive), and the paired bootstrap "
             f"test against `{baseline}` on the same candidates.", "", compact_headline(headline, fpr_targets)]
-    if sweep_figure:
-        text += [f"Exposure sweep (`configs/sweep_exposure.yaml`, one seed): AUROC against how often the members were "
-                 f"seen; r = 0 is the no-members control. onset: the first r whose 95% interval lies above 50%; beats "
-                 f"baseline: Δ > 0 against `{baseline}` at paired p < 0.05 (`results/sweep/exposure/sweep.md` has every r).",
-                 "", f"![exposure sweep]({sweep_figure})", ""]
-        if sweep is not None and len(sweep):
-            text += [sweep_onsets(sweep)]
     return "\n".join(text + [END])
 
 

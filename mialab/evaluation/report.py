@@ -211,7 +211,7 @@ def results_markdown(summary: pd.DataFrame, headline: pd.DataFrame, *, fpr_targe
     if reproduction is not None and len(reproduction):
         markdown += "\n## Reproduction\n\n" + reproduction_markdown(reproduction, bootstrap["level"])
     markdown += ("\n## Appendix: every method and ablation\n\nAUROC and TPR at FPR ≤ target, in %, mean ± std over "
-                 "seeds (higher score = member; see README, 'Conventions'). Summaries picked on the evaluation labels "
+                 "seeds (higher score = member; see docs/conventions.md). Summaries picked on the evaluation labels "
                  "(best, top-5) are optimistic.\n\n" + markdown_table(summary, metrics))
     if checks is not None:
         markdown += ("\n## Split checks\n\nPer dataset: the exact repeats its pool dropped (each kept once; n/a: a pool "

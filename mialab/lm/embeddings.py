@@ -51,8 +51,8 @@ def encode(texts: list[str], *, model: str = DEFAULT_MODEL, device: str = "cpu",
     (:mod:`mialab.lm.logprobs` says why a padded batch's would).
 
     ``dtype`` is the encoder's compute precision (``auto``: bfloat16 where the device has it natively): bfloat16
-    is faster than float32 on a CPU with AMX and keeps every embedding close to its float32 one (the README's
-    "Precision" has the measurement).
+    is faster than float32 on a CPU with AMX and keeps every embedding close to its float32 one (docs/tiny_world.md,
+    "Precision", has the measurement).
     """
     enc = load_encoder(model, device, dtype)
     emb = enc.encode(list(texts), batch_size=1, convert_to_tensor=True, show_progress_bar=False)

@@ -106,7 +106,7 @@ def resolve_precision(precision: str, device: str) -> str:
 def check_bf16_speed(dtype: str, device: str) -> None:
     """Warn when bf16 is asked for on a CPU that only emulates it (correct, but tens of times slower).
 
-    The tiny world says ``auto`` (bf16 where the CPU has AMX / AVX512-BF16, fp32 elsewhere: the README's
+    The tiny world says ``auto`` (bf16 where the CPU has AMX / AVX512-BF16, fp32 elsewhere: docs/tiny_world.md,
     "Precision"); an explicit bf16 on another CPU gets this warning.
     """
     if DTYPES.get(dtype, dtype) == "bfloat16" and str(device).startswith("cpu") and not cpu_has_native_bf16():

@@ -6,7 +6,7 @@ realised tokens: LaRA, DPDLLM's reference model), :func:`token_stats` (the passi
 VeilProbe's key-token perturbation (:mod:`mialab.calibdcd.perturb`) are such reductions.
 
 Each row alone, because a text's scores must not depend on which texts share its batch: in a padded
-batch they do, in bf16 visibly (README, "Conventions"). The kernels' summation order follows the
+batch they do, in bf16 visibly (docs/conventions.md). The kernels' summation order follows the
 shapes they are given: the attention kernel's over the padded length, and a matrix product's over
 the number of rows it multiplies (the batch's rows times their padded length), so padding a row to
 its neighbours' length, or putting it beside more rows, rounds its logits differently. Padding each
