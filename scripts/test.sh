@@ -4,16 +4,27 @@
 # runs the suite in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's seconds, the machine and the junit files of both passes go to .suite/
+# (python benchmarks/suite_phases.py: where the time went).
+rm -rf .suite && mkdir -p .suite
+phase() { printf '%s\t%s\n' "$1" "$((SECONDS - $2))" >> .suite/phases.tsv; }
+start=$SECONDS
 bash scripts/install.sh
+phase install "$start"
+start=$SECONDS
 if [ -f scripts/setup_vllm.sh ]; then
     bash scripts/setup_vllm.sh
 fi
+phase "vLLM environment" "$start"
+.venv/bin/python benchmarks/suite_phases.py --machine .suite
 export HF_HUB_OFFLINE=1
 set +e
 # Two pytest-xdist workers: the tiny world's tests run on one (its Snakemake uses both cores, but
 # not all the time), the SLURM tests and the quick ones beside it (tests/conftest.py groups them).
-.venv/bin/python -m pytest -n "${MIALAB_TEST_WORKERS:-2}" --dist loadgroup tests "$@"
+start=$SECONDS
+.venv/bin/python -m pytest -n "${MIALAB_TEST_WORKERS:-2}" --dist loadgroup --junitxml .suite/first.xml tests "$@"
 rc=$?
+phase "suite" "$start"
 set -e
 if [ "$rc" -eq 5 ]; then
     echo "pytest collected no tests: that is a failure" >&2
@@ -23,10 +34,13 @@ fi
 [ $# -eq 0 ] || exit 0   # a chosen subset: no second pass
 # Second pass: the quick tests that run the code (not the plan-only ones) on pyproject.toml's oldest
 # versions where a version changes behaviour (envs/oldest.txt), laid over the venv in .venv-oldest/.
+start=$SECONDS
 .venv/bin/python -m pip install --quiet --no-deps --target .venv-oldest -r envs/oldest.txt
 PYTHONPATH="$PWD/.venv-oldest" .venv/bin/python -m pytest -n "${MIALAB_TEST_WORKERS:-2}" --dist loadgroup \
-    -m "not slow" -p no:cacheprovider --durations=5 tests \
+    -m "not slow" -p no:cacheprovider --durations=5 --junitxml .suite/oldest.xml tests \
     --ignore tests/test_documented_commands.py --ignore tests/test_content_keys.py --ignore tests/test_rehearsal.py \
     --ignore tests/test_workflow.py --ignore tests/test_sizing.py --ignore tests/test_cluster_checks.py \
     --ignore tests/test_rule_patterns.py --ignore tests/test_paper_configs.py --ignore tests/test_layers.py \
     --ignore tests/test_gpu_check.py
+phase "oldest versions" "$start"
+.venv/bin/python benchmarks/suite_phases.py .suite

@@ -1,0 +1,46 @@
+"""benchmarks/suite_phases.py: the test command's phases and its tests by group, from what scripts/test.sh
+records in .suite/."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+from workflow_helpers import REPO
+
+spec = importlib.util.spec_from_file_location("suite_phases", REPO / "benchmarks" / "suite_phases.py")
+suite_phases = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(suite_phases)
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.test_tiny_world" name="test_partial_rerun_of_one_dataset_touches_no_other" time="600.0"/>
+<testcase classname="tests.test_slurm" name="test_a_failed_run_is_accounted_too" time="200.0"/>
+<testcase classname="tests.test_rehearsal" name="test_paper_config_rehearses_its_own_stages[x]" time="100.0"/>
+<testcase classname="tests.test_generation" name="test_vllm_rollouts_through_worker_venv" time="60.0"/>
+<testcase classname="tests.test_lm" name="test_a" time="30.0"/>
+<testcase classname="tests.test_lm" name="test_b" time="10.0"/>
+</testsuite></testsuites>"""
+
+
+def test_the_tables_give_each_phase_and_group_its_share(tmp_path):
+    (tmp_path / "phases.tsv").write_text("install\t100\nvLLM environment\t20\nsuite\t1000\noldest versions\t80\n")
+    (tmp_path / "first.xml").write_text(JUNIT)
+    assert subprocess.run([sys.executable, str(REPO / "benchmarks" / "suite_phases.py"), "--machine", str(tmp_path)],
+                          check=True).returncode == 0
+    machine = json.loads((tmp_path / "machine.json").read_text())
+    assert set(machine) == {"cpu", "cores", "native_bf16", "load", "date"}
+    text = suite_phases.tables(tmp_path, slowest=2)
+    assert "| suite | 1000 | 83% |" in text and "| all | 1200 | 100% |" in text
+    assert "| tiny world | 1 | 600 | 60% |" in text and "| SLURM | 1 | 200 | 20% |" in text
+    assert "| vLLM | 1 | 60 | 6% |" in text and "| the rest | 2 | 40 | 4% |" in text
+    assert text.index("| tiny world |") < text.index("| SLURM |") < text.index("| rehearsals |")   # largest first
+    slowest = text.split("slowest tests")[1]
+    assert "test_partial_rerun_of_one_dataset_touches_no_other" in slowest and "test_b" not in slowest
+
+
+def test_without_a_record_it_says_what_to_run(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "suite_phases.py"), str(tmp_path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "run bash scripts/test.sh first" in proc.stderr
