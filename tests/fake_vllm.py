@@ -3,7 +3,7 @@ of each request's prompt and per-request seed alone.
 
 vLLM samples a request from its prompt and its seed: the same prompt under the same seed gives the same
 answer, whatever else the call holds; the ``n`` samples of one request are successive draws of that seed's
-generator (they differ). :func:`install` swaps the worker subprocess (``mialab.lm.vllm_backend``) for
+generator (they differ). :func:`install` swaps the worker process (``mialab.lm.vllm_backend.WorkerProcess``) for
 ``answer(prompt_text, seed, k) -> text``: the ``k``-th sample of the request whose decoded prompt is
 ``prompt_text`` and whose seed is ``seed``. A request without per-request seeds (the worker before each
 prompt had its own) gets the request's one ``seed`` for every prompt, as vLLM's ``SamplingParams(seed=...)``
@@ -12,8 +12,6 @@ shared by the whole call did.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,19 +29,24 @@ def install(monkeypatch, tmp_path: Path, tokenizer, answer: Answer) -> list[dict
     monkeypatch.setenv("MIALAB_VLLM_VENV", str(venv))
     requests: list[dict] = []
 
-    def run(cmd, **kwargs):
-        request = json.loads(Path(cmd[-2]).read_text())
-        requests.append(request)
-        prompts = request["prompt_token_ids"]
-        seeds = request.get("seeds") or [request["seed"]] * len(prompts)
-        completions = [[{"token_ids": tokenizer.encode(answer(tokenizer.decode(ids), seed, k),
-                                                       add_special_tokens=False)[:request["max_new_tokens"]],
-                         "finish_reason": "length"} for k in range(request["n"])]
-                       for ids, seed in zip(prompts, seeds, strict=True)]
-        Path(cmd[-1]).write_text(json.dumps({"vllm_version": "fake", "completions": completions}))
-        return subprocess.CompletedProcess(cmd, 0, stdout="")
+    class Worker:
+        """The worker process of one backend (vllm_backend.WorkerProcess): every call answered by ``answer``."""
 
-    monkeypatch.setattr(vllm_backend.subprocess, "run", run)
+        def __init__(self, python, env):
+            self.calls = 0
+
+        def run(self, request: dict) -> dict:
+            self.calls += 1
+            requests.append(request)
+            prompts = request["prompt_token_ids"]
+            seeds = request.get("seeds") or [request["seed"]] * len(prompts)
+            completions = [[{"token_ids": tokenizer.encode(answer(tokenizer.decode(ids), seed, k),
+                                                           add_special_tokens=False)[:request["max_new_tokens"]],
+                             "finish_reason": "length"} for k in range(request["n"])]
+                           for ids, seed in zip(prompts, seeds, strict=True)]
+            return {"vllm_version": "fake", "completions": completions}
+
+    monkeypatch.setattr(vllm_backend, "WorkerProcess", Worker)
     return requests
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -271,3 +276,41 @@ def test_vllm_on_cpu_samples_seeded_prompts_beyond_one_steps_budget(tiny_model):
     sampling = ns_sampling(n=2, max_new_tokens=4, temperature=1.0, seed=7)
     every = backend.generate(prompts, sampling, frozenset())
     assert backend.generate(prompts[8:], sampling, frozenset(), offset=8) == every[8:]
+    # both calls on one engine (one start), and what a fresh engine samples for the second call
+    log = backend.worker.log.read_text()
+    assert backend.worker.calls == 2 and log.count("Initializing a V1 LLM engine") == 1, log[-3000:]
+    fresh = VLLMBackend(tiny_model, dtype="float32", max_model_len=256, enforce_eager=True)
+    assert fresh.generate(prompts[8:], sampling, frozenset(), offset=8) == every[8:]
+    process = backend.worker.process
+    del backend
+    gc.collect()
+    assert process.poll() is not None                    # the worker ends with its backend
+
+
+def test_the_vllm_worker_ends_with_the_job_that_started_it(tmp_path):
+    """A killed job (SIGKILL: no clean-up runs) leaves no vLLM engine behind holding memory or a GPU."""
+    from mialab.lm.vllm_backend import WorkerProcess
+
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from mialab.lm.vllm_backend import WorkerProcess\n"
+        "w = WorkerProcess(Path(sys.executable), dict(os.environ))\n"
+        "print(w.process.pid, flush=True)\n"
+        "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    time.sleep(1)                                        # the worker has set its parent-death signal
+    os.kill(worker, 0)                                   # alive, serving
+    parent.kill()
+    parent.wait()
+    for _ in range(100):
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"vLLM worker {worker} outlived its killed parent")
+    with pytest.raises(RuntimeError, match=r"(?s)vLLM worker failed.*No module named 'vllm'"):
+        WorkerProcess(Path(sys.executable), dict(os.environ)).run(   # this venv has no vLLM: the log says so
+            {"model": "m", "trust_remote_code": False, "seed": 0, "engine": {}})

