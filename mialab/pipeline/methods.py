@@ -104,6 +104,9 @@ def methods() -> list[Method]:
 @functools.lru_cache(maxsize=None)
 def _ordered(names: tuple[str, ...]) -> tuple[Method, ...]:
     pending = {name: METHODS.get(name) for name in names}
+    misnamed = [f"{name} (declared {m.name})" for name, m in pending.items() if m.name != name]
+    if misnamed:
+        raise ValueError(f"methods registered under another name than their section's: {', '.join(misnamed)}")
     ordered: list[Method] = []
     while pending:
         ready = [n for n, m in pending.items() if all(need not in pending for need in m.needs)]
