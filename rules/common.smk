@@ -27,7 +27,7 @@ from mialab.scoring.baselines import passive_columns
 from mialab.pipeline.methods import method_plans, methods
 from mialab.pipeline.plan import EPOCH_PART, SEED_PART, WILDCARDS, Plan, no_member_models, seed_part
 from mialab.training.plan import RLPlan
-# what one job of each sized rule computes (mialab.lm.cost), per package; each method's, from its declaration
+# what one job of each sized rule computes (mialab.lm.cost), per package; each method's, from its Method entry
 from mialab.data.cost import WORK as PARAPHRASE_WORK
 from mialab.scoring.cost import WORK as SCORING_WORK
 from mialab.training.cost import WORK as TRAINING_WORK

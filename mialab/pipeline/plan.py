@@ -37,7 +37,7 @@ WILDCARDS: dict[str, str] = {"seed": r"\d+", "key": rf"[0-9a-f]{{{KEY_LENGTH}}}"
 
 # Every stage's folder, ``results/<stage>/<parts...>/<key>/``: the parts as wildcard patterns, which a
 # rule's output pattern keeps (:meth:`Plan.pattern`) and :meth:`Plan.stage` fills in, so the two cannot drift.
-# The pipeline's own stages here; each method's (``<method>/<stage>``) from its declaration (mialab.pipeline.methods).
+# The pipeline's own stages here; each method's (``<method>/<stage>``) from its Method entry (mialab.pipeline.methods).
 OWN_LAYOUTS: dict[str, tuple[str, ...]] = {
     "pools": ("{dataset}",),
     "splits": ("{dataset}", SEED_PART),
@@ -52,7 +52,7 @@ OWN_LAYOUTS: dict[str, tuple[str, ...]] = {
 
 # Every stage's code version, in its key: bump it when the stage's code changes its output. A stage
 # whose instances differ in kind has one per kind (``models/<kind>``). The pipeline's own stages here; each
-# method's from its declaration (mialab.pipeline.methods).
+# method's from its Method entry (mialab.pipeline.methods).
 OWN_VERSIONS: dict[str, int] = {
     "pools": 1,
     "splits": 1,

@@ -13,7 +13,7 @@ overrides any value per rule. The sizing function (:meth:`Sizing.job`, :meth:`Si
   (paraphrases, a method's rollouts): its ``tensor_parallel_size``. The ``hf`` backend and forward passes
   (``score_baselines``): 1. Embedding with an encoder (:meth:`Sizing.encoder_job`): 1 when the encoder has at
   least :data:`LARGE_PARAMS_B` billion parameters (it then runs on the GPU), else none. Offline paraphrases and
-  every other rule: none. A method's rules: the jobs its declaration gives (``jobs``, :mod:`mialab.pipeline.methods`;
+  every other rule: none. A method's rules: the jobs its Method entry gives (``jobs``, :mod:`mialab.pipeline.methods`;
   each method's ``method`` module says what its jobs use).
 - **CPUs**: the job's share of a GPU node's CPUs (``MIALAB_SLURM_GPU_CPUS``, default 32, x its GPUs /
   GPUs per node), and at least the job's own worker processes (e.g. a method's metric or reward workers),
