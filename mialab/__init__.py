@@ -16,6 +16,10 @@ so the imports have no cycles (``tests/test_layers.py``):
 - ``evaluation``: AUROC / TPR at FPR with confidence intervals, tables, figures.
 - the methods: ``scoring`` (Loss, R-Loss, Zlib, Min-K%, Min-K%++), ``n_sampling``, then ``adra``
   (ADRA / ADRA+, evaluated by N-Sampling), ``lara`` and ``calibdcd``.
+
+A method with a config section, stages and rules of its own declares them in its ``method`` module, which
+registers it with :data:`mialab.pipeline.methods.METHODS`: the pipeline loops over the registered methods and names
+none of them (``docs/extending.md``).
 """
 
 __version__ = "0.1.0"

@@ -3,8 +3,8 @@
 # Config section `adra:` (needs `n_sampling:`, whose tasks, N and metrics it shares); absent = not run.
 # Tiny world: the overlay configs/tiny_adra.yaml (`--configfile config.yaml configs/tiny_adra.yaml`);
 # paper scale: configs/paper/adra_*.yaml.
-# Stage keys: mialab/adra/plan.py (ADRA_PLAN, rules/common.smk); the jobs: mialab/adra/stages.py; training:
-# mialab/adra/training.py.
+# Stage keys: mialab/adra/plan.py (ADRA_PLAN: METHOD_PLANS, rules/common.smk); the jobs: mialab/adra/stages.py;
+# training: mialab/adra/training.py.
 #
 # - adra_train (model, dataset, variant, seed): variant adra (reward against the own suffix), adra_plus
 #   (contrastive reward against K distractor suffixes, weighted by the passive baseline of
@@ -19,6 +19,7 @@
 # - adra_report (dataset, every N-Sampling dataset): top-5 / primary-metric AUROC of N-Sampling, ADRA
 #   where it runs and the best passive baseline, AUROC against the RL step and the config's paper targets on the
 #   dataset beside the run's figures (paper_targets); `snakemake adra` builds them and all they need.
+ADRA_PLAN = METHOD_PLANS["adra"]  # mialab.adra.method
 
 rule adra_train:
     input:

@@ -1,6 +1,7 @@
 # CalibDCD (calibrated feature-based detectors, mialab/calibdcd): partition -> features -> calibration
 # of every variant -> report. Config section `calibdcd:` (schemas/config.schema.yaml); absent = not run.
-# Stage keys: mialab/calibdcd/plan.py (CALIBDCD_PLAN, rules/common.smk); the protocol: mialab/calibdcd/stages.py.
+# Stage keys: mialab/calibdcd/plan.py (CALIBDCD_PLAN: METHOD_PLANS,
+# rules/common.smk); the protocol: mialab/calibdcd/stages.py.
 #
 # - calibdcd_reference (dataset): DPDLLM's reference model, the base reference fine-tuned on every pool
 #   text (labels are not read).
@@ -20,6 +21,12 @@
 # - calibdcd_report: the paper's tables (main results, ablations, false-positive recovery), and the config's paper
 #   targets beside the run's figures (paper_targets); `snakemake calibdcd` builds it and everything it needs, nothing
 #   else.
+from mialab.calibdcd.plan import ORIGINAL_SCOPE, VIEWS_SCOPE
+
+CALIBDCD_PLAN = METHOD_PLANS["calibdcd"]  # mialab.calibdcd.method
+CALIBDCD_PAIRS = CALIBDCD_PLAN.pairs()
+CALIBDCD_DETECTORS = CALIBDCD_PLAN.detectors()
+CALIBDCD_REPORT = CALIBDCD_PLAN.report_outputs()
 CALIBDCD_RUNS = CALIBDCD_PLAN.runs(SEEDS)
 CALIBDCD_BASELINES = CALIBDCD_PLAN.baselines()
 

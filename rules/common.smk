@@ -24,19 +24,11 @@ from mialab.pipeline.prefetch import check_hub_cache, hub_items, hub_revisions, 
 from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
 from mialab.pipeline.sizing import Sizing, cost_report, unset_site_settings
 from mialab.scoring.baselines import passive_columns
-from mialab.adra import VARIANTS
-from mialab.adra.plan import POLICY_GRAMMAR, ADRAPlan
-from mialab.calibdcd.plan import ORIGINAL_SCOPE, SCOPES, VIEWS_SCOPE, CalibDCDPlan
-from mialab.lara.plan import LaRAPlan
-from mialab.n_sampling.plan import METHOD as NS_METHOD, NSamplingPlan
+from mialab.pipeline.methods import method_plans, methods
 from mialab.pipeline.plan import EPOCH_PART, SEED_PART, WILDCARDS, Plan, no_member_models, seed_part
 from mialab.training.plan import RLPlan
-# what one job of each sized rule computes (mialab.lm.cost), per package
-from mialab.adra.cost import WORK as ADRA_WORK
-from mialab.calibdcd.cost import WORK as CALIBDCD_WORK
+# what one job of each sized rule computes (mialab.lm.cost), per package; each method's, from its Method entry
 from mialab.data.cost import WORK as PARAPHRASE_WORK
-from mialab.lara.cost import WORK as LARA_WORK
-from mialab.n_sampling.cost import WORK as NS_WORK
 from mialab.scoring.cost import WORK as SCORING_WORK
 from mialab.training.cost import WORK as TRAINING_WORK
 
@@ -90,16 +82,13 @@ if workflow.is_main_process:
 SEEDS = PLAN.seeds()
 DATASETS = list(config["datasets"])
 MODELS = list(config["models"])
-# the method stages (rules/n_sampling.smk, adra.smk, lara.smk, calibdcd.smk) and the GRPO runs (rules/models.smk)
-NS_PLAN = NSamplingPlan(PLAN, config)
-ADRA_PLAN = ADRAPlan(NS_PLAN, config)
+# every registered method's stages (mialab.pipeline.methods; its rules in rules/<method>.smk, which take its plan
+# from METHOD_PLANS) and the GRPO runs (rules/models.smk)
+METHOD_PLANS = method_plans(PLAN, config)
 RL_PLAN = RLPlan(PLAN)
-LARA_PLAN = LaRAPlan(PLAN, config)
-CALIBDCD_PLAN = CalibDCDPlan(PLAN, config)
 # the headline's and the baseline's columns are among those the methods' score tables will hold, and each paper
 # target's figure is one the run computes
-COLUMNS = [*passive_columns(PLAN), *NS_PLAN.columns(), *ADRA_PLAN.columns(), *LARA_PLAN.columns(),
-           *CALIBDCD_PLAN.columns()]
+COLUMNS = [*passive_columns(PLAN), *(c for plan in METHOD_PLANS.values() for c in plan.columns())]
 check_columns(config["evaluation"], COLUMNS)
 check_targets(config["paper_targets"], COLUMNS)
 
@@ -112,8 +101,8 @@ pin_hub_revisions(hub_revisions(hub_items(config, LOCK_MODELS)))
 
 # GPUs, CPUs, memory, runtime and partition of each GPU-capable job from the plan and the work it does
 # (mialab.pipeline.sizing); a profile's set-resources still overrides them per rule
-SIZING = Sizing(config, work={**SCORING_WORK, **TRAINING_WORK, **PARAPHRASE_WORK, **NS_WORK, **ADRA_WORK,
-                              **LARA_WORK, **CALIBDCD_WORK})
+SIZING = Sizing(config, work={**SCORING_WORK, **TRAINING_WORK, **PARAPHRASE_WORK,
+                              **{rule: work for m in methods() for rule, work in m.work.items()}})
 
 
 def print_cost(title):
@@ -170,9 +159,7 @@ def trust_flag(model):
 wildcard_constraints:
     dataset="|".join(DATASETS),
     model="|".join(MODELS),
-    variant="|".join(VARIANTS),
-    policy=POLICY_GRAMMAR,
-    scope="|".join(SCOPES),
+    **{name: grammar for m in methods() for name, grammar in m.wildcards.items()},
     name="|".join(re.escape(name) for name, _ in getattr(PLAN, "stand_ins", {})) or "(?!)",
     **WILDCARDS,
 
@@ -227,44 +214,18 @@ def scores_file(model, dataset, seed):
     return PLAN.scores(model, dataset, seed).path("scores.parquet")
 
 
-# Extension points for the method stages (N-Sampling, ADRA, LaRA, CalibDCD, ...).
+# Extension points, filled from every method's plan (mialab.pipeline.methods.MethodPlan):
 # - SCORE_PROVIDERS: functions (model, dataset, seed) -> path of a score table (columns id, label
 #   and one column per method, higher = member) or None; evaluate_dataset joins every table of a
 #   (model, dataset, seed) on id, so their methods appear in the same results table.
 # - EXTRA_TARGETS: further files `rule all` builds (per-method reports, figures).
 # - DATASET_OUTPUTS: functions dataset -> list of paths that the per-dataset target
 #   `dataset_<name>` (and `rule all`) also builds (e.g. the leakage checks of its splits).
-# Each method registers here, from its plan.
-CALIBDCD_PAIRS = CALIBDCD_PLAN.pairs()
-CALIBDCD_DETECTORS = CALIBDCD_PLAN.detectors()
-CALIBDCD_REPORT = CALIBDCD_PLAN.report_outputs()
-
-
-def calibdcd_scores_file(model, dataset, seed, detector):
-    """A CalibDCD detector's score table of a (model, dataset, seed) it runs on, else None."""
-    if (model, dataset) not in CALIBDCD_PAIRS:
-        return None
-    return CALIBDCD_PLAN.scores(model, dataset, detector, seed).path("scores.parquet")
-
-
-SCORE_PROVIDERS = [
-    scores_file,
-    *[lambda model, dataset, seed, det=det: calibdcd_scores_file(model, dataset, seed, det)
-      for det in CALIBDCD_DETECTORS],
-    LARA_PLAN.scores_file,
-    NS_PLAN.scores_file,
-    *[lambda model, dataset, seed, v=v: ADRA_PLAN.scores_file(v, model, dataset, seed) for v in VARIANTS],
-    ADRA_PLAN.init_scores_file,
-]
+SCORE_PROVIDERS = [scores_file, *(p for plan in METHOD_PLANS.values() for p in plan.score_providers())]
 # the per-split leakage tables of every (dataset, seed), in that order (rules leakage_summary and summarize)
 LEAKAGE_TABLES = [PLAN.leakage(d, s).path("leakage.parquet") for d in DATASETS for s in SEEDS]
 LEAKAGE_SUMMARY = {"markdown": PLAN.output("leakage", "summary.md"), "csv": PLAN.output("leakage", "summary.csv")}
-EXTRA_TARGETS = [
-    *(CALIBDCD_REPORT.values() if CALIBDCD_PAIRS else []),
-    *[path for d in LARA_PLAN.datasets() for path in LARA_PLAN.report_outputs(d).values()],
-    *LEAKAGE_SUMMARY.values(),
-    *[path for d in ADRA_PLAN.report_datasets() for path in ADRA_PLAN.report_outputs(d).values()],
-]
+EXTRA_TARGETS = [*LEAKAGE_SUMMARY.values(), *(path for plan in METHOD_PLANS.values() for path in plan.targets())]
 DATASET_OUTPUTS = [lambda ds: [PLAN.leakage(ds, s).path("leakage.parquet") for s in SEEDS]]
 
 

@@ -1,6 +1,6 @@
 # The LaRA stage (layer-wise representation analysis, mialab.lara), on models such as the `kind: rl`
 # GRPO checkpoints (rule rl_contaminate, rules/models.smk). Config: the `lara:` section (absent = no LaRA
-# stage); schemas/config.schema.yaml. Stage keys: mialab/lara/plan.py (LARA_PLAN, rules/common.smk); the
+# stage); schemas/config.schema.yaml. Stage keys: mialab/lara/plan.py (LARA_PLAN: METHOD_PLANS, rules/common.smk); the
 # LaRA protocol: mialab/lara/stages.py.
 #
 # - lara_perturbations (dataset): each seed's split questions, known non-members (neighbour pool,
@@ -17,6 +17,7 @@
 # - lara_report (dataset): the comparison table with the config's paper targets beside the run's figures
 #   (paper_targets, the evaluation's rows), and the layer-wise figure; `snakemake lara` builds them and everything
 #   they need.
+LARA_PLAN = METHOD_PLANS["lara"]  # mialab.lara.method
 LARA = config.get("lara")
 
 

@@ -1,7 +1,8 @@
 # N-Sampling (Hallinan et al. 2025, generalised in the ADRA paper): N sampled continuations of each
 # candidate's prefix, scored with every reconstruction metric (average- and best-of-N); each metric is
 # a membership score in the results table. Config section `n_sampling:` (schemas/config.schema.yaml);
-# absent = not run. Stage keys: mialab/n_sampling/plan.py (NS_PLAN, rules/common.smk); the jobs:
+# absent = not run. Stage keys: mialab/n_sampling/plan.py (NS_PLAN: METHOD_PLANS,
+# rules/common.smk); the jobs:
 # mialab/n_sampling/stages.py.
 #
 # - n_sampling_rollouts (model, dataset): the dataset's task (prompt template + prefix, optional
@@ -11,6 +12,10 @@
 # - n_sampling_scores (model, dataset): every metric of every rollout (suffix-only by default),
 #   AoN and BoN per candidate; columns n_sampling/<metric>@<aon|bon> join the results table through
 #   SCORE_PROVIDERS. `snakemake n_sampling` builds them all.
+from mialab.n_sampling.plan import METHOD as NS_METHOD
+
+NS_PLAN = METHOD_PLANS["n_sampling"]  # mialab.n_sampling.method
+
 
 rule n_sampling_rollouts:
     input:

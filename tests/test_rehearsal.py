@@ -21,17 +21,17 @@ from mialab.pipeline.config import data_paths
 from mialab.pipeline.plan import Plan
 from mialab.pipeline.rehearsal import (
     DATA_KEYS,
-    DEVICES,
-    MODEL_KEYS,
     PRECISION_KEYS,
-    REHEARSAL_SETTINGS,
-    SHRINK,
     RehearsalError,
     RehearsalPlan,
     build_stand_in,
     changes,
+    devices,
     matches,
+    model_keys,
+    rehearsal_settings,
     rehearse,
+    shrink_caps,
     stand_in_paths,
     stand_in_spec,
     table,
@@ -73,7 +73,7 @@ def paper(path: Path) -> dict:
 def hub_models(cfg: dict) -> dict[str, str]:
     """config key -> hub model id, of a paper config."""
     out = {f"models.{n}.path": s["path"] for n, s in cfg["models"].items() if s["kind"] == "hf"}
-    for pattern in MODEL_KEYS:
+    for pattern in model_keys():
         out.update({k: p[last] for k, p, last in matches(cfg, pattern) if p[last] in FAMILIES})
     return out
 
@@ -142,12 +142,12 @@ def test_every_dataset_source_becomes_an_existing_local_sample(path: Path, tmp_p
 def test_counts_shrink_and_jobs_run_on_the_cpu(path: Path):
     cfg = paper(path)
     out = rehearse(cfg, vllm_available=False)
-    for pattern, cap in SHRINK.items():
+    for pattern, cap in shrink_caps().items():
         for key, parent, last in matches(out, pattern):
             assert parent[last] <= cap, (key, parent[last])
     assert all(ds["split"]["n_per_class"] == 8 for ds in out["datasets"].values())
     assert out["seeds"] == cfg["seeds"][:1]  # one seed, the first (a paper's tables over one seed)
-    for pattern in DEVICES:
+    for pattern in devices():
         assert all(p[last] == "cpu" for _, p, last in matches(out, pattern))
     for section in ("n_sampling", "calibdcd.generation"):
         for _, parent, last in matches(out, f"{section}.backend"):
@@ -169,11 +169,11 @@ def test_counts_shrink_and_jobs_run_on_the_cpu(path: Path):
 def test_nothing_but_sizes_models_data_and_devices_changes(path: Path):
     cfg = paper(path)
     out = rehearse(cfg, vllm_available=False)
-    allowed = [*SHRINK, *DEVICES, *MODEL_KEYS, *DATA_KEYS, "models.*.path", "rehearsal", "seeds", "adra.eval.steps",
+    allowed = [*shrink_caps(), *devices(), *model_keys(), *DATA_KEYS, "models.*.path", "rehearsal", "seeds", "adra.eval.steps",
                "adra.train.lora.lora_alpha", "n_sampling.backend", "n_sampling.backend_options",
                "calibdcd.generation.backend", "calibdcd.generation.backend_options", "lara.llm.engine",
                "lara.llm.backend_options", "datasets.*.paraphrase.backend", "datasets.*.paraphrase.options",
-               *REHEARSAL_SETTINGS]
+               *rehearsal_settings()]
     patterns = [key_pattern(a) for a in allowed]
     changed = [line.split(": ", 1)[0] for line in changes(cfg, out)]
     assert changed

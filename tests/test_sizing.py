@@ -16,15 +16,12 @@ import yaml
 from snakemake.utils import validate
 from workflow_helpers import REPO, default_config, dry_run_as_documented
 
-from mialab.adra.cost import WORK as ADRA_WORK
-from mialab.calibdcd.cost import WORK as CALIBDCD_WORK
 from mialab.data.cost import WORK as PARAPHRASE_WORK
-from mialab.lara.cost import WORK as LARA_WORK
 from mialab.lm.cost import Work, load_throughputs, seconds
-from mialab.n_sampling.cost import WORK as NS_WORK
 from mialab.pipeline.cluster_checks import check_cluster_arithmetic
 from mialab.pipeline.config import ConfigError
-from mialab.pipeline.sizing import SIZED_RULES, Sizing, site, unset_site_settings
+from mialab.pipeline.methods import methods
+from mialab.pipeline.sizing import Sizing, site, sized_rules, unset_site_settings
 from mialab.scoring.cost import WORK as SCORING_WORK
 from mialab.training.cost import WORK as TRAINING_WORK
 
@@ -32,7 +29,7 @@ SCHEMA = str(REPO / "schemas" / "config.schema.yaml")
 CONFIGS = sorted((REPO / "configs" / "paper").glob("*.yaml"))
 JOB_RE = re.compile(r"^(?:local)?rule (?P<rule>\w+):$")
 #: Every method's cost model, as rules/common.smk hands them to the sizing.
-WORK = {**SCORING_WORK, **TRAINING_WORK, **PARAPHRASE_WORK, **NS_WORK, **ADRA_WORK, **LARA_WORK, **CALIBDCD_WORK}
+WORK = {**SCORING_WORK, **TRAINING_WORK, **PARAPHRASE_WORK, **{r: w for m in methods() for r, w in m.work.items()}}
 #: The partitions the paper configs' dry runs are given, apart so a job's shows which it is.
 PARTITIONS = {"MIALAB_SLURM_PARTITION": "h200-part", "MIALAB_SLURM_CPU_PARTITION": "cpu-part"}
 #: A config header's statement of the dry run's GPU-hours.
@@ -121,7 +118,7 @@ def test_paper_config_jobs_ask_for_what_their_code_uses(path: Path, monkeypatch)
         want = expected_gpus(cfg, rule, wc)
         assert int(res.get("gpu", 0)) == want, (rule, wc, res)
         assert res["nodes"] == "1", (rule, res)
-        if rule in SIZED_RULES:   # the others: the profile's default resources, the CPU partition
+        if rule in sized_rules():   # the others: the profile's default resources, the CPU partition
             assert res["slurm_partition"] == PARTITIONS["MIALAB_SLURM_PARTITION" if want else "MIALAB_SLURM_CPU_PARTITION"]
         if rule in ("n_sampling_rollouts", "adra_eval", "calibdcd_features", "paraphrase", "paraphrase_pool",
                     "lara_perturbations"):
@@ -261,7 +258,7 @@ def test_runtime_is_twice_the_estimated_work():
 
 
 def test_every_sized_rule_has_a_cost_model_and_every_figure_its_source():
-    assert set(WORK) == set(SIZED_RULES)
+    assert set(WORK) == set(sized_rules())
     with pytest.raises(KeyError, match="no cost model for the sized rules"):
         Sizing(paper("adra_aime"), {k: v for k, v in WORK.items() if k != "adra_eval"}, environ={})
     table = load_throughputs()

@@ -23,6 +23,7 @@ from mialab.n_sampling.plan import NSamplingPlan, targets_of
 from mialab.n_sampling.tasks import rollout_seed
 from mialab.pipeline.columns import Columns
 from mialab.pipeline.config import ConfigError, check_generation
+from mialab.pipeline.methods import MethodPlan
 from mialab.pipeline.plan import Stage
 from mialab.scoring.baselines import score_columns
 
@@ -32,21 +33,22 @@ POLICY_GRAMMAR = rf"{INIT}|({'|'.join(VARIANTS)})-(?:step([1-9]\d*)|{FINAL})"
 POLICY = re.compile(POLICY_GRAMMAR)
 
 
-class ADRAPlan:
-    """ADRA / ADRA+ / SFT-ablation stage instances (``config['adra']``)."""
+class ADRAPlan(MethodPlan):
+    """ADRA / ADRA+ / SFT-ablation stage instances (``config['adra']``), over N-Sampling's."""
+
+    section = "adra"
 
     def __init__(self, ns: NSamplingPlan, config: dict):
         self.ns = ns
-        self.plan = ns.plan
-        self.config = config
-        self.spec = config.get("adra")
-        self.check()
+        super().__init__(ns.plan, config)
+
+    @classmethod
+    def build(cls, plan, config: dict, plans) -> ADRAPlan:
+        return cls(plans["n_sampling"], config)
 
     def check(self) -> None:
         """Cross-references: targets are N-Sampling targets; checkpoint steps are saved; the weight baseline is scored;
         the judge model and its backend options load no code (the evaluation rollouts': NSamplingPlan)."""
-        if not self.spec:
-            return
         judge = self.spec["reward"].get("judge")
         if judge:
             check_generation("adra.reward.judge.backend_options", judge["engine"], judge["backend_options"],
@@ -104,6 +106,15 @@ class ADRAPlan:
         running = [self.method(p) for p in self.policies() if p == INIT or p.endswith(FINAL)] if self.spec else []
         return [Columns(m, f"{re.escape(m)}/.+", tuple(self.ns.metric_columns(m)) if m in running else (),
                         "adra.variants, adra.eval.steps, n_sampling.metrics", tuple(self.pairs())) for m in methods]
+
+    def score_providers(self) -> list:
+        """Each variant's final policy's score tables, then the untrained policy's."""
+        return [*[lambda model, dataset, seed, v=v: self.scores_file(v, model, dataset, seed) for v in VARIANTS],
+                self.init_scores_file]
+
+    def targets(self) -> list[str]:
+        """The reconstruction report of every N-Sampling dataset."""
+        return [path for d in self.report_datasets() for path in self.report_outputs(d).values()]
 
     def variants(self) -> list[str]:
         return list(self.spec["variants"]) if self.spec else []

@@ -23,10 +23,21 @@ from mialab.calibdcd.plan import ORIGINAL_SCOPE
 from mialab.calibdcd.stages import DETECTOR_INPUTS
 from mialab.calibdcd.views import controlled_views
 from mialab.lm.cost import Work, train_flops
-from mialab.pipeline.sizing import mapping_params_b
 
 #: Tokens of a text GPT-2-style reference models read at most (their context).
 REFERENCE_CONTEXT = 1024
+#: VeilProbe's mapping models' vocabulary (bert-base-uncased's), for their size.
+BERT_VOCAB = 30522
+
+
+def mapping_params_b(mapping) -> float:
+    """Billions of parameters of one of VeilProbe's mapping models (mialab.calibdcd.mapping; the two are
+    trained one after the other): a BERT encoder and decoder of ``num_layers`` layers each
+    (self-attention, feed-forward; the decoder's cross-attention too) with their embeddings."""
+    h, inter, layers = mapping["hidden_size"], mapping["intermediate_size"], mapping["num_layers"]
+    embeddings = (BERT_VOCAB + mapping["max_length"]) * h
+    layer = 4 * h * h + 2 * h * inter
+    return (2 * embeddings + layers * (2 * layer + 4 * h * h)) / 1e9
 
 
 def calibdcd_reference(facts, model: str | None, dataset: str, **_) -> Work:

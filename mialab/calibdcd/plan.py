@@ -27,7 +27,8 @@ from mialab.calibdcd.views import ORIGINAL, controlled_views
 from mialab.data.registry import config_schema
 from mialab.pipeline.columns import Columns
 from mialab.pipeline.config import ConfigError, check_generation, check_names
-from mialab.pipeline.plan import SEED_PART, Plan, Stage, seed_part
+from mialab.pipeline.methods import MethodPlan
+from mialab.pipeline.plan import SEED_PART, Stage, seed_part
 from mialab.scoring.baselines import column_name
 
 #: the detector keys naming a language model (a configured model, a local path or a hub id; a list for
@@ -61,20 +62,14 @@ def check_scope(scope: str) -> str:
     return scope
 
 
-class CalibDCDPlan:
+class CalibDCDPlan(MethodPlan):
     """CalibDCD stage instances of a config (``config['calibdcd']``; absent: nothing to run)."""
 
-    def __init__(self, plan: Plan, config: dict):
-        self.plan = plan
-        self.config = config
-        self.spec = config.get("calibdcd")
-        self.check()
+    section = "calibdcd"
 
     def check(self) -> None:
         """Cross-references of the ``calibdcd`` section and its generation options (nothing that loads code),
         with errors naming the key."""
-        if not self.spec:
-            return
         gen = self.spec["generation"]
         check_generation("calibdcd.generation.backend_options", gen["backend"], gen["backend_options"])
         check_names("calibdcd.models", self.spec["models"], self.config["models"], "model")
@@ -122,6 +117,23 @@ class CalibDCDPlan:
         tables = ("main", "ablations", "recovery", "selection", "views")
         return {"markdown": self.plan.output("calibdcd", "report.md"),
                 **{name: self.plan.output("calibdcd", f"{name}.csv") for name in tables}}
+
+    def score_providers(self) -> list:
+        """Each detector's score table of a (model, dataset, seed) it runs on, else None."""
+        pairs = self.pairs()
+
+        def provider(detector: str):
+            def scores_file(model: str, dataset: str, seed: int) -> str | None:
+                if (model, dataset) not in pairs:
+                    return None
+                return self.scores(model, dataset, detector, seed).path("scores.parquet")
+            return scores_file
+
+        return [provider(d) for d in self.detectors()]
+
+    def targets(self) -> list[str]:
+        """The report, where CalibDCD runs on any (model, dataset)."""
+        return list(self.report_outputs().values()) if self.pairs() else []
 
     def runs(self, seeds: list[int]) -> list[tuple[str, str, str, int]]:
         """(model, dataset, detector, seed) of every calibration (a score table each)."""

@@ -21,7 +21,8 @@ from mialab.lara.detection import WINDOWS
 from mialab.lara.metrics import METRIC_NAMES
 from mialab.pipeline.columns import Columns
 from mialab.pipeline.config import ConfigError, check_generation, check_names
-from mialab.pipeline.plan import Plan, Stage, seed_part
+from mialab.pipeline.methods import MethodPlan
+from mialab.pipeline.plan import Stage, seed_part
 
 PERTURBATION_KEYS = ("question", "controls", "neighbours", "blank", "paraphrase", "llm")
 # the score columns' prefixes (mialab.lara.stages): the detection score fitted on held-out or in-set non-members
@@ -30,20 +31,14 @@ GENERATED = ("recall", "cdd", "self_critique")  # the baselines of mialab.lara.s
 MODEL_STAGES = ("features", "baselines")
 
 
-class LaRAPlan:
+class LaRAPlan(MethodPlan):
     """LaRA stage instances of a config (``config['lara']``; absent: nothing to run)."""
 
-    def __init__(self, plan: Plan, config: dict):
-        self.plan = plan
-        self.config = config
-        self.spec = config.get("lara")
-        self.check()
+    section = "lara"
 
     def check(self) -> None:
         """Cross-references of the ``lara`` section; every (model, dataset) must be in the results table; the
         instruction model (``llm``) and its backend options load no code."""
-        if not self.spec:
-            return
         if "llm" in self.spec:
             llm = self.spec["llm"]
             check_generation("lara.llm.backend_options", llm["engine"], llm["backend_options"],
@@ -81,6 +76,13 @@ class LaRAPlan:
         baselines = [f"lara/{c}" for c in (*GENERATED, *response_columns(self.spec["baselines"]["responses"]["min_k"]))]
         return [Columns(p, f"{p}(/.+)?", tuple(c for c in [*detection, *baselines] if c.split("/")[0] == p), key,
                         tuple(self.pairs())) for p in PREFIXES.values()]
+
+    def score_providers(self) -> list:
+        return [self.scores_file]
+
+    def targets(self) -> list[str]:
+        """The report of every LaRA dataset."""
+        return [path for d in self.datasets() for path in self.report_outputs(d).values()]
 
     def models(self) -> list[str]:
         return list(dict.fromkeys(m for m, _ in self.pairs()))

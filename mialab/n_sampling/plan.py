@@ -17,7 +17,8 @@ import functools
 from mialab.n_sampling.tasks import Task, known_templates, rollout_seed
 from mialab.pipeline.columns import Columns, listed
 from mialab.pipeline.config import ConfigError, check_generation
-from mialab.pipeline.plan import Plan, Stage, seed_part
+from mialab.pipeline.methods import MethodPlan
+from mialab.pipeline.plan import Stage, seed_part
 
 METHOD = "n_sampling"  # its score columns' prefix
 
@@ -27,20 +28,14 @@ def targets_of(section: dict | None) -> list[tuple[str, str]]:
     return [(t["model"], t["dataset"]) for t in section["targets"]] if section else []
 
 
-class NSamplingPlan:
+class NSamplingPlan(MethodPlan):
     """N-Sampling stage instances (``config['n_sampling']``)."""
 
-    def __init__(self, plan: Plan, config: dict):
-        self.plan = plan
-        self.config = config
-        self.spec = config.get("n_sampling")
-        self.check()
+    section = "n_sampling"
 
     def check(self) -> None:
         """Cross-references: every target is evaluated, has a task with a known template; chat models exist;
         the backend options (ADRA's evaluation rollouts' too) load no code."""
-        if not self.spec:
-            return
         check_generation("n_sampling.backend_options", self.spec["backend"], self.spec["backend_options"])
         models, evaluated = self.config["models"], set(self.plan.evaluated_pairs())
         for m, d in self.pairs():
@@ -87,6 +82,9 @@ class NSamplingPlan:
         """N-Sampling's score columns (:mod:`mialab.pipeline.columns`)."""
         return [Columns(METHOD, f"{METHOD}/.+", tuple(self.metric_columns(METHOD)) if self.spec else (),
                         "n_sampling.metrics", tuple(self.pairs()))]
+
+    def score_providers(self) -> list:
+        return [self.scores_file]
 
     def datasets(self) -> list[str]:
         return list(dict.fromkeys(d for _, d in self.pairs()))

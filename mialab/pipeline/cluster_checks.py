@@ -4,7 +4,7 @@ Run from ``rules/common.smk`` after :func:`mialab.pipeline.config.check_config`,
 no optimizer step or a tensor-parallel size vLLM rejects fails before any GPU-hour is spent, with a
 message naming the config key and the numbers:
 
-- GRPO (``adra``, ``kind: rl`` models; TRL's semantics): a rollout batch takes ``batch_size x
+- GRPO (``kind: rl`` models, a method's GRPO training; TRL's semantics): a rollout batch takes ``batch_size x
   steps_per_generation x world`` completions (absent ``steps_per_generation``: ``grad_accum``, one optimizer
   step), a multiple of ``num_generations``, i.e. that divided by ``num_generations`` prompts, and
   ``steps_per_generation`` is a multiple of ``grad_accum``. TRL's ``RepeatSampler`` drops an epoch's
@@ -18,10 +18,13 @@ message naming the config key and the numbers:
 - lengths: training, scoring and generation lengths within the model's context
   (``max_position_embeddings``).
 
+Each method adds its own checks of these kinds (its ``cluster_checks``, :mod:`mialab.pipeline.methods`), run when
+the config runs it.
+
 :func:`check_vllm_installed` (when a run starts on a cluster or a GPU machine) checks, from the installed
 metadata, that every setting asking for vLLM finds it in a version that works: beside TRL for GRPO's
-rollouts (``adra.train.vllm``; envs/grpo-vllm.txt), in the worker environment for a ``vllm`` generation
-backend (environment-vllm.yml).
+rollouts (a method's ``trl_vllm`` keys; envs/grpo-vllm.txt), in the worker environment for a ``vllm`` generation
+backend (a method's ``engines``, a paraphraser's; environment-vllm.yml).
 
 World size of a training job: ``launch.nproc``, else (``auto``) the GPUs of the job: the profile's
 ``set-resources`` ``gpu`` of its rule, else what :mod:`mialab.pipeline.sizing` gives the job (``job_gpus``), else
@@ -51,12 +54,9 @@ from packaging.version import Version
 
 from mialab.core.paths import RESOURCES
 from mialab.pipeline.config import ConfigError, walk_config
+from mialab.pipeline.methods import methods, value_at
 
 MODEL_TABLE = RESOURCES / "model_heads.tsv"
-# families whose member and non-member share their prefix in pairs (mialab/data/families/s1.py):
-# ADRA trains on one prompt per pair (mialab.adra.training.pair_rows)
-SHARED_PREFIX_FAMILIES = ("s1", "s1_1")
-GRPO_VARIANTS = ("adra", "adra_plus")  # ADRA's variants trained with GRPO (adra_sft is plain SFT)
 
 
 @dataclass(frozen=True)
@@ -256,17 +256,11 @@ class Checks:
                                f"({a.source})")
 
     def run(self) -> None:
-        cfg = self.config
         self.models()
         self.scoring()
-        if cfg.get("n_sampling"):
-            self.n_sampling()
-        if cfg.get("adra") and cfg.get("n_sampling"):
-            self.adra()
-        if cfg.get("calibdcd"):
-            self.calibdcd()
-        if cfg.get("lara"):
-            self.lara()
+        for method in methods():
+            if method.cluster_checks is not None and method.runs(self.config):
+                method.cluster_checks(self)
         self.paraphrase()
 
     def models(self) -> None:
@@ -292,66 +286,6 @@ class Checks:
             scored += [models[m]["reference"] for m in scored if models[m].get("reference")]
         for m in dict.fromkeys(scored):
             self.length("scoring.max_length", self.config["scoring"]["max_length"], m)
-
-    def n_sampling(self) -> None:
-        ns = self.config["n_sampling"]
-        targets = [(t["model"], t["dataset"]) for t in ns["targets"]]
-        opts = ns["backend_options"]
-        for m, d in targets:
-            task = ns["tasks"].get(d)
-            if task is None:
-                continue  # mialab.n_sampling.plan names the missing task
-            prompt, new = task["max_prompt_tokens"], task["max_new_tokens"]
-            total = (prompt or 0) + new
-            self.length(f"n_sampling.tasks.{d}.max_new_tokens", total, m,
-                        f" (max_prompt_tokens {prompt} + max_new_tokens)" if prompt else "")
-            if ns["backend"] == "vllm" and opts.get("max_model_len"):
-                self.length("n_sampling.backend_options.max_model_len", opts["max_model_len"], m)
-                if total > opts["max_model_len"]:
-                    self.errors.append(f"n_sampling.backend_options.max_model_len: {opts['max_model_len']} is less "
-                                       f"than the {total} tokens of task {d} (max_prompt_tokens {prompt} + "
-                                       f"max_new_tokens {new})")
-        if ns["backend"] == "vllm":
-            models = [m for m, _ in targets]
-            self.tensor_parallel("n_sampling.backend_options.tensor_parallel_size",
-                                 opts.get("tensor_parallel_size", 1), models, "n_sampling_rollouts")
-
-    def adra(self) -> None:
-        adra, ns = self.config["adra"], self.config["n_sampling"]
-        targets = [(t["model"], t["dataset"]) for t in adra["targets"]]
-        variants = [v for v in adra["variants"] if v in GRPO_VARIANTS]
-        for m, d in dict.fromkeys(targets):
-            ds = self.config["datasets"][d]
-            n = ds["split"]["n_per_class"]
-            paired = ds["pool"]["family"] in SHARED_PREFIX_FAMILIES and "adra" in variants
-            if variants:
-                rows, what = (n, f"a seed of dataset {d} (prompts: one per shared-prefix pair)") if paired else \
-                    (2 * n, f"a seed of dataset {d} (candidates: 2 × split.n_per_class)")
-                self.grpo_step("adra.train", adra["train"], ns["n"], "adra_train", rows, what, m)
-        vllm = adra["train"].get("vllm")
-        if vllm and variants:
-            for m in dict.fromkeys(m for m, _ in targets):
-                world, _ = self.world("adra_train", m)
-                colocated = vllm.get("mode", "colocate") == "colocate" and self.gpus("adra_train", m)
-                self.tensor_parallel("adra.train.vllm.tensor_parallel_size", vllm.get("tensor_parallel_size", 1),
-                                     [m], "adra_train", world=world if colocated else None)
-
-    def calibdcd(self) -> None:
-        gen = self.config["calibdcd"]["generation"]
-        models = list(self.config["calibdcd"]["models"])
-        for m in models:
-            self.length("calibdcd.generation.max_new_tokens", gen["max_new_tokens"], m)
-        if gen["backend"] == "vllm":
-            self.tensor_parallel("calibdcd.generation.backend_options.tensor_parallel_size",
-                                 gen["backend_options"].get("tensor_parallel_size", 1), models, "calibdcd_features")
-
-    def lara(self) -> None:
-        lara = self.config["lara"]
-        for m in dict.fromkeys(lara.get("models") or [t["model"] for t in lara["targets"]]):
-            if lara["features"].get("max_length"):
-                self.length("lara.features.max_length", lara["features"]["max_length"], m)
-            for part in ("cdd", "self_critique"):
-                self.length(f"lara.baselines.{part}.max_new_tokens", lara["baselines"][part]["max_new_tokens"], m)
 
     def paraphrase(self) -> None:
         """An LLM paraphraser's generation length and (vLLM) tensor parallelism, per dataset."""
@@ -429,21 +363,19 @@ def in_range(version: str, spec: str) -> bool:
 def vllm_problems(config: dict, *, trl_vllm: str | None, trl_range: str, worker_vllm: str | None,
                   venv: Path) -> list[str]:
     """Settings that ask for vLLM where it is not installed in a version that works (no silent fallback
-    to transformers): ``adra.train.vllm`` needs vllm beside TRL, in this interpreter's environment
+    to transformers): GRPO rollouts with vLLM need vllm beside TRL, in this interpreter's environment
     (``trl_vllm``: its version, None: none), within ``trl_range``; a ``vllm`` generation backend needs
-    the worker environment ``venv`` (environment-vllm.yml) with vllm (``worker_vllm``) in :data:`WORKER_VLLM`."""
+    the worker environment ``venv`` (environment-vllm.yml) with vllm (``worker_vllm``) in :data:`WORKER_VLLM`.
+    The settings: each method's ``trl_vllm`` keys (vLLM beside TRL) and ``engines`` (generation backends), and
+    each dataset's paraphraser."""
     problems = []
-    adra = config.get("adra") or {}
-    if adra.get("train", {}).get("vllm") and set(adra.get("variants", GRPO_VARIANTS)) & set(GRPO_VARIANTS) \
-            and not (trl_vllm and in_range(trl_vllm, trl_range)):
+    trl_keys = [key for m in methods() if m.trl_vllm is not None for key in m.trl_vllm(config)]
+    if not (trl_vllm and in_range(trl_vllm, trl_range)):
         found = f"vllm {trl_vllm}" if trl_vllm else "none"
-        problems.append(f"adra.train.vllm: GRPO rollouts with vLLM need vllm {trl_range} (TRL's range) beside TRL "
-                        f"in {sys.executable}'s environment, which has {found}; install the pinned set: "
-                        f"{GRPO_VLLM_INSTALL}, or remove adra.train.vllm to generate with transformers")
-    backends = [("n_sampling.backend", (config.get("n_sampling") or {}).get("backend")),
-                ("calibdcd.generation.backend", (config.get("calibdcd") or {}).get("generation", {}).get("backend")),
-                ("lara.llm.engine", ((config.get("lara") or {}).get("llm") or {}).get("engine")),
-                ("adra.reward.judge.engine", (adra.get("reward", {}).get("judge") or {}).get("engine"))]
+        problems += [f"{key}: GRPO rollouts with vLLM need vllm {trl_range} (TRL's range) beside TRL "
+                     f"in {sys.executable}'s environment, which has {found}; install the pinned set: "
+                     f"{GRPO_VLLM_INSTALL}, or remove {key} to generate with transformers" for key in trl_keys]
+    backends = [(key, value_at(config, key)) for m in methods() for key in m.engines]
     backends += [(f"datasets.{d}.paraphrase.backend", (ds.get("paraphrase") or {}).get("backend"))
                  for d, ds in config["datasets"].items()]
     problem = worker_problem(worker_vllm, venv)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from mialab.pipeline.config import ConfigError
 
 SHOWN = 12  # columns a message lists
-TOP5 = "top5_auroc"  # an attack's summary in the ADRA paper: the mean of its five best metric AUROCs per seed
+TOP5 = "top5_auroc"  # an attack's summary in its paper: the mean of its five best metric AUROCs per seed
 TPR = re.compile(r"tpr@(?P<percent>[0-9]+(?:\.[0-9]+)?)%fpr")  # TPR at a FPR target, as the results tables name it
 
 

@@ -21,6 +21,7 @@ import yaml
 from mialab.data.registry import config_schema, defaults_validator, known_families, pool_keys
 from mialab.data.sources import local_paths
 from mialab.lm.loading import CODE_DECLARING_FILES, trusts_remote_code
+from mialab.pipeline.methods import methods
 
 
 class ConfigError(ValueError):
@@ -133,14 +134,13 @@ def with_base(argv: list[str], overlay: Path, base: str) -> str:
     return shlex.join(["snakemake", *words])
 
 
-SECTION_NEEDS = {"adra": "n_sampling"}  # section -> the section it builds on
-
-
 def check_sections(config: dict) -> None:
-    """Every method section present has the sections it builds on (nothing is inherited from config.yaml)."""
-    for section, needs in SECTION_NEEDS.items():
-        if section in config and needs not in config:
-            raise ConfigError(f"{section}: needs a '{needs}' section, which this config does not have")
+    """Every method section present has the sections it builds on (its ``needs``, mialab.pipeline.methods;
+    nothing is inherited from config.yaml)."""
+    for method in methods():
+        for needs in method.needs:
+            if method.name in config and needs not in config:
+                raise ConfigError(f"{method.name}: needs a '{needs}' section, which this config does not have")
 
 
 def check_config(config: dict) -> None:
@@ -406,12 +406,9 @@ def check_model_paths(config: dict) -> None:
     for name, spec in models.items():
         if spec["kind"] == "hf":
             model_reference(f"models.{name}.path", spec["path"], trusted=trusts_remote_code(config, name))
-    for det, spec in config.get("calibdcd", {}).get("detectors", {}).items():
-        for key in ("reference_model", "key_token_model", "mlm_model"):
-            if key in spec:
-                model_reference(f"calibdcd.detectors.{det}.{key}", spec[key], models)
-        for i, name in enumerate(spec.get("key_token_models", [])):
-            model_reference(f"calibdcd.detectors.{det}.key_token_models[{i}]", name, models)
+    for method in methods():
+        for key, value in (method.lm_keys(config) if method.lm_keys is not None else ()):
+            model_reference(key, value, models)
 
 
 def check_generation(key: str, backend: str, options: dict | None, *, model: tuple[str, str] | None = None) -> None:

@@ -1,7 +1,7 @@
 """Settings references: what a paper experiment's released code passes or defaults, extracted from a local
 checkout and held against what the project's jobs receive (``docs/fidelity/README.md``, the format).
 
-A method's spec (e.g. :mod:`mialab.lara.fidelity`) lists :class:`Setting` entries: a name, the job that
+A method's spec (its package's ``fidelity`` module) lists :class:`Setting` entries: a name, the job that
 receives it, a locator that reads the value and its line from the released code (:class:`Find`: a regex at
 a line of a file; :class:`ShellValue`: a shell script's argument, its variables resolved; :class:`ShellArray`: a
 shell array; :class:`YamlKey`: a YAML file's dotted key (Hydra defaults); :class:`FString`: a prompt built by an

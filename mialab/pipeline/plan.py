@@ -21,10 +21,12 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from mialab.core.integrity import HashCache, content_digest, model_fingerprint
 from mialab.data.paraphrase_experiments import APPLY_TO, EXPERIMENTS
+from mialab.pipeline.methods import WithMethods
 
 SEED_PART = "seed-{seed}"  # a seed's folder: a part of a split's address, and inside a job over every seed
 EPOCH_PART = "epoch-{epoch}"  # an RL run's epoch checkpoint, inside the run's folder
@@ -35,7 +37,8 @@ WILDCARDS: dict[str, str] = {"seed": r"\d+", "key": rf"[0-9a-f]{{{KEY_LENGTH}}}"
 
 # Every stage's folder, ``results/<stage>/<parts...>/<key>/``: the parts as wildcard patterns, which a
 # rule's output pattern keeps (:meth:`Plan.pattern`) and :meth:`Plan.stage` fills in, so the two cannot drift.
-LAYOUTS: dict[str, tuple[str, ...]] = {
+# The pipeline's own stages here; each method's (``<method>/<stage>``) from its Method entry (mialab.pipeline.methods).
+OWN_LAYOUTS: dict[str, tuple[str, ...]] = {
     "pools": ("{dataset}",),
     "splits": ("{dataset}", SEED_PART),
     "paraphrases": ("{dataset}", "{of}"),  # of: a seed's split (SEED_PART) or the pool ("pool")
@@ -45,26 +48,12 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "rl": (),
     "scores": ("{model}", "{dataset}"),
     "rehearsal": ("models", "{name}"),
-    "n_sampling/rollouts": ("{model}", "{dataset}"),
-    "n_sampling/scores": ("{model}", "{dataset}"),
-    "adra/train": ("{model}", "{dataset}", "{variant}", SEED_PART),
-    "adra/rollouts": ("{model}", "{dataset}", SEED_PART, "{policy}"),
-    "adra/scores": ("{model}", "{dataset}", SEED_PART, "{policy}"),
-    "lara/perturbations": ("{dataset}",),
-    "lara/features": ("{model}", "{dataset}"),
-    "lara/baselines": ("{model}", "{dataset}"),
-    "lara/scores": ("{model}", "{dataset}"),
-    "calibdcd/partitions": ("{dataset}", SEED_PART),
-    "calibdcd/references": ("{dataset}",),
-    "calibdcd/perturbations": ("{dataset}",),
-    "calibdcd/features": ("{model}", "{dataset}", "{scope}"),
-    "calibdcd/veilprobe": ("{model}", "{dataset}"),
-    "calibdcd/scores": ("{model}", "{dataset}"),
 }
 
 # Every stage's code version, in its key: bump it when the stage's code changes its output. A stage
-# whose instances differ in kind has one per kind (``models/<kind>``).
-STAGE_VERSIONS: dict[str, int] = {
+# whose instances differ in kind has one per kind (``models/<kind>``). The pipeline's own stages here; each
+# method's from its Method entry (mialab.pipeline.methods).
+OWN_VERSIONS: dict[str, int] = {
     "pools": 1,
     "splits": 1,
     "paraphrases": 3,  # 2: hf / vllm paraphrasers on the rollout engine (one generation path, its checks);
@@ -77,26 +66,9 @@ STAGE_VERSIONS: dict[str, int] = {
     "rl": 1,
     "scores": 4,  # 3: the `truncated` column, scoring.truncation; 4: each text its own forward pass
     "rehearsal": 3,  # rule rehearsal_model (bump when a stand-in's content changes); 3: tokenizer corpus read whole
-    "n_sampling/rollouts": 5,  # 4: vLLM seeds per prompt (mialab.lm.engine: a prompt sent twice samples apart);
-    # 5: prompts rendered as verl renders them (n_sampling.prompt_format)
-    "n_sampling/scores": 4,  # 4: each text embedded alone
-    "adra/train": 4,  # 3: the judge's vLLM seeds per prompt; 4: the reward's whole-suffix reference
-    # (adra.reward_reference), a paired article first among the random suffixes, verl's prompts
-    "adra/rollouts": 4,  # 3: vLLM seeds per prompt; 4: verl's prompts
-    "adra/scores": 2,
-    "lara/perturbations": 4,  # 3: retrieval embeddings and token_loss surprisals per text; 4: LLM paraphrases
-    # as the code asks (a text's variants in one answer), vLLM seeds per prompt and per attempt, neighbours as the
-    # code keeps them (asked 7 times, invalid ones dropped down to 2)
-    "lara/features": 4,  # 4: each text its own forward pass
-    "lara/baselines": 5,  # 5: ReCaLL's log-likelihoods per text
-    "lara/scores": 3,
-    "calibdcd/partitions": 1,
-    "calibdcd/references": 1,
-    "calibdcd/perturbations": 3,  # 2: key-token surprisals per text; 3: the query beside its perturbation
-    "calibdcd/features": 6,  # 4: DPDLLM's reference probabilities per text; 5: vLLM seeds per prompt; 6: samples
-    "calibdcd/veilprobe": 3,  # 2: mapping features per text; 3: a pair per continuation
-    "calibdcd/scores": 3,
 }
+LAYOUTS: Mapping[str, tuple[str, ...]] = WithMethods(OWN_LAYOUTS, "layouts", "stage layouts")
+STAGE_VERSIONS: Mapping[str, int] = WithMethods(OWN_VERSIONS, "versions", "stage versions")
 
 _FIELD = re.compile(r"\{(\w+)\}")
 
@@ -118,7 +90,7 @@ def determining(spec: dict, *, also: tuple = ()) -> dict:
     it always had)."""
     return {k: v for k, v in spec.items() if k not in (*NOT_DETERMINING, *also) and not (k == "hub_kernels" and not v)}
 
-#: datasets.<name>.paraphrase.apply_to -> the ADRA experiment and what each part of it sees
+#: datasets.<name>.paraphrase.apply_to -> the paraphrase experiment and what each part of it sees
 #: (mialab.data.paraphrase_experiments, which loads no paraphraser)
 PARAPHRASE_EXPERIMENTS: dict[str, dict] = {apply_to: {"experiment": experiment, "setting": dict(EXPERIMENTS[experiment])}
                                            for apply_to, experiment in APPLY_TO.items()}
@@ -191,7 +163,7 @@ class Plan:
         ``values`` fill the wildcards of the stage's parts (:data:`LAYOUTS`); ``determinants`` must hold
         everything that determines the output (config slice, upstream keys, raw-file fingerprints); the
         stage's code version comes from :data:`STAGE_VERSIONS` (``<stage>/<kind>`` with a ``kind``).
-        Method stages (N-Sampling, ADRA, LaRA, CalibDCD) build their keys with this too. ``notes`` go into
+        A method's stages (mialab.pipeline.methods) build their keys with this too. ``notes`` go into
         the manifest but not the key (what the key cannot see, e.g. an unpinned hub revision).
         """
         manifest = {"stage": stage, "version": STAGE_VERSIONS[f"{stage}/{kind}" if kind else stage], **determinants}

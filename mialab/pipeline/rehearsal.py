@@ -8,11 +8,14 @@
   ``rehearsal_model`` builds under ``results/rehearsal/models/<name>/<key>/model``;
 - every hub dataset, fetched file and missing local data file becomes a local sample with the same columns
   (``resources/rehearsal/datasets.yaml``), so a rehearsal downloads nothing;
-- counts shrink to what 2 CPU cores run in minutes (:data:`SHRINK`; one seed, the first), devices
+- counts shrink to what 2 CPU cores run in minutes (:func:`shrink_caps`; one seed, the first), devices
   become the CPU, and vLLM backends become the hf backend where the vLLM worker's environment has no
   working vLLM;
-- LaRA's LLM perturbations fall back to offline backends where a stand-in's answer stays invalid
-  (:data:`REHEARSAL_SETTINGS`: random weights follow no instruction).
+- settings a method needs for stand-ins besides sizes (:func:`rehearsal_settings`: e.g. a fallback where a
+  stand-in's answer stays invalid, since random weights follow no instruction).
+
+Each method declares its own part of these (its ``rehearsal``: :class:`mialab.pipeline.methods.Swaps`); the
+pipeline's own keys are the ``OWN_`` tables here.
 
 Rules, settings, prompts, rewards, metrics and reports stay the paper config's. The plan-time
 cluster checks run on the paper config before this (rules/common.smk).
@@ -34,6 +37,7 @@ from mialab.core.paths import RESOURCES
 from mialab.data.sources import GITHUB_RAW, file_url, is_file, is_hub
 from mialab.data.registry import config_schema
 from mialab.pipeline.cluster_checks import worker_problem, worker_vllm
+from mialab.pipeline.methods import methods
 from mialab.pipeline.plan import LAYOUTS, Plan, Stage, source_fingerprint, stable_hash
 
 TABLES = RESOURCES / "rehearsal"
@@ -46,8 +50,9 @@ TOKENIZER_CORPUS = ["resources/data/tinyshakespeare/input.txt", "resources/data/
 LOCAL_ENCODERS = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")  # packaged, offline already
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
 
-# config keys (``*``: any name) capped at a CPU size: a value above the cap becomes the cap
-SHRINK: dict[str, int] = {
+# config keys (``*``: any name) capped at a CPU size: a value above the cap becomes the cap (the pipeline's; each
+# method's: its Swaps.shrink)
+OWN_SHRINK: dict[str, int] = {
     "datasets.*.split.n_per_class": 8,
     "datasets.*.pool.min_tokens": 16,
     "models.*.train.effective_batch_size": 4,
@@ -61,69 +66,54 @@ SHRINK: dict[str, int] = {
     "models.*.train.max_completion_length": 16,
     "models.*.corpus.size": 24,
     "scoring.max_length": 256,
-    "n_sampling.n": 2,
-    "n_sampling.tasks.*.max_new_tokens": 8,
-    "n_sampling.tasks.*.max_prompt_tokens": 1000,  # the stand-ins' 1024 positions, less the new tokens
-    "n_sampling.backend_options.tensor_parallel_size": 1,
-    "n_sampling.backend_options.max_model_len": 1024,
-    "n_sampling.metrics.workers": 1,
-    "adra.reward.workers": 1,
-    "adra.contrastive.distractors": 2,
-    "adra.train.max_steps": 2,
-    "adra.train.batch_size": 4,
-    "adra.train.grad_accum": 1,
-    "adra.train.save_steps": 1,
-    "adra.train.lora.r": 4,
-    "adra.train.vllm.tensor_parallel_size": 1,
-    "calibdcd.partition.n_train_per_class": 10,
-    "calibdcd.partition.n_calibration": 4,
-    "calibdcd.detectors.dpdllm.length": 8,
-    "calibdcd.detectors.dpdllm.max_new_tokens": 8,
-    "calibdcd.detectors.dpdllm.finetune.epochs": 2,
-    "calibdcd.detectors.veilprobe.max_new_tokens": 8,
-    "calibdcd.detectors.veilprobe.beams": 2,
-    "calibdcd.detectors.veilprobe.new_tokens": 2,
-    "calibdcd.detectors.veilprobe.ot_topk": 8,
-    "calibdcd.detectors.veilprobe.ot_iterations": 10,
-    "calibdcd.detectors.veilprobe.mapping.hidden_size": 32,
-    "calibdcd.detectors.veilprobe.mapping.num_layers": 1,
-    "calibdcd.detectors.veilprobe.mapping.num_heads": 2,
-    "calibdcd.detectors.veilprobe.mapping.intermediate_size": 64,
-    "calibdcd.detectors.veilprobe.mapping.max_length": 64,
-    "calibdcd.detectors.veilprobe.mapping.epochs": 1,
-    "calibdcd.generation.max_new_tokens": 8,
-    "calibdcd.generation.backend_options.tensor_parallel_size": 1,
-    "lara.controls.n_reference": 4,
-    "lara.neighbours.n": 2,
-    "lara.paraphrase.n_variants": 2,
-    "lara.baselines.cdd.n_samples": 2,
-    "lara.baselines.cdd.max_new_tokens": 8,
-    "lara.baselines.self_critique.max_new_tokens": 8,
-    "lara.llm.max_new_tokens": 16,
-    "lara.paraphrase.max_new_tokens": 16,
     "datasets.*.paraphrase.options.max_new_tokens": 16,
     "launch.nproc": 1,
 }
-DEVICES = ["scoring.device", "lara.features.device", "lara.baselines.device", "calibdcd.lm.device"]
+OWN_DEVICES = ("scoring.device",)
 # keys naming a compute precision: on the CPU a paper config's bf16 (or fp16) becomes auto (bf16 where the CPU computes
 # it natively, AMX / AVX512-BF16; fp32 where it would be emulated, tens of times slower)
 PRECISION_KEYS = ("dtype", "precision", "embedding_dtype")
 # generation sections: (the key naming their backend, the key of its options); vllm -> hf where the vLLM
 # worker's environment has no working vLLM, keeping the options the hf backend takes (hf_options)
-BACKENDS = {"n_sampling": ("backend", "backend_options"), "calibdcd.generation": ("backend", "backend_options"),
-            "lara.llm": ("engine", "backend_options"), "datasets.*.paraphrase": ("backend", "options")}
+OWN_BACKENDS = {"datasets.*.paraphrase": ("backend", "options")}
 # keys naming a model by hub id outside the models section (an encoder, a scorer, a pool's token counter):
 # their stand-ins are inputs of every models-section stand-in, so each stage reading one that also reads a
 # model runs after it; rules build_pool, paraphrase and paraphrase_pool list theirs (rules/common.smk: stand_ins_of)
-MODEL_KEYS = ["n_sampling.metrics.embedding_model", "calibdcd.detectors.veilprobe.embedding_model",
-              "calibdcd.detectors.dpdllm.reference_model", "calibdcd.detectors.veilprobe.key_token_model",
-              "calibdcd.detectors.veilprobe.mlm_model", "leakage.embedding_model", "datasets.*.pool.tokenizer",
-              "lara.llm.model",
-              "datasets.*.paraphrase.options.model"]
-# settings a rehearsal needs besides sizes: LaRA's LLM perturbations fall back to offline backends where the
-# instruction model's stand-in (random weights) gives no valid answer
-REHEARSAL_SETTINGS = {"lara.llm.fallback": True}
+OWN_MODEL_KEYS = ("leakage.embedding_model", "datasets.*.pool.tokenizer", "datasets.*.paraphrase.options.model")
 DATA_KEYS = ["datasets.*.pool.source", "datasets.*.pool.nonmember_source", "models.*.filler"]
+
+
+def _merged(attribute: str, own):
+    """The pipeline's ``own`` table and every method's Swaps ``attribute``, as one (a dict or a tuple)."""
+    parts = [own, *(getattr(m.rehearsal, attribute) for m in methods())]
+    if isinstance(own, dict):
+        return {k: v for part in parts for k, v in part.items()}
+    return tuple(k for part in parts for k in part)
+
+
+def shrink_caps() -> dict[str, int]:
+    """Every config key capped at a CPU size (``*``: any name), and its cap."""
+    return _merged("shrink", OWN_SHRINK)
+
+
+def devices() -> tuple[str, ...]:
+    """Every config key naming a device (the CPU in a rehearsal)."""
+    return _merged("devices", OWN_DEVICES)
+
+
+def backends() -> dict[str, tuple[str, str]]:
+    """Every generation section (``*``: any name): (the key naming its backend, the key of its options)."""
+    return _merged("backends", OWN_BACKENDS)
+
+
+def model_keys() -> tuple[str, ...]:
+    """Every key naming a model by hub id outside the models section."""
+    return _merged("model_keys", OWN_MODEL_KEYS)
+
+
+def rehearsal_settings() -> dict:
+    """The settings a rehearsal needs besides sizes (key: value)."""
+    return _merged("settings", {})
 
 
 class RehearsalError(ValueError):
@@ -204,7 +194,7 @@ def swap_models(config: dict, plan: Plan) -> None:
         if spec["kind"] == "hf" and is_hub_model(spec["path"], config):
             spec["path"] = stand_in_stage(plan, spec["path"], f"models.{name}.path").path("model")
             spec.pop("revision", None)  # a hub revision: the stand-in's key is its content
-    for pattern in MODEL_KEYS:
+    for pattern in model_keys():
         for key, parent, last in list(matches(config, pattern)):
             if is_hub_model(parent[last], config):
                 parent[last] = stand_in_stage(plan, parent[last], key).path("model")
@@ -261,29 +251,23 @@ def with_samples(config: dict) -> dict:
 
 # -- sizes, devices, backends ---------------------------------------------------------------------
 def shrink(config: dict) -> None:
-    """Cap every :data:`SHRINK` key and keep the first seed (in place); LoRA keeps its alpha / r ratio,
-    ADRA its evaluated steps at the same fractions of training."""
+    """Cap every key of :func:`shrink_caps` and keep the first seed (in place); then each method keeps the ratios
+    its caps must not change (its Swaps.rescale, e.g. LoRA's alpha / r)."""
+    paper = copy.deepcopy(config)
     config["seeds"] = config["seeds"][:1]
-    lora = config.get("adra", {}).get("train", {}).get("lora", {})
-    r_before = lora.get("r")
-    steps_before = config.get("adra", {}).get("train", {}).get("max_steps")
-    for pattern, cap in SHRINK.items():
+    for pattern, cap in shrink_caps().items():
         for _, parent, last in matches(config, pattern):
             if isinstance(parent[last], bool) or not isinstance(parent[last], int) or parent[last] > cap:
                 parent[last] = cap
-    if r_before and "lora_alpha" in lora:
-        alpha = lora["lora_alpha"] * lora["r"] / r_before
-        lora["lora_alpha"] = int(alpha) if alpha == int(alpha) else alpha
-    if steps_before and steps_before > 0 and "eval" in config.get("adra", {}):
-        new = config["adra"]["train"]["max_steps"]
-        config["adra"]["eval"]["steps"] = sorted({s * new // steps_before for s in config["adra"]["eval"]["steps"]
-                                                  if s * new // steps_before < new})
+    for method in methods():
+        if method.rehearsal.rescale is not None:
+            method.rehearsal.rescale(paper, config)
 
 
 def cpu_only(config: dict, vllm_available: bool) -> None:
     """Devices to the CPU, bf16 and fp16 to ``auto`` (:data:`PRECISION_KEYS`); vLLM backends to hf when vLLM is not
     importable (in place)."""
-    for pattern in DEVICES:
+    for pattern in devices():
         for _, parent, last in matches(config, pattern):
             parent[last] = "cpu"
 
@@ -296,7 +280,7 @@ def cpu_only(config: dict, vllm_available: bool) -> None:
                 native(value)
 
     native(config)
-    for section, (backend, options) in BACKENDS.items():
+    for section, (backend, options) in backends().items():
         for _, parent, last in matches(config, f"{section}.{backend}"):
             if parent[last] == "vllm" and not vllm_available:
                 parent[last] = "hf"
@@ -343,7 +327,7 @@ def rehearse(config: dict, *, vllm_available: bool | None = None, results: str =
     swap_models(out, Plan(out, results=results))
     shrink(out)
     cpu_only(out, vllm_works() if vllm_available is None else vllm_available)
-    for pattern, value in REHEARSAL_SETTINGS.items():
+    for pattern, value in rehearsal_settings().items():
         for _, parent, last in matches(out, pattern):
             parent[last] = value
     return out

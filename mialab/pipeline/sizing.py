@@ -7,21 +7,17 @@ model (``WORK``: rule -> what one job computes, :mod:`mialab.lm.cost`) and hands
 overrides any value per rule. The sizing function (:meth:`Sizing.job`, :meth:`Sizing.resources`):
 
 - **GPUs** are what the job's code uses. Training through ``mialab.core.launch`` (``sft_contaminate``,
-  ``rl_contaminate``, ``adra_train``): the launcher's world size, ``launch.nproc`` when it is a number,
-  else (``auto``: one process per GPU the job gets) a full node (``MIALAB_SLURM_GPUS_PER_NODE``,
-  default 8) for a model of at least :data:`LARGE_PARAMS_B` billion parameters and 1 below. vLLM
-  generation (rollouts, CalibDCD outputs, paraphrases, ``lara_perturbations`` with a ``lara.llm``): its
-  ``tensor_parallel_size``. The ``hf`` backend and forward passes (``score_baselines``, ``lara_features``,
-  ``lara_baselines``): 1. CalibDCD's training stages (``calibdcd_reference``: DPDLLM's reference
-  fine-tuning; ``calibdcd_veilprobe``: VeilProbe's mapping models) and VeilProbe's perturbation
-  (``calibdcd_perturbation``: forward passes of its key-token and fill-mask models) run on the one
-  device of ``calibdcd.lm.device``: 1, none when it is ``cpu``. Reconstruction metrics (``n_sampling_scores``,
-  ``adra_scores``): 1 when the embedding model has at least :data:`LARGE_PARAMS_B` billion parameters (it
-  then runs on the GPU), else none. Offline paraphrases, ``lara_perturbations`` without a ``lara.llm`` and
-  every other rule: none.
+  ``rl_contaminate``, and a method's ``launched`` rules): the launcher's world size, ``launch.nproc`` when it is a
+  number, else (``auto``: one process per GPU the job gets) a full node (``MIALAB_SLURM_GPUS_PER_NODE``,
+  default 8) for a model of at least :data:`LARGE_PARAMS_B` billion parameters and 1 below. vLLM generation
+  (paraphrases, a method's rollouts): its ``tensor_parallel_size``. The ``hf`` backend and forward passes
+  (``score_baselines``): 1. Embedding with an encoder (:meth:`Sizing.encoder_job`): 1 when the encoder has at
+  least :data:`LARGE_PARAMS_B` billion parameters (it then runs on the GPU), else none. Offline paraphrases and
+  every other rule: none. A method's rules: the jobs its Method entry gives (``jobs``, :mod:`mialab.pipeline.methods`;
+  each method's ``method`` module says what its jobs use).
 - **CPUs**: the job's share of a GPU node's CPUs (``MIALAB_SLURM_GPU_CPUS``, default 32, x its GPUs /
-  GPUs per node), and at least the job's own worker processes (``metrics.workers``,
-  ``adra.reward.workers``), at most a node's CPUs; a CPU job: its worker processes.
+  GPUs per node), and at least the job's own worker processes (e.g. a method's metric or reward workers),
+  at most a node's CPUs; a CPU job: its worker processes.
 - **Host memory** (MB): :data:`BASE_MEM_MB` + the bf16 weights (2 bytes per parameter) of the job's
   model once per process that loads them (a training job's world, else one) and once more while
   loading, x ``attempt``; at most ``MIALAB_SLURM_GPU_MEM_MB`` (a GPU node's memory, default 256000).
@@ -56,6 +52,7 @@ import pandas as pd
 from mialab.lm.cost import PoolSize, Throughputs, Work, load_throughputs, seconds
 from mialab.lm.embeddings import resolve_model_path
 from mialab.pipeline.cluster_checks import Architecture, model_table
+from mialab.pipeline.methods import method_items
 
 #: Models from this many billion parameters get a full node for training and a GPU for embeddings.
 LARGE_PARAMS_B = 1.0
@@ -71,17 +68,10 @@ SAFETY = 2.0
 MIN_RUNTIME_MIN = 4
 #: The shortest runtime a CPU job asks for, minutes (its work is mostly not in the cost model; no GPU waits).
 CPU_RUNTIME_MIN = 120
-#: Rules that train through mialab.core.launch (world size = their GPUs); see :meth:`Sizing.job`.
-TRAINING_RULES = ("sft_contaminate", "rl_contaminate", "adra_train")
-#: CalibDCD's training stages on one device (mialab.calibdcd.reference, mialab.calibdcd.mapping).
-CALIBDCD_TRAINING_RULES = ("calibdcd_reference", "calibdcd_veilprobe")
-#: Every rule :meth:`Sizing.job` sizes (the others get the profile's default-resources).
-SIZED_RULES = (*TRAINING_RULES, *CALIBDCD_TRAINING_RULES, "n_sampling_rollouts", "adra_eval", "calibdcd_features",
-               "calibdcd_perturbation",
-               "paraphrase", "paraphrase_pool", "score_baselines", "lara_perturbations", "lara_features",
-               "lara_baselines", "n_sampling_scores", "adra_scores")
-#: VeilProbe's mapping models' vocabulary (bert-base-uncased's), for their size.
-BERT_VOCAB = 30522
+#: The pipeline's rules that train through mialab.core.launch (world size = their GPUs); see :meth:`Sizing.job`.
+TRAINING_RULES = ("sft_contaminate", "rl_contaminate")
+#: The pipeline's rules :meth:`Sizing.job` sizes (the others get the profile's default-resources).
+OWN_SIZED_RULES = (*TRAINING_RULES, "paraphrase", "paraphrase_pool", "score_baselines")
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 #: The site settings (``MIALAB_SLURM_<name>``) and their defaults, which fit the test SLURM of
 #: tests/slurm/boot.sh; profiles/slurm reads them through :func:`site`. ``None``: unset, no default.
@@ -90,6 +80,16 @@ SITE = {"ACCOUNT": "mialab", "PARTITION": "mialab", "CPU_PARTITION": "mialab", "
         "GPU_MEM_MB": "256000"}
 #: The site settings a SLURM run must be given (their defaults name the test SLURM's partition and account).
 REQUIRED_SITE = ("ACCOUNT", "PARTITION", "CPU_PARTITION")
+
+
+def training_rules() -> tuple[str, ...]:
+    """Every rule that trains through mialab.core.launch: the pipeline's and each method's ``launched``."""
+    return (*TRAINING_RULES, *(r for _, launched in method_items("launched") for r in launched))
+
+
+def sized_rules() -> tuple[str, ...]:
+    """Every rule :meth:`Sizing.job` sizes: the pipeline's and each method's (its ``jobs``)."""
+    return (*OWN_SIZED_RULES, *(r for _, jobs in method_items("jobs") for r in jobs))
 
 
 def site(name: str, environ: Mapping[str, str] | None = None) -> str | None:
@@ -129,16 +129,6 @@ def safetensors_params_b(folder: Path) -> float | None:
     return sum(f.stat().st_size for f in files) / DTYPE_BYTES.get(str(dtype), 2) / 1e9
 
 
-def mapping_params_b(mapping: Mapping) -> float:
-    """Billions of parameters of one of VeilProbe's mapping models (mialab.calibdcd.mapping; the two are
-    trained one after the other): a BERT encoder and decoder of ``num_layers`` layers each
-    (self-attention, feed-forward; the decoder's cross-attention too) with their embeddings."""
-    h, inter, layers = mapping["hidden_size"], mapping["intermediate_size"], mapping["num_layers"]
-    embeddings = (BERT_VOCAB + mapping["max_length"]) * h
-    layer = 4 * h * h + 2 * h * inter
-    return (2 * embeddings + layers * (2 * layer + 4 * h * h)) / 1e9
-
-
 @dataclass
 class Sizing:
     """The sizing function over one validated config (module doc); ``work``: every sized rule's cost model
@@ -159,7 +149,7 @@ class Sizing:
             self.table = model_table()
         if self.throughputs is None:
             self.throughputs = load_throughputs()
-        missing = sorted(set(SIZED_RULES) - set(self.work)) if self.work else []
+        missing = sorted(set(sized_rules()) - set(self.work)) if self.work else []
         if missing:
             raise KeyError(f"no cost model for the sized rules {missing} (a method package's cost.WORK)")
 
@@ -226,53 +216,37 @@ class Sizing:
         """What a job of ``rule`` on ``model`` (and ``dataset``) uses (module doc)."""
         cfg = self.config
         if rule in TRAINING_RULES:
-            p = self.params_b(model)
-            world = self.world(p)
-            workers = cfg["adra"]["reward"]["workers"] if rule == "adra_train" else 1
-            return Job("train", world, p, processes=world, workers=workers)
-        if rule in CALIBDCD_TRAINING_RULES:
-            calib = cfg["calibdcd"]
-            gpus = 0 if calib["lm"]["device"] == "cpu" else 1
-            if rule == "calibdcd_reference":
-                return Job("train", gpus, self.params_b(calib["detectors"]["dpdllm"]["reference_model"]))
-            return Job("train", gpus, mapping_params_b(calib["detectors"]["veilprobe"]["mapping"]))
-        if rule == "calibdcd_perturbation":
-            calib = cfg["calibdcd"]
-            vp = calib["detectors"]["veilprobe"]
-            largest = max(self.params_b(m) for m in vp.get("key_token_models") or [vp["key_token_model"]])
-            return Job("generate", 0 if calib["lm"]["device"] == "cpu" else 1, largest)  # beam searches per token
-        if rule in ("n_sampling_rollouts", "adra_eval"):
-            ns = cfg["n_sampling"]
-            return Job("generate", self.engine_gpus(ns["backend"], ns["backend_options"]), self.params_b(model))
-        if rule == "calibdcd_features":
-            gen = cfg["calibdcd"]["generation"]
-            return Job("generate", self.engine_gpus(gen["backend"], gen["backend_options"]), self.params_b(model))
+            return self.training_job(model)
         if rule in ("paraphrase", "paraphrase_pool"):
             para = cfg["datasets"][dataset]["paraphrase"]
             if para["backend"] == "offline":
                 return Job("cpu", 0)
             return Job("generate", self.engine_gpus(para["backend"], para["options"]),
                        self.params_b(para["options"]["model"]))
-        if rule == "lara_perturbations":
-            llm = cfg["lara"].get("llm")  # the job starts its engine whenever the section is there
-            if not llm:
-                return Job("cpu", 0)
-            return Job("generate", self.engine_gpus(llm["engine"], llm["backend_options"]), self.params_b(llm["model"]))
-        if rule in ("score_baselines", "lara_features"):
+        if rule == "score_baselines":
             return Job("forward", 1, self.params_b(model))
-        if rule == "lara_baselines":   # transformers' generate of every question's answers, then forward passes
-            return Job("generate", 1, self.params_b(model))
-        if rule in ("n_sampling_scores", "adra_scores"):
-            metrics = cfg["n_sampling"]["metrics"]
-            encoder = metrics["embedding_model"]
-            p = self.params_b(resolve_model_path(encoder)) if encoder else 0.0
-            return Job("metrics", 1 if p >= LARGE_PARAMS_B else 0, p, workers=metrics["workers"])
+        for _, jobs in method_items("jobs"):
+            if rule in jobs:
+                return jobs[rule](self, model, dataset)
         raise KeyError(f"no sizing for rule {rule!r}")
+
+    def training_job(self, model: str | None, workers: int = 1) -> Job:
+        """A job that trains ``model`` through mialab.core.launch: a process per GPU of its world, each loading
+        the weights; ``workers``: the CPU worker processes of its own code."""
+        p = self.params_b(model)
+        world = self.world(p)
+        return Job("train", world, p, processes=world, workers=workers)
+
+    def encoder_job(self, encoder: str | None, workers: int = 1) -> Job:
+        """A job that embeds texts with ``encoder`` (None: none) beside CPU metrics in ``workers`` processes:
+        on a GPU from :data:`LARGE_PARAMS_B` billion parameters."""
+        p = self.params_b(resolve_model_path(encoder)) if encoder else 0.0
+        return Job("metrics", 1 if p >= LARGE_PARAMS_B else 0, p, workers=workers)
 
     def gpus(self, rule: str, model: str | None = None, dataset: str | None = None) -> int | None:
         """GPUs of a job of ``rule`` for the plan-time checks; None where the rule is not sized or the
         count depends on a model / dataset not given."""
-        if rule not in SIZED_RULES or (rule in TRAINING_RULES and model is None) or \
+        if rule not in sized_rules() or (rule in training_rules() and model is None) or \
                 (rule.startswith("paraphrase") and dataset is None):
             return None
         return self.job(rule, model, dataset).gpus
