@@ -107,6 +107,7 @@ def test_the_committed_references_hold_what_the_paper_configs_jobs_receive(metho
             assert row["source"].split(":")[0].split(" (")[0], row
             if row["status"] != "equal":
                 assert len(row["reason"]) > 20, row["name"]
+                assert not row["reason"].startswith("open:"), (name, row["name"])   # every difference settled
 
 
 def test_the_summary_and_the_config_header_are_generated_from_the_references():
