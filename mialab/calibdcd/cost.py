@@ -69,10 +69,10 @@ def calibdcd_features(facts, model: str, dataset: str, *, wildcards, **_) -> Wor
     calib = facts.config["calibdcd"]
     gen = calib["generation"]
     if wildcards["scope"] == ORIGINAL_SCOPE:
-        per_text = {d: len(DETECTOR_INPUTS[d]) for d in calib["detectors"]}
-        prompts = facts.pool(dataset).rows * sum(per_text.values())
-        answers = facts.pool(dataset).rows * sum(n * spec.get("continuations", 1)
-                                                 for n, spec in zip(per_text.values(), calib["detectors"].values()))
+        inputs = {d: len(DETECTOR_INPUTS[d]) for d in calib["detectors"]}
+        prompts = facts.pool(dataset).rows * sum(inputs.values())
+        answers = facts.pool(dataset).rows * sum(inputs[d] * spec.get("continuations", 1)
+                                                 for d, spec in calib["detectors"].items())
     else:
         views = len(controlled_views(calib["models"][model]["family"]))
         prompts = answers = facts.seeds * calib["partition"]["n_calibration"] * views
