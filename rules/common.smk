@@ -23,7 +23,7 @@ from mialab.pipeline.lock import apply_lock, check_sources_fetched, fetches, loc
 from mialab.pipeline.prefetch import check_hub_cache, hub_items, hub_revisions, pin_models
 from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
 from mialab.pipeline.sizing import Sizing, cost_report, unset_site_settings
-from mialab.scoring.baselines import passive_columns
+from mialab.scoring.baselines import attack_inputs_of, check_methods, passive_columns
 from mialab.pipeline.methods import method_plans, methods
 from mialab.pipeline.plan import EPOCH_PART, SEED_PART, WILDCARDS, Plan, no_member_models, seed_part
 from mialab.training.plan import RLPlan
@@ -51,6 +51,7 @@ else:
     apply_lock(config, read_lock(LOCK))
     pin_models(config, LOCK_MODELS)
 check_config(config)
+check_methods(config["scoring"]["methods"], config["scoring"])  # the passive baselines' and the scoring attacks' names
 # every data source pinned and fetched before any job (dry runs included), except for the run that fetches them
 FETCHING = workflow.is_main_process and fetches(sys.argv[1:])  # this run fetches them (rule prefetch, the login node)
 if workflow.is_main_process and not rehearsing(config) and not FETCHING:
@@ -269,6 +270,16 @@ def all_outputs():
     if workflow.is_main_process:
         check_stages(PLAN.built)
     return out + [SUMMARY["markdown"], SUMMARY["csv"], *EXTRA_TARGETS]
+
+
+def attack_inputs(dataset):
+    """Each scoring attack's input files on ``dataset``, by attack and name."""
+    return attack_inputs_of(PLAN, dataset)
+
+
+def attack_files(wc):
+    """The scoring attacks' input files as rule inputs (``<attack>_<name>``)."""
+    return {f"{a}_{k}": v for a, files in attack_inputs(wc.dataset).items() for k, v in files.items()}
 
 
 def reference_scores(wc):

@@ -1,17 +1,19 @@
-# Passive baselines (Loss, R-Loss, Zlib, Min-K%, Min-K%++) on every (model, dataset, seed): one job
+# Passive baselines (Loss, R-Loss, Zlib, Min-K%, Min-K%++) and the scoring attacks (mialab.scoring.attacks) on every (model, dataset, seed): one job
 # per (model, dataset) scores every seed's split, each distinct text once (mialab.pipeline.plan.Plan.score_run).
 
 
 rule score_baselines:
     input:
         unpack(reference_scores),
+        unpack(attack_files),
         splits=lambda wc: [split_file(wc.dataset, s) for s in SEEDS],
         model=lambda wc: model_dir(wc.model),
     output:
         scores=PLAN.seed_patterns("scores", "scores.parquet"),
         manifest=PLAN.pattern("scores", "manifest.json"),
     params:
-        spec=config["scoring"],
+        spec=PLAN.scoring(),
+        attack_inputs=lambda wc: attack_inputs(wc.dataset),
         model_path=lambda wc: PLAN.model_path(wc.model),
         manifest=lambda wc: _checked(PLAN.score_run(wc.model, wc.dataset), wc).manifest,
     threads: 1

@@ -63,7 +63,7 @@ from mialab.pipeline.config import (
 from mialab.pipeline.plan import Plan
 from mialab.pipeline.prefetch import check_hub_cache
 from mialab.pipeline.sizing import Sizing
-from mialab.scoring.baselines import passive_columns
+from mialab.scoring.baselines import check_methods, passive_columns
 from mialab.training.checkpoints import CheckpointRefused, latest_checkpoint, refusing_pickled_code
 from mialab.training.plan import RLPlan
 
@@ -89,6 +89,7 @@ def plan_checks(cfg: dict) -> None:
     the evaluation names, the leakage checks' options (its LEAKAGE_TABLES)."""
     validate_config(cfg)
     check_config(cfg)
+    check_methods(cfg["scoring"]["methods"], cfg["scoring"])
     check_cluster_arithmetic(cfg, local_gpus=0, job_gpus=Sizing(cfg).gpus)
     plan = Plan(cfg)
     ns = NSamplingPlan(plan, cfg)
@@ -282,7 +283,7 @@ CASES = {
         both(at("scoring", "k", value=[0.1]), at("evaluation", "baseline", value="loss"))),
     "issue-k-drops-the-adra-plus-prior": Bad(
         "plan", r"adra\.contrastive\.baseline: 'min_k_plus_plus@0\.2' is not a score "
-                r"of scoring\.methods .* on sft \(.*min_k_plus_plus@0\.1\)",
+                r"of scoring\.methods .* on sft \(.*min_k_plus_plus@0\.1[,)]",
         at("scoring", "k", value=[0.1]),
         base="adra"),
     "issue-baseline-k-not-scored": Bad(
@@ -477,8 +478,14 @@ CASES = {
         "plan", r"scoring\.methods: .* has non-unique elements",
         at("scoring", "methods", value=["loss", "loss", "min_k_plus_plus"])),
     "new-method-unknown": Bad(
-        "plan", r"scoring\.methods\[1\]: 'ppl' is not one of \['loss'",
+        "plan", r"scoring\.methods: unknown scoring method\(s\) \['ppl'\]; known: dc_pdd, gradnorm, loss",
         at("scoring", "methods", value=["loss", "ppl"])),
+    "new-dc-pdd-without-corpus": Bad(
+        "plan", r"scoring\.dc_pdd\.corpus: DC-PDD needs a reference corpus",
+        at("scoring", "dc_pdd", value={})),
+    "new-gradnorm-norm": Bad(
+        "plan", r"scoring\.gradnorm\.p: 3 is not one of \[1, 2, 'inf'\]",
+        at("scoring", "gradnorm", "p", value=3)),
     "new-methods-empty": Bad(
         "plan", r"scoring\.methods: \[\] should be non-empty",
         at("scoring", "methods", value=[])),

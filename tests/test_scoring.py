@@ -82,7 +82,7 @@ def test_score_texts_columns_and_unknown_method():
     cols = score_texts([st], ["a b"], ["loss", "r_loss", "min_k", "min_k_plus_plus"], [0.2, 0.5])
     assert set(cols) == {"loss", "min_k@0.2", "min_k@0.5", "min_k_plus_plus@0.2", "min_k_plus_plus@0.5"}
     assert cols["loss"][0] == pytest.approx(-2.0)
-    with pytest.raises(ValueError, match="known: loss"):
+    with pytest.raises(ValueError, match="known: dc_pdd, gradnorm, loss"):
         check_methods(["los"])
 
 

@@ -14,7 +14,8 @@ params, inp, out = snakemake.params, snakemake.input, snakemake.output  # noqa: 
 splits = [pd.read_parquet(p) for p in inp.splits]
 refs = [pd.read_parquet(p) for p in inp.reference] if inp.get("reference") else None
 tables = score_splits(params.model_path, splits, params.spec, reference_scores=refs,
-                      trust_remote_code=trusts_remote_code(snakemake.config, snakemake.wildcards.model))  # noqa: F821
+                      trust_remote_code=trusts_remote_code(snakemake.config, snakemake.wildcards.model),  # noqa: F821
+                      attack_inputs=params.attack_inputs)
 for table, path in zip(tables, out.scores):
     write_parquet(table, path)
 write_manifest({**params.manifest, "rows": [len(t) for t in tables], "columns": list(tables[0].columns)}, out.manifest,

@@ -430,8 +430,15 @@ class Plan:
             upstream["reference_scores"] = self.score_run(ref, dataset).key
         return self.stage("scores", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "seeds": seeds,
-            "config": self.config["scoring"], "upstream": upstream,
+            "config": self.scoring(), "upstream": upstream,
         })
+
+    def scoring(self) -> dict:
+        """The ``scoring`` section as score jobs read it: a settings sub-section of a method that
+        ``scoring.methods`` does not list is left out (it decides nothing, so adding a method leaves the keys
+        and parameters of configs that do not run it as they were)."""
+        section = self.config["scoring"]
+        return {k: v for k, v in section.items() if not isinstance(v, dict) or k in section["methods"]}
 
     def scores(self, model: str, dataset: str, seed: int) -> Stage:
         """Seed ``seed``'s part of :meth:`score_run`: its key, and ``seed-<s>/`` as its folder."""

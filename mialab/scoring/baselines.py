@@ -14,6 +14,9 @@ So Loss is reported as the mean token log-likelihood (minus the loss), and so on
   z_t. Where σ_t = 0 (a one-hot next-token distribution), z_t = 0.
 
 The lowest-``k`` slice always holds at least one token, so a short text never yields NaN.
+
+The scoring attacks (:mod:`mialab.scoring.attacks`: GradNorm, ReCaLL, DC-PDD, ...) are methods of the same
+``scoring.methods`` list and the same score tables.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ import numpy as np
 from mialab.core.finite import require_finite
 from mialab.lm.logprobs import TokenStats
 from mialab.pipeline.columns import Columns
+from mialab.pipeline.config import ConfigError
 from mialab.pipeline.plan import Plan
+from mialab.scoring.attacks import ATTACKS
 
 SIGMA_EPS = 1e-12
 
@@ -74,14 +79,29 @@ METHODS: dict[str, tuple[Callable[..., float], bool]] = {
 }
 # Methods computed from other score tables rather than from one model's token statistics.
 DERIVED = {"r_loss"}
-KNOWN = sorted([*METHODS, *DERIVED])
+KNOWN = sorted([*METHODS, *DERIVED, *ATTACKS.known()])
 
 
-def check_methods(names: list[str]) -> None:
-    """Fail on an unknown method name, listing the known ones."""
+def check_methods(names: list[str], scoring: dict | None = None) -> None:
+    """Fail on an unknown method name, listing the known ones, and on a ``scoring`` section an attack among
+    them cannot run with (:meth:`mialab.scoring.attacks.Attack.check`)."""
     unknown = [n for n in names if n not in KNOWN]
     if unknown:
-        raise ValueError(f"unknown scoring method(s) {unknown}; known: {', '.join(KNOWN)}")
+        raise ConfigError(f"scoring.methods: unknown scoring method(s) {unknown}; known: {', '.join(KNOWN)}")
+    for name in names if scoring is not None else []:
+        fault = ATTACKS.get(name).check(scoring) if name in ATTACKS.known() else None
+        if fault:
+            raise ConfigError(fault)
+
+
+def attacks_of(scoring: dict) -> list[str]:
+    """The scoring attacks among ``scoring.methods``, in its order."""
+    return [m for m in scoring["methods"] if m in ATTACKS.known()]
+
+
+def attack_inputs_of(plan: Plan, dataset: str) -> dict[str, dict]:
+    """The input files of each scoring attack the config runs, on ``dataset`` (by attack, then name)."""
+    return {a: ATTACKS.get(a).inputs(plan, dataset) for a in attacks_of(plan.config["scoring"])}
 
 
 def column_name(method: str, k: float | None = None) -> str:
@@ -114,11 +134,12 @@ def passive_columns(plan: Plan) -> list[Columns]:
 
 
 def score_texts(stats: list[TokenStats], texts: list[str], methods: list[str], ks: list[float]) -> dict[str, np.ndarray]:
-    """Every requested per-model method (``r_loss`` excluded) on every text, as named columns."""
+    """Every requested method of one model's token statistics (``r_loss`` and the attacks excluded) on every
+    text, as named columns."""
     check_methods(methods)
     cols: dict[str, np.ndarray] = {}
     for name in methods:
-        if name in DERIVED:
+        if name not in METHODS:
             continue
         fn, takes_k = METHODS[name]
         for k in ks if takes_k else [None]:

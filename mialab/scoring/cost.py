@@ -1,17 +1,25 @@
 """What one ``score_baselines`` job computes (mialab.lm.cost, priced by mialab.pipeline.sizing): one model's
 forward pass over every distinct text of every seed's split of one dataset, one text a pass, each at
-``scoring.max_length`` tokens (the passive baselines all read the same log-probabilities)."""
+``scoring.max_length`` tokens (the passive baselines all read the same log-probabilities), plus each scoring
+attack's extra forward passes and, for one that backpropagates (GradNorm), a forward and backward pass a text
+(its gradients fit beside the weights on the job's one GPU)."""
 
 from __future__ import annotations
 
-from mialab.lm.cost import Work
+from mialab.lm.cost import Work, train_flops
+from mialab.scoring.attacks import ATTACKS
+from mialab.scoring.baselines import attacks_of
 
 
 def score_baselines(facts, model: str, dataset: str, **_) -> Work:
     scoring = facts.config["scoring"]
     texts, p = facts.texts(dataset), facts.params_b(model)
-    return Work(params_b=p, dtype=scoring["dtype"], loads_b=(p,), scored_texts=texts,
-                scored_tokens=texts * scoring["max_length"])
+    attacks = [ATTACKS.get(a) for a in attacks_of(scoring)]
+    passes = 1 + sum(a.forwards for a in attacks)
+    tokens = texts * scoring["max_length"]
+    return Work(params_b=p, dtype=scoring["dtype"], loads_b=(p,), scored_texts=texts * passes,
+                scored_tokens=tokens * passes,
+                train_flops=train_flops(p, tokens * sum(a.backward for a in attacks)))
 
 
 WORK = {"score_baselines": score_baselines}

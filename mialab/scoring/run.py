@@ -6,7 +6,9 @@ import pandas as pd
 
 from mialab.lm.loading import load_causal_lm, load_tokenizer
 from mialab.lm.logprobs import token_stats
-from mialab.scoring.baselines import r_loss, score_texts
+from mialab.core.finite import require_finite
+from mialab.scoring.attacks import ATTACKS, Texts
+from mialab.scoring.baselines import attacks_of, r_loss, score_texts
 
 
 def score_split(model_path: str, split: pd.DataFrame, spec: dict, *,
@@ -25,12 +27,13 @@ def score_split(model_path: str, split: pd.DataFrame, spec: dict, *,
 
 
 def score_splits(model_path: str, splits: list[pd.DataFrame], spec: dict, *,
-                 reference_scores: list[pd.DataFrame] | None = None,
-                 trust_remote_code: bool = False) -> list[pd.DataFrame]:
+                 reference_scores: list[pd.DataFrame] | None = None, trust_remote_code: bool = False,
+                 attack_inputs: dict[str, dict] | None = None) -> list[pd.DataFrame]:
     """:func:`score_split` of several splits of one pool, each distinct text scored once.
 
     Splits of one pool share ids; an id whose text differs between splits is an error (the
     splits would not come from one pool). ``reference_scores``: one table per split, or None.
+    ``attack_inputs``: each scoring attack's input files by name (:meth:`mialab.scoring.attacks.Attack.inputs`).
     """
     texts = pd.concat([s[["id", "text"]] for s in splits]).drop_duplicates()
     clash = texts["id"][texts["id"].duplicated()]
@@ -45,6 +48,11 @@ def score_splits(model_path: str, splits: list[pd.DataFrame], spec: dict, *,
                            "truncated": [s.truncated for s in stats]})
     for name, col in score_texts(stats, distinct, spec["methods"], spec["k"]).items():
         scored[name] = col
+    job = Texts(model, tok, distinct, texts["id"].tolist(), stats, spec,
+                split_ids=frozenset(i for s in splits for i in s["id"]))
+    for name in attacks_of(spec):
+        job.inputs = (attack_inputs or {}).get(name, {})
+        scored[name] = require_finite(f"method {name}: scores", ATTACKS.get(name).score(job), FloatingPointError)
     scored = scored.set_index("id")
     out = []
     for i, split in enumerate(splits):

@@ -1,0 +1,89 @@
+"""Scoring attacks: membership scores of one model on each text that need more than the shared forward pass
+of the passive baselines (:mod:`mialab.scoring.baselines`) — a backward pass, a second forward with other
+tokens, or data besides the text. They run in the same ``score_baselines`` job, as columns of its tables.
+
+An attack is one module of this package that registers an :class:`Attack` in :data:`ATTACKS` (the MIMIR model:
+one base class, each attack a short module, chosen by name in ``scoring.methods``). It declares its settings
+section ``scoring.<name>`` (the schema holds its defaults), the files it reads besides the splits
+(:meth:`Attack.inputs`, rule inputs), the extra forward and backward passes a text costs
+(:mod:`mialab.scoring.cost`), and :meth:`Attack.score`. Convention, as for every score: higher = more likely a
+member; an attack whose peer implementation reports the opposite says so.
+
+A sub-section of ``scoring`` named after a method the config does not run decides nothing
+(:meth:`mialab.pipeline.plan.Plan.scoring`): adding an attack leaves other configs' keys and results alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mialab.core.registry import Registry
+from mialab.lm.logprobs import TokenStats
+
+
+@dataclass
+class Texts:
+    """What an attack scores: the distinct ``texts`` of one (model, dataset) job (ids ``ids``), with the
+    shared pass's :class:`TokenStats` (``stats``), the loaded ``model`` and ``tokenizer``, the ``scoring``
+    section and the attack's input files by name (``inputs``: :meth:`Attack.inputs`). ``split_ids``: every id
+    of every seed's split (data an attack reads besides them must hold none)."""
+
+    model: Any
+    tokenizer: Any
+    texts: list[str]
+    ids: list[str]
+    stats: list[TokenStats]
+    scoring: dict
+    inputs: dict[str, Any] = field(default_factory=dict)
+    split_ids: frozenset = frozenset()
+
+    def settings(self, name: str) -> dict:
+        return self.scoring[name]
+
+    def rows(self) -> list[list[int]]:
+        """Each text's scored tokens: its first ``max_length`` under ``truncation: truncate``, all of them else."""
+        if self.scoring["truncation"] == "truncate":
+            return self.tokenizer(self.texts, truncation=True, max_length=self.scoring["max_length"])["input_ids"]
+        return self.tokenizer(self.texts)["input_ids"]
+
+
+class Attack:
+    """A scoring attack (module doc). ``name``: its ``scoring.methods`` entry and settings section;
+    ``forwards``: forward passes a text costs beyond the shared one; ``backward``: whether it backpropagates."""
+
+    name: str = ""
+    forwards: int = 0
+    backward: bool = False
+
+    def check(self, scoring: dict) -> str | None:
+        """What is wrong with the ``scoring`` section for this attack (naming the key), or None."""
+        return None
+
+    def inputs(self, plan, dataset: str) -> dict[str, str | list[str]]:
+        """Files the job reads besides the splits and the model (rule inputs, by name)."""
+        return {}
+
+    def score(self, texts: Texts) -> np.ndarray:
+        raise NotImplementedError
+
+
+@functools.cache
+def _discover() -> None:
+    for module in sorted(p.stem for p in Path(__file__).parent.glob("*.py") if p.stem != "__init__"):
+        importlib.import_module(f"{__name__}.{module}")
+
+
+#: Every scoring attack, by name.
+ATTACKS: Registry[Attack] = Registry("scoring attack", load=_discover, plural="attacks")
+
+
+def register(cls: type[Attack]) -> type[Attack]:
+    """Class decorator: register an instance of ``cls`` under its ``name``."""
+    ATTACKS.register(cls.name)(cls())
+    return cls
