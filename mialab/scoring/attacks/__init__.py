@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from mialab.core.registry import Registry
 from mialab.lm.logprobs import TokenStats
@@ -45,6 +46,13 @@ class Texts:
 
     def settings(self, name: str) -> dict:
         return self.scoring[name]
+
+    def known_nonmembers(self, key: str = "pool") -> pd.DataFrame:
+        """The non-members of the pool file ``inputs[key]`` that are in no seed's split (``id``, ``text``, in pool
+        order): data an attack may learn from, never an evaluated candidate nor its label."""
+        pool = pd.read_parquet(self.inputs[key], columns=["id", "text", "label"])
+        outside = ~pool["id"].astype(str).isin(set(map(str, self.split_ids)))
+        return pool[(pool["label"] == 0) & outside][["id", "text"]].reset_index(drop=True)
 
     def rows(self) -> list[list[int]]:
         """Each text's scored tokens: its first ``max_length`` under ``truncation: truncate``, all of them else."""

@@ -14,7 +14,6 @@ likelihood reads prefix and text (each tokenized alone, as MIMIR) in consecutive
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from mialab.core.progress import progress
 from mialab.scoring.attacks import Attack, Texts, register
@@ -64,9 +63,7 @@ class ReCaLL(Attack):
 
     def prefix(self, texts: Texts) -> list[str]:
         """The known non-members (module doc), fitted to the context."""
-        pool = pd.read_parquet(texts.inputs["pool"], columns=["id", "text", "label"])
-        known = pool[(pool["label"] == 0) & ~pool["id"].astype(str).isin(set(map(str, texts.split_ids)))]
-        shots = known["text"].iloc[:texts.settings(self.name)["num_shots"]].tolist()
+        shots = texts.known_nonmembers()["text"].iloc[:texts.settings(self.name)["num_shots"]].tolist()
         if not shots:
             raise ValueError(f"scoring.recall: pool {texts.inputs['pool']} has no non-member outside the seeds' "
                              "splits to condition on; lower split.n_per_class or use fewer seeds")
