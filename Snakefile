@@ -7,6 +7,7 @@ import sys
 sys.path.insert(0, workflow.basedir)  # mialab, for this file and the rule files
 
 from mialab.pipeline.config import check_yaml_files
+from mialab.pipeline.methods import methods, rule_file
 
 
 if not workflow.config_settings.configfiles:
@@ -24,11 +25,15 @@ include: "rules/scoring.smk"
 include: "rules/evaluation.smk"
 include: "rules/accounting.smk"
 include: "rules/prefetch.smk"
-include: "rules/calibdcd.smk"
-include: "rules/lara.smk"
 include: "rules/leakage.smk"
-include: "rules/n_sampling.smk"
-include: "rules/adra.smk"
+
+
+# every registered method's rule file (mialab.pipeline.methods: rules/<method>.smk), each after those it needs
+for _rules in [rule_file(m) for m in methods()]:
+
+    include: _rules
+
+
 include: "rules/targets.smk"
 
 

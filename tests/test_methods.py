@@ -40,6 +40,19 @@ def test_the_pipeline_and_core_name_no_method():
         "\n".join(f"{p}:{line}" for p, lines in found.items() for line in lines)
 
 
+def test_the_snakefile_includes_the_registered_methods_rule_files_without_naming_them():
+    """A method's rule file is included because the method is registered (rules/<method>.smk), so a new method
+    touches no shared file; ``snakemake --list-rules`` shows every declared rule."""
+    import subprocess
+    import sys
+
+    assert not naming((REPO / "Snakefile").read_text())
+    listed = subprocess.run([sys.executable, "-m", "snakemake", "--list-rules"], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert {r for m in methods() for r in m.rules} <= set(listed.stdout.split())
+
+
 def test_the_check_sees_a_method_named():
     assert naming("SIZED = ('adra_train', 'score_baselines')") and naming("# N-Sampling's rollouts")
     assert naming('stage("calibdcd/scores", ...)') and naming("VeilProbe")
