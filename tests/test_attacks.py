@@ -29,7 +29,7 @@ SENTENCES = ["the cat sat on the mat and looked at the dog", "a dog ran in the p
 TINY_MODEL = {"corpus": SENTENCES * 30, "vocab_size": 300}  # conftest.tiny_model
 SCORING = {"methods": ["loss", "gradnorm", "recall", "dc_pdd"], "k": [0.2], "max_length": 128,
            "truncation": "truncate", "truncation_warn": 1.0, "dtype": "float32", "device": "cpu",
-           "gradnorm": {"p": "inf"}, "recall": {"num_shots": 2},
+           "gradnorm": {"p": "inf"}, "recall": {"num_shots": 2, "shot_max_words": None},
            "dc_pdd": {"corpus": {"source": "corpus.csv"}, "cap": 0.01, "max_tokens": 1024}}
 
 
@@ -99,6 +99,14 @@ def test_recall_conditions_on_pool_non_members_outside_every_split(model, tmp_pa
                     split_ids={"p1", "p2", "p4", "p5"})
     with pytest.raises(ValueError, match="no non-member outside the seeds' splits"):
         recall.score(none_left)
+    cut = job(model, [SENTENCES[0]], {**SCORING, "recall": {"num_shots": 2, "shot_max_words": 3}},
+              {"pool": pool_file(tmp_path)}, split_ids={"p0", "p1"})
+    assert recall.prefix(cut) == ["we read a", "birds sang in"]
+    narrow = {**SCORING, "max_length": 8}
+    assert recall.prefix(job(model, [SENTENCES[0]], narrow, {"pool": pool_file(tmp_path)}, split_ids={"p0"})) == \
+        [SENTENCES[1], SENTENCES[2]]  # none fits: every shot (MIMIR's prefix[-0:]) ...
+    with pytest.raises(ValueError, match="the prefix of .* tokens fills scoring.max_length = 8"):
+        recall.score(job(model, [SENTENCES[0]], narrow, {"pool": pool_file(tmp_path)}, split_ids={"p0"}))
 
 
 def test_dc_pdd_counts_documents_and_calibrates_first_occurrences(model, tmp_path):

@@ -261,7 +261,16 @@ def test_readme_section_is_regenerated_from_a_run_and_checked(tmp_path):
     assert run().returncode == 0
     text = readme.read_text()
     assert text.startswith("# x\n\nbefore\n\n" + BEGIN) and text.endswith(END + "\n\nafter\n") and "old" not in text
-    assert "| d / m | Min-K%++ |" in text and "| baseline | 20 |" in text and "sweep" not in text.lower()
+    grid = [line for line in text.splitlines() if line.startswith("| ")]
+    assert grid[0] == "| dataset / model | Loss | Min-K%++ | N-Sampling |" and grid[1].startswith("| d / m | ")
+    split = lambda line: [c.strip() for c in line.strip().strip("|").split("|")]
+    cells = dict(zip(split(grid[0])[1:], split(grid[1])[1:]))
+    row = h.set_index("family").loc["Loss"]
+    assert cells["Loss"].startswith(f"{100 * row['auroc']:.1f} [{100 * row['auroc_lo']:.0f}, ")
+    assert cells["Min-K%++"].endswith("(baseline)") and "sweep" not in text.lower()
+    marks = {f: "▲" if r["delta_auroc"] > 0 else "▼" for f, r in h.set_index("family").iterrows()
+             if r["method"] != r["baseline"] and r["p_value"] < 0.05}
+    assert all(cells[f].endswith(m) for f, m in marks.items())
     assert run("--check").returncode == 0
     with pytest.raises(ValueError, match="no results section"):
         replace_section("# no markers\n", "x")

@@ -10,25 +10,23 @@ import pandas as pd
 BEGIN, END = "<!-- results:begin (scripts/readme_results.py) -->", "<!-- results:end -->"
 
 
-def compact_headline(table: pd.DataFrame, fpr_targets: list[float]) -> str:
-    """The headline table, one line per (dataset, model, family): AUROC with its interval, TPR at
-    each FPR target, Δ AUROC against the baseline with its paired p-value, non-members per seed."""
-    from mialab.evaluation.metrics import fpr_column
-
-    tprs = [fpr_column(t) for t in fpr_targets]
-    head = ["dataset / model", "method", "AUROC [95% CI]", *tprs, "Δ vs baseline (p)", "n_neg"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in table.iterrows():
-        own = r["method"] == r.get("baseline")
-        if own or pd.isna(r.get("delta_auroc")):
-            delta = "baseline" if own else "–"
-        else:
-            p = "<0.001" if r["p_value"] < 0.001 else f"{r['p_value']:.3f}"
-            delta = f"{100 * r['delta_auroc']:+.1f} ({p})"
-        cells = [f"{r['dataset']} / {r['model']}", r["family"],
-                 f"{100 * r['auroc']:.1f} [{100 * r['auroc_lo']:.1f}, {100 * r['auroc_hi']:.1f}]",
-                 *(f"{100 * r[c]:.1f}" for c in tprs), delta, str(int(r["n_neg"]))]
-        lines.append("| " + " | ".join(cells) + " |")
+def headline_grid(table: pd.DataFrame, alpha: float = 0.05) -> str:
+    """The headline table as a grid: a line per (dataset, model), a column per method family (in the headline's
+    order), each cell the AUROC with its interval, marked ▲ / ▼ where the paired test puts it above / below the
+    baseline at ``alpha`` (the baseline's own cell: "(baseline)"). TPRs, Δ and p-values: summary.md."""
+    families = list(dict.fromkeys(table["family"]))
+    head = ["dataset / model", *families]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(families)]
+    for (dataset, model), rows in table.groupby(["dataset", "model"], sort=False):
+        cells = dict.fromkeys(families, "")
+        for _, r in rows.iterrows():
+            mark = ""
+            if r["method"] == r.get("baseline"):
+                mark = " (baseline)"
+            elif not pd.isna(r.get("delta_auroc")) and r["p_value"] < alpha:
+                mark = " ▲" if r["delta_auroc"] > 0 else " ▼"
+            cells[r["family"]] = f"{100 * r['auroc']:.1f} [{100 * r['auroc_lo']:.0f}, {100 * r['auroc_hi']:.0f}]{mark}"
+        lines.append("| " + " | ".join([f"{dataset} / {model}", *cells.values()]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -52,12 +50,14 @@ def sweep_onsets(table: pd.DataFrame) -> str:
 
 
 def results_section(headline: pd.DataFrame, fpr_targets: list[float], baseline: str) -> str:
-    """The markdown between the README's markers: the headline table of the default tiny world."""
+    """The markdown between the README's markers: the headline of the default tiny world as a grid."""
     text = [BEGIN, "",
-            f"Headline of the default tiny world (`results/evaluation/summary.md` has every method and ablation): "
-            f"AUROC with its 95% bootstrap interval over the distinct candidates of the 3 seeds (members and non-members resampled apart), TPR at low "
-            f"FPR (with 48–64 non-members per seed, TPR@1%FPR allows no false positive), and the paired bootstrap "
-            f"test against `{baseline}` on the same candidates.", "", compact_headline(headline, fpr_targets)]
+            f"Headline of the default tiny world: AUROC (%) with its 95% bootstrap interval over the distinct "
+            f"candidates of the 3 seeds (members and non-members resampled apart); ▲ / ▼: the paired bootstrap test "
+            f"on the same candidates puts it above / below `{baseline}` (p < 0.05). `results/evaluation/summary.md` "
+            f"has the TPR at {', '.join(f'{100 * t:g}%' for t in fpr_targets)} FPR, Δ and p of every row, and every "
+            f"method and ablation; an empty cell: a method the tiny world does not run on that model.", "",
+            headline_grid(headline)]
     return "\n".join(text + [END])
 
 

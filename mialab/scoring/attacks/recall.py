@@ -5,10 +5,13 @@ minus this ratio (its own loss convention: higher = non-member).
 
 The prefix: the first ``num_shots`` non-members of the dataset's pool, in pool order, that are in no seed's
 split (so no evaluated candidate and no evaluation label; MIMIR takes the first non-members of the evaluated
-set itself: docs/fidelity.md), joined without separator as MIMIR does, less its first shots while prefix and
-an average text (the mean token count of the job's texts) exceed ``scoring.max_length``. The conditional
-likelihood reads prefix and text (each tokenized alone, as MIMIR) in consecutive windows of
-``scoring.max_length`` tokens, scoring the text's tokens only. Settings ``scoring.recall``: ``num_shots``.
+set itself: docs/fidelity.md), each cut to its first ``shot_max_words`` words where set (null: whole, as MIMIR),
+joined without separator as MIMIR does. As MIMIR's ``process_prefix``: the first shots are dropped while
+prefix and an average text (the mean token count of the job's texts) exceed ``scoring.max_length``, and where
+not even one shot fits, every shot is kept. The conditional likelihood reads prefix and text (each tokenized
+alone, as MIMIR) in consecutive windows of ``scoring.max_length`` tokens, scoring the text's tokens only (a
+text's tokens past the first window are read without the prefix, as in MIMIR); a prefix as long as a window is
+an error. Settings ``scoring.recall``: ``num_shots``, ``shot_max_words``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from mialab.scoring.attacks import Attack, Texts, register
 
 
 def fitted_shots(shots: list[str], tokenizer, avg_length: int, max_length: int) -> list[str]:
-    """The last shots that fit beside ``avg_length`` tokens in ``max_length`` (all when they all fit)."""
+    """The last shots that fit beside ``avg_length`` tokens in ``max_length`` (all when they all fit, or when
+    none does: MIMIR's ``prefix[-0:]``)."""
     counts = [len(tokenizer.encode(s)) for s in shots]
     if sum(counts) + avg_length <= max_length:
         return shots
@@ -29,7 +33,7 @@ def fitted_shots(shots: list[str], tokenizer, avg_length: int, max_length: int) 
         if used + c > max_length:
             break
         kept, used = kept + 1, used + c
-    return shots[len(shots) - kept:] if kept else []
+    return shots[len(shots) - kept:] if kept else shots
 
 
 def conditional_mean_logp(model, prefix: list[int], text: list[int], max_length: int) -> float:
@@ -63,19 +67,21 @@ class ReCaLL(Attack):
 
     def prefix(self, texts: Texts) -> list[str]:
         """The known non-members (module doc), fitted to the context."""
-        shots = texts.known_nonmembers()["text"].iloc[:texts.settings(self.name)["num_shots"]].tolist()
+        spec = texts.settings(self.name)
+        shots = texts.known_nonmembers()["text"].iloc[:spec["num_shots"]].tolist()
+        if spec["shot_max_words"]:
+            shots = [" ".join(s.split()[:spec["shot_max_words"]]) for s in shots]
         if not shots:
             raise ValueError(f"scoring.recall: pool {texts.inputs['pool']} has no non-member outside the seeds' "
                              "splits to condition on; lower split.n_per_class or use fewer seeds")
         avg = int(np.mean([len(texts.tokenizer.encode(t)) for t in texts.texts]))
-        fitted = fitted_shots(shots, texts.tokenizer, avg, texts.scoring["max_length"])
-        if not fitted:
-            raise ValueError(f"scoring.recall: no shot of pool {texts.inputs['pool']} fits beside an average "
-                             f"text ({avg} tokens) in scoring.max_length = {texts.scoring['max_length']}")
-        return fitted
+        return fitted_shots(shots, texts.tokenizer, avg, texts.scoring["max_length"])
 
     def score(self, texts: Texts) -> np.ndarray:
         prefix = texts.tokenizer("".join(self.prefix(texts)))["input_ids"]
+        if len(prefix) >= texts.scoring["max_length"]:
+            raise ValueError(f"scoring.recall: the prefix of {len(prefix)} tokens fills scoring.max_length = "
+                             f"{texts.scoring['max_length']}; set scoring.recall.shot_max_words or fewer num_shots")
         out = np.empty(len(texts.texts))
         with progress() as prog:
             task = prog.add_task("recall", total=len(out))
