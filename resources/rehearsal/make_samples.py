@@ -19,6 +19,10 @@ OUT = Path("resources/rehearsal/data")
 WIKI = pd.read_parquet("resources/data/wikimia/WikiMIA_length64.parquet")
 AIME = json.loads(Path("resources/data/aime/aime_1983_2023.json").read_text())
 SHAKES = Path("resources/data/tinyshakespeare/input.txt").read_text().split()
+#: words of each CalibDCD pool text (BookMIA, WikiMIA-64, arXivTection, BookTection): VeilProbe perturbs every pool
+#: text whole, with one beam search per token on each of its three attribution models (quadratic in the text's
+#: tokens), so the CPU rehearsal reads each passage's first words only (the stand-in tokenizer: ~2 tokens a word)
+CALIBDCD_WORDS = 20
 
 
 def words(text: str, n: int) -> str:
@@ -61,8 +65,9 @@ def problems(rows: list[dict]) -> list[dict]:
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     members, nonmembers = wiki(1), wiki(0)
-    # BookMIA: 8 "books" of 6 snippets, books 0-3 members
-    jsonl("bookmia.jsonl", [{"book_id": b, "book": f"Book {b}", "snippet_id": s, "snippet": shakespeare(6 * b + s),
+    # BookMIA: 8 "books" of 6 snippets, books 0-3 members (a CalibDCD pool: each snippet its first CALIBDCD_WORDS)
+    jsonl("bookmia.jsonl", [{"book_id": b, "book": f"Book {b}", "snippet_id": s,
+                             "snippet": words(shakespeare(6 * b + s), CALIBDCD_WORDS),
                              "label": int(b < 4)} for b in range(8) for s in range(6)])
     # WikiMIA-2024 Hard: 24 articles, each a member and a non-member version
     jsonl("wikimia_24_hard.jsonl", [
@@ -113,12 +118,15 @@ def main() -> None:
         {"conversation_hash": f"h{i}", "messages": chat("Write a few lines in an old style about "
                                                         + words(shakespeare(500 + i), 6), shakespeare(500 + i, 40))}
         for i in range(40)]))
-    # WikiMIA-64, arXivTection, BookTection: 30 + 30 passages each (CalibDCD reads every pool text)
-    jsonl("wikimia.jsonl", [{"input": t, "label": label} for label, texts in ((1, members), (0, nonmembers))
-                            for t in texts[200:230]])
-    decop("arxivtection.csv", [(t, f"Paper {i // 5}", 1) for i, t in enumerate(members[150:180])]
-          + [(t, f"Paper {10 + i // 5}", 0) for i, t in enumerate(nonmembers[150:180])])
-    decop("booktection.csv", [(shakespeare(600 + i), f"Book {i // 6}", int(i < 30)) for i in range(60)])
+    # WikiMIA-64, arXivTection, BookTection: 24 + 24 passages each (as BookMIA: the rehearsal's split of 8 + 8, its
+    # 10 + 10 supervised texts and 4 calibration non-members, disjoint), each its first CALIBDCD_WORDS (CalibDCD
+    # reads and VeilProbe perturbs every pool text)
+    cut = lambda text: words(text, CALIBDCD_WORDS)
+    jsonl("wikimia.jsonl", [{"input": cut(t), "label": label} for label, texts in ((1, members), (0, nonmembers))
+                            for t in texts[200:224]])
+    decop("arxivtection.csv", [(cut(t), f"Paper {i // 5}", 1) for i, t in enumerate(members[150:174])]
+          + [(cut(t), f"Paper {10 + i // 5}", 0) for i, t in enumerate(nonmembers[150:174])])
+    decop("booktection.csv", [(cut(shakespeare(600 + i)), f"Book {i // 6}", int(i < 24)) for i in range(48)])
     # ADRA-RL/Olympiads-Cleaned: proof and answer problems with solutions (AIME 2000-2003 here)
     jsonl("adra_olympiads_cleaned.jsonl", [{"problem": r["problem"], "solution": r["solution"], "year": r["year"],
                                             "exam": "AIME", "problem_type": "Algebra"} for r in aime(2000, 2003)[:48]])
