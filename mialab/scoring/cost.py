@@ -15,7 +15,7 @@ def score_baselines(facts, model: str, dataset: str, **_) -> Work:
     scoring = facts.config["scoring"]
     texts, p = facts.texts(dataset), facts.params_b(model)
     attacks = [ATTACKS.get(a) for a in attacks_of(scoring)]
-    passes = 1 + sum(a.forwards for a in attacks)
+    passes = 1 + sum(a.passes(scoring) for a in attacks)
     tokens = texts * scoring["max_length"]
     return Work(params_b=p, dtype=scoring["dtype"], loads_b=(p,), scored_texts=texts * passes,
                 scored_tokens=tokens * passes,

@@ -69,6 +69,11 @@ class Attack:
     forwards: int = 0
     backward: bool = False
 
+    def passes(self, scoring: dict) -> int:
+        """Forward passes a text costs beyond the shared one under the ``scoring`` section (default ``forwards``;
+        an attack whose count is a setting reads it here)."""
+        return self.forwards
+
     def check(self, scoring: dict) -> str | None:
         """What is wrong with the ``scoring`` section for this attack (naming the key), or None."""
         return None

@@ -1,0 +1,159 @@
+"""Neighbourhood attack (Mattern et al. 2023, arXiv:2305.18462; MIMIR ``mimir/attacks/neighborhood.py``, its
+BERT path): the text's loss compared with the losses of ``n_neighbours`` neighbours, texts one masked-LM swap
+away. The score is the neighbours' mean loss minus the text's loss, i.e. the text's mean token log-likelihood
+minus its neighbours' mean (each neighbour's own mean log-likelihood): a member is likelier than texts close
+to it. MIMIR's ``NeighborhoodAttack._attack`` returns the text's loss minus the neighbours' (its convention:
+higher = non-member), so ours is minus MIMIR's.
+
+The neighbours (MIMIR's ``BertModel.generate_neighbors_``, strategy ``deterministic``,
+``original_tokenization_swap: true``): the text is tokenized by the fill-mask model (``scoring.neighbourhood.
+mlm_model``) with offsets, cut to that model's positions (MIMIR's ``max_tokens``, 512 = bert-base's). For every
+token after ``[CLS]`` (the final ``[SEP]`` included, as MIMIR), the input embeddings (the embedding layer's
+output) get dropout p = 0.7 on that token's embedding alone and are fed to the model as ``inputs_embeds``
+(which adds the position embeddings again, as MIMIR's call does); of its top 6 predictions there, each
+other than the original token is a candidate scored ``p(candidate) / (1 - p(original))`` (1 - 0.9 where
+p(original) = 1). The ``n_neighbours`` highest candidates (ties in position order; at most 100) are the
+neighbours, best first: each the text with that token's character span replaced by the candidate's decoded
+text, ``##`` removed. The ``[SEP]`` token's span is empty at offset 0, so a candidate there is put before the
+text (MIMIR's in-place swap does the same). MIMIR's ``pct_swap_bert`` is read by its ``random`` strategy
+only.
+
+Each neighbour is scored by the target exactly as the text is (:func:`mialab.lm.logprobs.token_stats`, one
+text a pass, ``scoring.max_length`` and ``scoring.truncation``); its loss is minus its mean token
+log-probability, as MIMIR's ``get_lls`` computes one loss per neighbour. ``reduce``: ``mean`` of the
+neighbours' losses (the paper, and MIMIR's ``_attack``'s ``mean_substr_score``), or ``max``: MIMIR's
+``get_lls`` returns the list of the neighbours' losses, ``_attack`` subtracts each from the text's loss and
+``run.py``'s ``get_mia_scores`` keeps the ``np.min`` of those differences, i.e. the text's loss against its
+highest-loss neighbour (what MIMIR's published numbers measure).
+
+Seeding: the dropout is drawn from torch's generator seeded with ``seed`` before each text (in a forked RNG
+state), so a text's neighbours are the same alone or among any others; MIMIR seeds once per run, so its
+neighbours of a text depend on the texts before it. ``batch_size`` positions share one fill-mask pass (MIMIR:
+one; the dropout masks are drawn position by position as MIMIR draws them, so only float rounding differs).
+
+Settings ``scoring.neighbourhood``: ``mlm_model`` (a configured ``kind: mlm`` model, or a local folder / hub id
+of a masked LM: MIMIR's bert-base-uncased), ``n_neighbours`` (MIMIR's ``n_perturbation_list``, one score per
+n; here one n), ``reduce``, ``seed``, ``batch_size``. The fill-mask model's passes are not priced by
+:mod:`mialab.scoring.cost`, which counts the ``n_neighbours`` target passes a text costs.
+"""
+
+from __future__ import annotations
+
+from heapq import nlargest
+from pathlib import Path
+
+import numpy as np
+
+from mialab.core.progress import progress
+from mialab.lm.logprobs import token_stats
+from mialab.pipeline.config import ConfigError
+from mialab.scoring.attacks import Attack, Texts, register
+
+#: MIMIR's BERT path: the dropout on the target token's embedding, the top predictions read there, the most
+#: neighbours kept, and the original probability used where it is exactly 1.
+DROPOUT, TOP, MOST, CERTAIN = 0.7, 6, 100, 0.9
+
+
+def mlm_path(plan, name: str) -> str:
+    """``scoring.neighbourhood.mlm_model`` resolved as CalibDCD resolves its ``mlm_model``
+    (``CalibDCDPlan.lm_path``, a method above this floor): a configured model's folder, else the local path
+    or hub id as written. A configured model must be a ``kind: mlm`` one (a given one: name its path)."""
+    models = plan.config["models"]
+    if name not in models:
+        return name
+    if models[name]["kind"] != "mlm":
+        raise ConfigError(f"scoring.neighbourhood.mlm_model: models.{name} is a kind {models[name]['kind']} model, "
+                          "not a masked LM (kind: mlm); name a masked LM's folder or hub id directly")
+    return plan.model_path(name)
+
+
+def load_mlm(path: str, device):
+    """The fill-mask model and its tokenizer (float32, eval mode), loaded as every model of a job is."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    from mialab.core.jobs import go_offline
+    from mialab.lm.loading import load_pretrained, load_tokenizer
+
+    go_offline()
+    tok = load_tokenizer(path)
+    if not tok.is_fast:
+        raise ValueError(f"scoring.neighbourhood.mlm_model {path}: its tokenizer gives no character offsets "
+                         "(not a fast tokenizer)")
+    return load_pretrained(AutoModelForMaskedLM, path, dtype=torch.float32).to(device).eval(), tok
+
+
+def neighbours(mlm, tok, text: str, n: int, *, seed: int, batch_size: int = 32) -> list[str]:
+    """The text's ``n`` best one-token swaps (module doc), best first."""
+    import torch
+
+    device = next(mlm.parameters()).device
+    limit = min(mlm.config.max_position_embeddings, tok.model_max_length)
+    enc = tok(text, truncation=True, max_length=limit, return_offsets_mapping=True, return_tensors="pt")
+    ids, offsets = enc["input_ids"].to(device), enc["offset_mapping"][0].tolist()
+    positions = range(1, ids.shape[1])
+    with torch.inference_mode(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        embeds = mlm.base_model.embeddings(ids)
+        dropped = [torch.nn.functional.dropout(embeds[:, i, :], p=DROPOUT, training=True) for i in positions]
+        replacements: dict[tuple[int, int], float] = {}
+        for begin in range(0, len(dropped), batch_size):
+            chunk = list(positions)[begin:begin + batch_size]
+            rows = embeds.repeat(len(chunk), 1, 1)
+            for row, i in enumerate(chunk):
+                rows[row, i] = dropped[begin + row][0]
+            probs = torch.softmax(mlm(inputs_embeds=rows).logits, dim=2)
+            for row, i in enumerate(chunk):
+                original = probs[row, i, ids[0, i]].item()
+                top_p, top_c = torch.topk(probs[row, i], TOP)
+                for cand, p in zip(top_c.tolist(), top_p.tolist()):
+                    if cand != ids[0, i].item():
+                        replacements[(i, cand)] = p / (1 - (CERTAIN if original == 1 else original))
+    out = []
+    for i, cand in nlargest(MOST, nlargest(n, replacements, key=replacements.get), key=replacements.get):
+        start, end = offsets[i]
+        out.append(text[:start] + tok.decode(cand).replace("##", "") + text[end:])
+    return out
+
+
+@register
+class Neighbourhood(Attack):
+    name = "neighbourhood"
+    forwards = 10  # MIMIR's largest default n; the config's n_neighbours: passes()
+
+    def passes(self, scoring: dict) -> int:
+        return scoring[self.name]["n_neighbours"]
+
+    def check(self, scoring: dict) -> str | None:
+        if not scoring[self.name].get("mlm_model"):
+            return ("scoring.neighbourhood.mlm_model: the neighbourhood attack needs a fill-mask model (a configured "
+                    "kind: mlm model, or a masked LM's folder / hub id; MIMIR: bert-base-uncased)")
+        return None
+
+    def inputs(self, plan, dataset: str) -> dict[str, str]:
+        name = plan.config["scoring"][self.name]["mlm_model"]
+        path = mlm_path(plan, name)
+        return {"mlm": path} if name in plan.config["models"] or Path(path).is_dir() else {}
+
+    def score(self, texts: Texts) -> np.ndarray:
+        spec = texts.settings(self.name)
+        fault = self.check(texts.scoring)
+        if fault:
+            raise ValueError(fault)
+        mlm, tok = load_mlm(texts.inputs.get("mlm", spec["mlm_model"]), next(texts.model.parameters()).device)
+        found: list[list[str]] = []
+        with progress() as prog:
+            task = prog.add_task("neighbourhood: neighbours", total=len(texts.texts))
+            for text in texts.texts:
+                found.append(neighbours(mlm, tok, text, spec["n_neighbours"], seed=spec["seed"],
+                                        batch_size=spec["batch_size"]))
+                prog.advance(task)
+        del mlm
+        flat = [t for ns in found for t in ns]
+        names = [f"{i} neighbour {j}" for i, ns in zip(texts.ids, found) for j in range(len(ns))]
+        stats = token_stats(texts.model, texts.tokenizer, flat, max_length=texts.scoring["max_length"],
+                            truncation=texts.scoring["truncation"], names=names, description="neighbourhood: scoring")
+        losses = iter(-float(np.mean(st.logp)) for st in stats)
+        reduce = {"mean": np.mean, "max": np.max}[spec["reduce"]]
+        return np.array([reduce([next(losses) for _ in ns]) + float(np.mean(st.logp))
+                         for ns, st in zip(found, texts.stats)])

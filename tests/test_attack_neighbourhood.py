@@ -1,0 +1,193 @@
+"""The neighbourhood attack (mialab.scoring.attacks.neighbourhood) on a tiny Llama target and a tiny BERT
+fill-mask model: its neighbours are one-token in-place swaps, seeded, the same for a text alone or among
+others; its score is its definition computed by hand; a missing fill-mask model is named; and (with
+MIMIR_CODE naming a local checkout of MIMIR) its neighbours and score equal those of MIMIR's ``BertModel`` and
+``NeighborhoodAttack``, imported from that checkout, around the same tiny BERT."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+from test_attacks import MIMIR, SCORING, SENTENCES, TINY_MODEL, job, model, needs_mimir  # noqa: F401
+
+from mialab.lm.logprobs import token_stats
+from mialab.pipeline.config import ConfigError
+from mialab.scoring.attacks import ATTACKS
+from mialab.scoring.attacks.neighbourhood import load_mlm, mlm_path, neighbours
+from mialab.scoring.baselines import check_methods, score_columns
+from mialab.scoring.cost import score_baselines
+
+SETTINGS = {"n_neighbours": 4, "reduce": "mean", "seed": 0, "batch_size": 32}
+
+
+@pytest.fixture(scope="module")
+def mlm_folder(tmp_path_factory) -> str:
+    """A random tiny ``BertForMaskedLM`` (seed 0) with a cased WordPiece tokenizer of the sentences, as a
+    ``kind: mlm`` model's folder (mialab.training.mlm)."""
+    from mialab.training.mlm import init_mlm, train_tokenizer
+
+    tok = train_tokenizer(SENTENCES * 30, 200)
+    arch = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "max_position_embeddings": 64}
+    path = tmp_path_factory.mktemp("mlm") / "model"
+    init_mlm(tok, arch, 64, seed=0).save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def mlm(mlm_folder):
+    return load_mlm(mlm_folder, torch.device("cpu"))
+
+
+def scoring(mlm_folder, **settings) -> dict:
+    return {**SCORING, "methods": ["loss", "neighbourhood"],
+            "neighbourhood": {"mlm_model": mlm_folder, **SETTINGS, **settings}}
+
+
+def neighbourhood_job(model, texts, mlm_folder, **settings):  # noqa: F811
+    return job(model, texts, scoring(mlm_folder, **settings), {"mlm": mlm_folder})
+
+
+def test_neighbours_are_seeded_one_token_swaps_in_place(mlm):
+    mlm_model, tok = mlm
+    fills = {tok.decode(i).replace("##", "") for i in range(len(tok))}
+    for text in SENTENCES[:3]:
+        found = neighbours(mlm_model, tok, text, 6, seed=0)
+        assert len(found) == 6 and found == neighbours(mlm_model, tok, text, 6, seed=0)
+        assert found == neighbours(mlm_model, tok, text, 6, seed=0, batch_size=1)   # MIMIR's one position a pass
+        assert found[:3] == neighbours(mlm_model, tok, text, 3, seed=0)             # the best first
+        spans = tok(text, return_offsets_mapping=True)["offset_mapping"][1:]          # every token after [CLS]
+        for n in found:
+            swaps = [(s, e) for s, e in spans if n[:s] == text[:s] and n.endswith(text[e:])
+                     and n[s:len(n) - (len(text) - e)] in fills]
+            assert swaps, f"{n!r} is no one-token swap of {text!r}"
+    other = [neighbours(mlm_model, tok, t, 6, seed=1) for t in SENTENCES[:3]]
+    assert other != [neighbours(mlm_model, tok, t, 6, seed=0) for t in SENTENCES[:3]]   # the dropout is seeded
+
+
+def test_the_score_is_the_text_log_likelihood_minus_its_neighbours(model, mlm, mlm_folder):  # noqa: F811
+    lm, tok = model
+    text = SENTENCES[1]
+    found = neighbours(*mlm, text, SETTINGS["n_neighbours"], seed=0)
+    mean_logp = lambda texts: [float(np.mean(st.logp)) for st in token_stats(lm, tok, texts, max_length=128)]  # noqa: E731
+    own, theirs = mean_logp([text])[0], mean_logp(found)
+    attack = ATTACKS.get("neighbourhood")
+    assert attack.score(neighbourhood_job(model, [text], mlm_folder))[0] == pytest.approx(own - np.mean(theirs), rel=1e-9)
+    assert attack.score(neighbourhood_job(model, [text], mlm_folder, reduce="max"))[0] == pytest.approx(
+        own - min(theirs), rel=1e-9)                   # the text against its highest-loss neighbour
+
+
+def test_a_text_scores_the_same_alone_and_among_others(model, mlm_folder):  # noqa: F811
+    attack = ATTACKS.get("neighbourhood")
+    both = attack.score(neighbourhood_job(model, [SENTENCES[0], SENTENCES[3]], mlm_folder))
+    alone = attack.score(neighbourhood_job(model, [SENTENCES[3]], mlm_folder))
+    assert np.isfinite(both).all() and both[0] != both[1]
+    assert both[1] == alone[0]
+    np.testing.assert_array_equal(both, attack.score(neighbourhood_job(model, [SENTENCES[0], SENTENCES[3]], mlm_folder)))
+
+
+def test_the_fill_mask_model_is_named_resolved_and_priced(model, mlm_folder):  # noqa: F811
+    missing = {**SCORING, "methods": ["loss", "neighbourhood"], "neighbourhood": dict(SETTINGS)}
+    with pytest.raises(ConfigError, match=r"scoring\.neighbourhood\.mlm_model: the neighbourhood attack needs"):
+        check_methods(missing["methods"], missing)
+    with pytest.raises(ValueError, match=r"scoring\.neighbourhood\.mlm_model"):
+        ATTACKS.get("neighbourhood").score(job(model, [SENTENCES[0]], missing))
+    assert score_columns(scoring(mlm_folder), reference=False) == ["loss", "neighbourhood"]
+    plan = types.SimpleNamespace(
+        config={"models": {"fill": {"kind": "mlm"}, "base": {"kind": "hf", "path": "org/bert"}},
+                "scoring": {"neighbourhood": {"mlm_model": "fill"}}},
+        model_path=lambda name: f"results/models/{name}/k/model")
+    attack = ATTACKS.get("neighbourhood")
+    assert mlm_path(plan, "fill") == "results/models/fill/k/model" and mlm_path(plan, "org/bert") == "org/bert"
+    assert attack.inputs(plan, "wikimia") == {"mlm": "results/models/fill/k/model"}   # a rule input
+    plan.config["scoring"]["neighbourhood"]["mlm_model"] = mlm_folder
+    assert attack.inputs(plan, "wikimia") == {"mlm": mlm_folder}
+    plan.config["scoring"]["neighbourhood"]["mlm_model"] = "org/bert-base-uncased"
+    assert attack.inputs(plan, "wikimia") == {}                                          # a hub id: prefetched
+    with pytest.raises(ConfigError, match=r"models\.base is a kind hf model, not a masked LM"):
+        mlm_path(plan, "base")
+    facts = types.SimpleNamespace(config={"scoring": {**scoring(mlm_folder), "max_length": 10}},
+                                  texts=lambda d: 3, params_b=lambda m: 1.0)
+    work = score_baselines(facts, "m", "d")
+    assert work.scored_texts == 3 * (1 + SETTINGS["n_neighbours"]) and work.scored_tokens == 30 * 5
+
+
+# --- equality with MIMIR (its BertModel and NeighborhoodAttack, from the checkout MIMIR_CODE names) ----------
+
+@pytest.fixture(scope="module")
+def mimir_neighbourhood(model, mlm, tmp_path_factory):  # noqa: F811
+    """MIMIR's ``BertModel`` around the tiny BERT (its hub loading bypassed: the model, tokenizer, name ``bert``,
+    device and config set as its ``__init__`` would) and a ``NeighborhoodAttack`` of the tiny Llama (MIMIR's
+    ``LanguageModel``, loaded likewise) with it. The modules MIMIR imports for features this attack does not use
+    are empty stand-ins, as in tests/test_attacks.py; the MIMIR modules imported here are forgotten afterwards
+    (``mimir.utils`` reads its cache path once, at import: tests/test_attacks.py sets its own)."""
+    before, env = set(sys.modules), os.environ.get("MIMIR_CACHE_PATH")
+    saved_config = sys.modules.get("mimir.config")
+    for name in ("openai", "hf_olmo", "simple_parsing", "simple_parsing.helpers"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    config_module = types.ModuleType("mimir.config")
+    config_module.ExperimentConfig = object
+    sys.modules["mimir.config"] = config_module
+    os.environ.setdefault("MIMIR_CACHE_PATH", str(tmp_path_factory.mktemp("mimir-cache")))
+    sys.path.insert(0, str(MIMIR))
+    try:
+        import mimir.attacks.neighborhood as nb
+        from mimir.models import LanguageModel, Model
+    finally:
+        sys.path.remove(str(MIMIR))
+    mlm_model, tok = mlm
+    neigh = types.SimpleNamespace(model="bert", original_tokenization_swap=True, pct_swap_bert=0.05,
+                                  neighbor_strategy="deterministic", ceil_pct=False)  # NeighborhoodConfig defaults
+    config = types.SimpleNamespace(env_config=types.SimpleNamespace(cache_dir=None, compile=False),
+                                   openai_config=None, pretokenized=False, neighborhood_config=neigh,
+                                   max_tokens=mlm_model.config.max_position_embeddings)
+
+    class TinyBert(nb.BertModel):
+        def __init__(self):
+            torch.nn.Module.__init__(self)
+            self.config, self.device, self.name = config, "cpu", "bert"
+            self.model, self.tokenizer = mlm_model, tok
+            self.token_dropout = torch.nn.Dropout(p=0.7)
+
+    class TinyLlama(LanguageModel):
+        def __init__(self):
+            Model.__init__(self, config)
+            self.model, self.tokenizer = model
+            self.device, self.name, self.max_length, self.stride = "cpu", "tiny", SCORING["max_length"], 32
+
+    bert = TinyBert()
+    assert bert.model.bert.embeddings is not None                       # a BertForMaskedLM, as MIMIR reads it
+    attack = nb.NeighborhoodAttack.__new__(nb.NeighborhoodAttack)
+    nb.Attack.__init__(attack, config, TinyLlama())
+    attack.ref_model, attack.is_loaded = bert, True
+    yield attack
+    for name in set(sys.modules) - before:
+        if name == "mimir" or name.startswith("mimir."):
+            del sys.modules[name]
+    if saved_config is not None:
+        sys.modules["mimir.config"] = saved_config
+    if env is None:
+        os.environ.pop("MIMIR_CACHE_PATH", None)
+    else:
+        os.environ["MIMIR_CACHE_PATH"] = env
+
+
+@needs_mimir
+@pytest.mark.parametrize("reduce", ["mean", "max"])
+def test_neighbourhood_equals_mimir(model, mlm, mlm_folder, mimir_neighbourhood, reduce):  # noqa: F811
+    n = SETTINGS["n_neighbours"]
+    theirs, scores = [], []
+    for text in SENTENCES:
+        torch.manual_seed(SETTINGS["seed"])                             # MIMIR's fix_seed, here before each text
+        found = mimir_neighbourhood.get_neighbors([text], n_perturbations=n)
+        theirs.append(found)
+        differences = mimir_neighbourhood.attack(text, probs=None, substr_neighbors=found)  # loss - each neighbour's
+        scores.append(-(np.mean(differences) if reduce == "mean" else np.min(differences)))  # run.py: np.min
+    assert [neighbours(*mlm, t, n, seed=SETTINGS["seed"]) for t in SENTENCES] == theirs
+    ours = ATTACKS.get("neighbourhood").score(neighbourhood_job(model, SENTENCES, mlm_folder, reduce=reduce))
+    np.testing.assert_allclose(ours, scores, rtol=1e-5)
