@@ -222,3 +222,29 @@ def test_dc_pdd_equals_mimir(model, mimir, tmp_path):
     scoring = {**SCORING, "dc_pdd": {**SCORING["dc_pdd"], "corpus": {"source": str(tmp_path / "corpus.csv")}}}
     theirs = [-float(attack.attack(t, probs=None)) for t in SENTENCES]  # MIMIR: minus the mean alpha
     np.testing.assert_allclose(ATTACKS.get("dc_pdd").score(job(model, SENTENCES, scoring)), theirs, rtol=1e-5)
+
+
+def test_the_score_key_holds_what_an_attacks_files_contain_and_only_for_attacks_run(tmp_path, monkeypatch):
+    """A scoring attack's corpus (DC-PDD) is part of the score tables' key by its content, so an edited corpus
+    gives new tables; a config that does not run the attack keeps the key it had without the attack's section."""
+    import json
+    import shutil
+
+    from workflow_helpers import REPO, default_config, validated
+
+    from mialab.pipeline.plan import Plan
+
+    monkeypatch.chdir(REPO)
+    corpus = tmp_path / "corpus.csv"
+    pd.DataFrame({"text": SENTENCES}).to_csv(corpus, index=False)
+    cfg = default_config()
+    cfg["scoring"]["dc_pdd"] = {"corpus": {"source": str(corpus)}}
+    key = lambda c: Plan(validated(json.loads(json.dumps(c)))).score_run("base", "wikimia").key
+    before = key(cfg)
+    assert key(cfg) == before
+    pd.DataFrame({"text": SENTENCES[::-1]}).to_csv(corpus, index=False)
+    assert key(cfg) != before
+    without = {**cfg, "scoring": {**cfg["scoring"], "methods": ["loss", "zlib"]}}
+    other = tmp_path / "other.csv"
+    shutil.copy(corpus, other)
+    assert key(without) == key({**without, "scoring": {**without["scoring"], "dc_pdd": {"corpus": str(other)}}})

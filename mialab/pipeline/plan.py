@@ -428,10 +428,31 @@ class Plan:
                     "splits": {str(s): self.evaluated_split(dataset, s).key for s in seeds}}
         if ref is not None:
             upstream["reference_scores"] = self.score_run(ref, dataset).key
+        named = {k: self.named_inputs(v) for k, v in self.scoring().items() if isinstance(v, dict)}
+        named = {k: v for k, v in named.items() if v}
         return self.stage("scores", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "seeds": seeds,
-            "config": self.scoring(), "upstream": upstream,
+            "config": self.scoring(), "upstream": upstream, **({"inputs": named} if named else {}),
         })
+
+    def named_inputs(self, section: Any) -> Any:
+        """What the models and files a settings section names hold: a configured model's key, a local file's
+        content (:func:`source_fingerprint`: a path, or a corpus's ``source``), None for the rest, so that a
+        retrained model or an edited file changes the key of the outputs that read it."""
+        if isinstance(section, dict):
+            if "source" in section:
+                return source_fingerprint(section["source"], self.hash_cache)
+            found = {k: self.named_inputs(v) for k, v in section.items()}
+            return {k: v for k, v in found.items() if v} or None
+        if isinstance(section, list):
+            found = [self.named_inputs(v) for v in section]
+            return found if any(found) else None
+        if isinstance(section, str):
+            if section in self.config["models"]:
+                return self.model(section).key
+            if Path(section).exists():
+                return source_fingerprint(section, self.hash_cache)
+        return None
 
     def scoring(self) -> dict:
         """The ``scoring`` section as score jobs read it: a settings sub-section of a method that
