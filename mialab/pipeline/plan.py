@@ -428,6 +428,11 @@ class Plan:
                     "splits": {str(s): self.evaluated_split(dataset, s).key for s in seeds}}
         if ref is not None:
             upstream["reference_scores"] = self.score_run(ref, dataset).key
+        # a configured model that a method's settings name (scoring.<method>.model: the quantile attack's regressor)
+        named = {m: spec["model"] for m, spec in self.scoring().items()
+                 if isinstance(spec, dict) and spec.get("model") in self.config["models"]}
+        if named:
+            upstream["method_models"] = {m: self.model(name).key for m, name in named.items()}
         return self.stage("scores", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "seeds": seeds,
             "config": self.scoring(), "upstream": upstream,
