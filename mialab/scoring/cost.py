@@ -2,7 +2,8 @@
 forward pass over every distinct text of every seed's split of one dataset, one text a pass, each at
 ``scoring.max_length`` tokens (the passive baselines all read the same log-probabilities), plus each scoring
 attack's extra forward passes and, for one that backpropagates (GradNorm), a forward and backward pass a text
-(its gradients fit beside the weights on the job's one GPU)."""
+(its gradients fit beside the weights on the job's one GPU), and what an attack adds besides
+(:meth:`mialab.scoring.attacks.Attack.work`: the quantile attack's regressor, loaded, trained and run)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ def score_baselines(facts, model: str, dataset: str, **_) -> Work:
     attacks = [ATTACKS.get(a) for a in attacks_of(scoring)]
     passes = 1 + sum(a.passes(scoring) for a in attacks)
     tokens = texts * scoring["max_length"]
-    return Work(params_b=p, dtype=scoring["dtype"], loads_b=(p,), scored_texts=texts * passes,
-                scored_tokens=tokens * passes,
-                train_flops=train_flops(p, tokens * sum(a.backward for a in attacks)))
+    extra = [a.work(facts, dataset) for a in attacks]
+    more = lambda key, zero=0: sum((e.get(key, zero) for e in extra), zero)  # noqa: E731
+    return Work(params_b=p, dtype=scoring["dtype"], loads_b=(p, *more("loads_b", ())),
+                scored_texts=texts * passes + more("scored_texts"), scored_tokens=tokens * passes + more("scored_tokens"),
+                train_flops=train_flops(p, tokens * sum(a.backward for a in attacks)) + more("train_flops"))
 
 
 WORK = {"score_baselines": score_baselines}

@@ -6,7 +6,9 @@ An attack is one module of this package that registers an :class:`Attack` in :da
 one base class, each attack a short module, chosen by name in ``scoring.methods``). It declares its settings
 section ``scoring.<name>`` (the schema holds its defaults), the files it reads besides the splits
 (:meth:`Attack.inputs`, rule inputs), the extra forward and backward passes a text costs
-(:mod:`mialab.scoring.cost`), and :meth:`Attack.score`. Convention, as for every score: higher = more likely a
+(:mod:`mialab.scoring.cost`; other work, such as a model the attack trains, :meth:`Attack.work`), and
+:meth:`Attack.score`. A configured model its settings name as ``model`` joins the score job's key
+(:meth:`mialab.pipeline.plan.Plan.score_run`). Convention, as for every score: higher = more likely a
 member; an attack whose peer implementation reports the opposite says so.
 
 A sub-section of ``scoring`` named after a method the config does not run decides nothing
@@ -80,6 +82,11 @@ class Attack:
 
     def inputs(self, plan, dataset: str) -> dict[str, str | list[str]]:
         """Files the job reads besides the splits and the model (rule inputs, by name)."""
+        return {}
+
+    def work(self, facts, dataset: str) -> dict:
+        """Work a job does for the attack beyond its ``forwards`` and ``backward`` (a model of its own loaded,
+        trained and run): :class:`mialab.lm.cost.Work` fields to add (:mod:`mialab.scoring.cost`)."""
         return {}
 
     def score(self, texts: Texts) -> np.ndarray:
