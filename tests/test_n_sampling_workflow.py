@@ -140,5 +140,7 @@ def test_the_report_gives_n_sampling_top5_mean_beside_the_best_passive_baseline(
         rows = report[report["model"] == model].set_index("attack")
         assert set(rows.index) == {"n_sampling", "passive"}
         assert 0 <= rows.loc["n_sampling", "top5_mean"] <= 1 and rows.loc["n_sampling", "n_seeds"] == 3
-        assert rows.loc["passive", "best_metric"] in {"loss", "r_loss", "zlib", "min_k@0.2", "min_k_plus_plus@0.2"}
+        # the score tables' methods: the passive baselines and the scoring attacks (config.yaml's scoring.methods)
+        assert rows.loc["passive", "best_metric"] in {"loss", "r_loss", "zlib", "min_k@0.2", "min_k_plus_plus@0.2",
+                                                      "gradnorm", "recall", "dc_pdd"}
         assert (tiny_world / f"results/adra/report/{dataset}/steps.png").stat().st_size > 1000

@@ -2,6 +2,7 @@
 figure, and a two-point sweep end to end (r = 0 at chance)."""
 
 import copy
+import math
 import os
 import subprocess
 import sys
@@ -105,11 +106,21 @@ def test_two_point_sweep_end_to_end_with_r0_at_chance(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:] + logs
     table = pd.read_parquet(tmp_path / "results/sweep/exposure/sweep.parquet")
     zero = table[table["r"] == 0]
-    assert set(zip(zero["model"], zero["family"])) == {("base", f) for f in ("Loss", "R-Loss", "Zlib", "Min-K%++")} | \
-        {("control", f) for f in ("Loss", "Zlib", "Min-K%++")}
-    # the no-members control: every method at chance, within the noise of 64 + 64 candidates (the 95%
-    # interval is about ±10 points; a CI excluding 50 now and then is what seven intervals give)
-    assert (abs(zero["auroc"] - 0.5) < 0.1).all(), zero[["model", "family", "auroc", "auroc_lo", "auroc_hi"]]
+    attacks = ("GradNorm", "ReCaLL", "DC-PDD")
+    assert set(zip(zero["model"], zero["family"])) == \
+        {("base", f) for f in ("Loss", "R-Loss", "Zlib", "Min-K%++", *attacks)} | \
+        {("control", f) for f in ("Loss", "Zlib", "Min-K%++", *attacks)}
+    # the no-members control: every method at chance, within the noise of 64 + 64 candidates: an AUROC's standard
+    # error at chance (Hanley & McNeil 1982) is 0.051 here, and over the table's intervals the largest deviation
+    # is held at a family-wise 5% level (Bonferroni), not at each interval's own (a CI excluding 50 now and then
+    # is what thirteen intervals give)
+    from scipy.stats import norm
+
+    n_pos = n_neg = 64
+    se = math.sqrt((0.25 + (n_pos - 1) * (1 / 3 - 0.25) + (n_neg - 1) * (1 / 3 - 0.25)) / (n_pos * n_neg))
+    bound = norm.ppf(1 - 0.05 / (2 * len(zero))) * se
+    assert 0.14 < bound < 0.17 and (abs(zero["auroc"] - 0.5) < bound).all(), \
+        zero[["model", "family", "auroc", "auroc_lo", "auroc_hi"]]
     eight = table[(table["r"] == 8) & (table["model"] == "base")].set_index("family")
     assert eight.loc["Min-K%++", "auroc_lo"] > 0.5  # seen 8 times: detected
     control = table[table["model"] == "control"].pivot(index="family", columns="r", values="auroc")

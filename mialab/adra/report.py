@@ -2,7 +2,8 @@
 
 An *attack* is the prefix of a score column (``n_sampling``, ``adra``, ``adra_plus``, ``adra_sft``,
 ``adra_init`` = the untrained policy sampled like ADRA, ``adra@step8`` = an intermediate checkpoint);
-the passive baselines' columns (no prefix) form the attack ``passive``. Per (model, attack), over
+the score tables' columns (no prefix: the passive baselines and the scoring attacks of ``scoring.methods``)
+form the attack ``passive``. Per (model, attack), over
 seeds (mean and sample std):
 
 - ``top5``: the mean of the attack's five best metric AUROCs in each seed (the paper's summary;
