@@ -13,7 +13,8 @@ import types
 import numpy as np
 import pytest
 import torch
-from test_attacks import MIMIR, SCORING, SENTENCES, TINY_MODEL, job, model, needs_mimir  # noqa: F401
+from test_attacks import (MIMIR, SCORING, SENTENCES, TINY_MODEL, job, mimir_config, mimir_stand_ins,  # noqa: F401
+                          model, needs_mimir)
 
 from mialab.lm.logprobs import token_stats
 from mialab.pipeline.config import ConfigError
@@ -128,11 +129,7 @@ def mimir_neighbourhood(model, mlm, tmp_path_factory):  # noqa: F811
     (``mimir.utils`` reads its cache path once, at import: tests/test_attacks.py sets its own)."""
     before, env = set(sys.modules), os.environ.get("MIMIR_CACHE_PATH")
     saved_config = sys.modules.get("mimir.config")
-    for name in ("openai", "hf_olmo", "simple_parsing", "simple_parsing.helpers"):
-        sys.modules.setdefault(name, types.ModuleType(name))
-    config_module = types.ModuleType("mimir.config")
-    config_module.ExperimentConfig = object
-    sys.modules["mimir.config"] = config_module
+    mimir_stand_ins()
     os.environ.setdefault("MIMIR_CACHE_PATH", str(tmp_path_factory.mktemp("mimir-cache")))
     sys.path.insert(0, str(MIMIR))
     try:
@@ -143,9 +140,7 @@ def mimir_neighbourhood(model, mlm, tmp_path_factory):  # noqa: F811
     mlm_model, tok = mlm
     neigh = types.SimpleNamespace(model="bert", original_tokenization_swap=True, pct_swap_bert=0.05,
                                   neighbor_strategy="deterministic", ceil_pct=False)  # NeighborhoodConfig defaults
-    config = types.SimpleNamespace(env_config=types.SimpleNamespace(cache_dir=None, compile=False),
-                                   openai_config=None, pretokenized=False, neighborhood_config=neigh,
-                                   max_tokens=mlm_model.config.max_position_embeddings)
+    config = mimir_config(neighborhood_config=neigh, max_tokens=mlm_model.config.max_position_embeddings)
 
     class TinyBert(nb.BertModel):
         def __init__(self):

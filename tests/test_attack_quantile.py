@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,6 +23,7 @@ from mialab.scoring.attacks import ATTACKS, Texts
 from mialab.scoring.attacks.quantile import encode, load_regressor, pinball_loss, predict, train_regressor
 from mialab.scoring.baselines import check_methods
 from mialab.training.mlm import init_mlm
+from test_attacks import MIMIR, mimir_stand_ins, mimir_target, needs_mimir
 
 CATS = [f"the {a} cat sat on the {b} mat near the {c} door" for a in ("old", "red", "big", "small", "grey")
         for b, c in (("blue", "green"), ("soft", "wide"), ("long", "low"), ("warm", "dark"))]
@@ -162,19 +162,13 @@ def test_the_score_is_the_loglikelihood_minus_the_predicted_quantile_and_repeats
 
 # --- MIMIR's pieces (its quantile module, from the checkout MIMIR_CODE names) ---------------------------------
 
-MIMIR = Path(os.environ["MIMIR_CODE"]) if os.environ.get("MIMIR_CODE") else None
-needs_mimir = pytest.mark.skipif(MIMIR is None, reason="MIMIR_CODE names no local checkout of MIMIR")
 
 
 @pytest.fixture(scope="module")
 def mimir(model, tmp_path_factory):
     """MIMIR's ``Model`` around the tiny Llama and its quantile module. The modules MIMIR imports for features
     this attack does not use (OpenAI, OLMo, its CLI config) are empty stand-ins, as in tests/test_attacks.py."""
-    for name in ("openai", "hf_olmo", "simple_parsing", "simple_parsing.helpers"):
-        sys.modules.setdefault(name, types.ModuleType(name))
-    config_module = types.ModuleType("mimir.config")
-    config_module.ExperimentConfig = object
-    sys.modules["mimir.config"] = config_module
+    mimir_stand_ins()
     sys.path.insert(0, str(MIMIR))
     os.environ.setdefault("MIMIR_CACHE_PATH", str(tmp_path_factory.mktemp("mimir-cache")))
     try:
@@ -182,11 +176,7 @@ def mimir(model, tmp_path_factory):
         from mimir.models import Model
     finally:
         sys.path.remove(str(MIMIR))
-    env = types.SimpleNamespace(cache_dir=None, compile=False)
-    target = Model(types.SimpleNamespace(env_config=env, openai_config=None, pretokenized=False))
-    target.model, target.tokenizer = model
-    target.device, target.name, target.max_length, target.stride = "cpu", "tiny", SCORING["max_length"], 32
-    return types.SimpleNamespace(target=target, quantile=quantile)
+    return types.SimpleNamespace(target=mimir_target(Model, model, SCORING["max_length"]), quantile=quantile)
 
 
 class _Regressor:

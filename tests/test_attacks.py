@@ -156,15 +156,36 @@ MIMIR = Path(os.environ["MIMIR_CODE"]) if os.environ.get("MIMIR_CODE") else None
 needs_mimir = pytest.mark.skipif(MIMIR is None, reason="MIMIR_CODE names no local checkout of MIMIR")
 
 
-@pytest.fixture(scope="module")
-def mimir(model, tmp_path_factory):
-    """MIMIR's ``Model`` around the tiny Llama, and its attack modules. The modules MIMIR imports for features
-    these attacks do not use (OpenAI, OLMo, its CLI config) are empty stand-ins."""
+def mimir_stand_ins() -> None:
+    """Empty modules in place of those MIMIR imports for features these tests do not use (OpenAI, OLMo, its CLI
+    config: ``ExperimentConfig``, whose fields the tests give as a namespace)."""
     for name in ("openai", "hf_olmo", "simple_parsing", "simple_parsing.helpers"):
         sys.modules.setdefault(name, types.ModuleType(name))
     config_module = types.ModuleType("mimir.config")
     config_module.ExperimentConfig = object
     sys.modules["mimir.config"] = config_module
+
+
+def mimir_config(**fields) -> types.SimpleNamespace:
+    """The settings MIMIR's ``Model`` and attacks read, with ``fields`` added."""
+    return types.SimpleNamespace(env_config=types.SimpleNamespace(cache_dir=None, compile=False), openai_config=None,
+                                 pretokenized=False, **fields)
+
+
+def mimir_target(model_class, model, max_length: int = SCORING["max_length"]) -> object:
+    """MIMIR's ``Model`` (``model_class``) around a tiny Llama and its tokenizer (``model``), reading windows of
+    ``max_length``."""
+    target = model_class(mimir_config())
+    target.model, target.tokenizer = model
+    target.device, target.name, target.max_length, target.stride = "cpu", "tiny", max_length, 32
+    return target
+
+
+@pytest.fixture(scope="module")
+def mimir(model, tmp_path_factory):
+    """MIMIR's ``Model`` around the tiny Llama, and its attack modules. The modules MIMIR imports for features
+    these attacks do not use (OpenAI, OLMo, its CLI config) are empty stand-ins."""
+    mimir_stand_ins()
     sys.path.insert(0, str(MIMIR))
     os.environ["MIMIR_CACHE_PATH"] = str(tmp_path_factory.mktemp("mimir-cache"))
     try:
@@ -174,12 +195,8 @@ def mimir(model, tmp_path_factory):
         from mimir.models import Model
     finally:
         sys.path.remove(str(MIMIR))
-    env = types.SimpleNamespace(cache_dir=None, compile=False)
-    config = types.SimpleNamespace(env_config=env, openai_config=None, pretokenized=False)
-    target = Model(config)
-    target.model, target.tokenizer = model
-    target.device, target.name, target.max_length, target.stride = "cpu", "tiny", SCORING["max_length"], 32
-    return types.SimpleNamespace(config=config, target=target, gradnorm=gradnorm, recall=recall, dc_pdd=dc_pdd)
+    target = mimir_target(Model, model)
+    return types.SimpleNamespace(config=target.config, target=target, gradnorm=gradnorm, recall=recall, dc_pdd=dc_pdd)
 
 
 @needs_mimir

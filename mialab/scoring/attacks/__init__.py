@@ -56,8 +56,10 @@ class Texts:
         outside = ~pool["id"].astype(str).isin(set(map(str, self.split_ids)))
         return pool[(pool["label"] == 0) & outside][["id", "text"]].reset_index(drop=True)
 
+    @functools.cached_property
     def rows(self) -> list[list[int]]:
-        """Each text's scored tokens: its first ``max_length`` under ``truncation: truncate``, all of them else."""
+        """Each text's scored tokens (tokenized once, for every attack of the job): its first ``max_length`` under
+        ``truncation: truncate``, all of them else."""
         if self.scoring["truncation"] == "truncate":
             return self.tokenizer(self.texts, truncation=True, max_length=self.scoring["max_length"])["input_ids"]
         return self.tokenizer(self.texts)["input_ids"]

@@ -70,7 +70,7 @@ class DCPDD(Attack):
             raise ValueError("scoring.dc_pdd: the tokenizer has no EOS token to start the text with")
         freq = token_frequencies(tok, read_corpus(spec["corpus"]), spec["max_tokens"])
         max_length = texts.scoring["max_length"]
-        rows = texts.rows()
+        rows = texts.rows
         if texts.scoring["truncation"] == "truncate":
             rows = [r[:max_length - 1] for r in rows]
         out = np.empty(len(rows))

@@ -45,7 +45,7 @@ class GradNorm(Attack):
         import torch
 
         p = NORMS[texts.settings(self.name)["p"]]
-        model, rows = texts.model, texts.rows()
+        model, rows = texts.model, texts.rows
         for w in model.parameters():
             w.requires_grad_(True)
         out = np.empty(len(rows))

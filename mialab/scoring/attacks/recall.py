@@ -85,7 +85,7 @@ class ReCaLL(Attack):
         out = np.empty(len(texts.texts))
         with progress() as prog:
             task = prog.add_task("recall", total=len(out))
-            for i, (ids, st) in enumerate(zip(texts.rows(), texts.stats)):
+            for i, (ids, st) in enumerate(zip(texts.rows, texts.stats)):
                 out[i] = conditional_mean_logp(texts.model, prefix, ids, texts.scoring["max_length"]) \
                     / float(np.mean(st.logp))
                 prog.advance(task)
