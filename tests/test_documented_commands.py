@@ -80,6 +80,7 @@ def check_named_files(where: str, command: str) -> None:
     words = [w.strip("\"'()$") for w in command.split()]
     named = [w for w in words if w.endswith((".sh", ".py"))]
     named += [words[i + 1].replace(".", "/") + ".py" for i, w in enumerate(words[:-1]) if w == "-m"]
+    named += [words[i + 1] for i, w in enumerate(words[:-1]) if w == "bash" and not words[i + 1].endswith(".sh")]
     assert named or words[0] in ("export", "cd"), f"{where}: {command!r} names no script, module or test file"
     missing = [n for n in named if not (REPO / n).is_file()]
     assert not missing, f"{where}: {command!r} names files that do not exist: {missing}"
