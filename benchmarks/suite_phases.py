@@ -1,11 +1,14 @@
 """Where the test command's time goes (not a test): its phases and its tests by group, from what
-``scripts/test.sh`` records in ``.suite/`` on every run (``phases.tsv``: phase, seconds; the junit files of
+``scripts/test.sh`` records in ``.suite/`` on every run (``phases.tsv``: phase, seconds and the core-seconds the
+machine was busy meanwhile, from ``/proc/stat``; the junit files of
 its two pytest passes; ``machine.json``: the CPU, native bf16 or not, the load when it started).
 
     python benchmarks/suite_phases.py [.suite]            # the tables
     python benchmarks/suite_phases.py --machine [.suite]  # record the machine (scripts/test.sh does)
 
-Each phase as seconds and its share of the whole; each group of the first pass's tests (the tiny world's,
+Each phase as seconds, its share of the whole and the cores it kept busy on average (near the machine's
+cores: CPU-bound, only less work makes it faster; well below: it waits, on a SLURM status check or on one
+slow test while the other worker is done, and better scheduling would help); each group of the first pass's tests (the tiny world's,
 the SLURM tests, the paper-config rehearsals, vLLM's, the rest) as the test-seconds it holds (setup, call and
 teardown: a session fixture counts once, in the test that first asked for it) and its share of the pass's
 test-seconds (two workers share the cores, so test-seconds are about twice the pass's wall time); then the
@@ -43,9 +46,10 @@ def junit_tests(path: Path) -> list[tuple[str, float]]:
             for case in root.iter("testcase")]
 
 
-def phases(folder: Path) -> list[tuple[str, float]]:
+def phases(folder: Path) -> list[tuple[str, float, float | None]]:
+    """(phase, seconds, busy core-seconds or None where the record has no third column)."""
     rows = [line.split("\t") for line in (folder / "phases.tsv").read_text().splitlines() if line.strip()]
-    return [(name, float(seconds)) for name, seconds in rows]
+    return [(row[0], float(row[1]), float(row[2]) if len(row) > 2 else None) for row in rows]
 
 
 def tables(folder: Path, slowest: int = 10) -> str:
@@ -57,10 +61,12 @@ def tables(folder: Path, slowest: int = 10) -> str:
         out += [f"machine: {m['cpu']}, {m['cores']} cores, native bf16: {m['native_bf16']}, "
                 f"load at start: {m['load']}, {m['date']}", ""]
     steps = phases(folder)
-    total = sum(s for _, s in steps) or 1.0
-    out += ["| phase | seconds | share |", "|---|---:|---:|"]
-    out += [f"| {name} | {s:.0f} | {100 * s / total:.0f}% |" for name, s in steps]
-    out += [f"| all | {total:.0f} | 100% |", ""]
+    total = sum(s for _, s, _ in steps) or 1.0
+    cores = lambda s, b: "–" if b is None or s <= 0 else f"{b / s:.1f}"
+    busy = None if any(b is None for *_, b in steps) else sum(b for *_, b in steps)
+    out += ["| phase | seconds | share | cores busy |", "|---|---:|---:|---:|"]
+    out += [f"| {name} | {s:.0f} | {100 * s / total:.0f}% | {cores(s, b)} |" for name, s, b in steps]
+    out += [f"| all | {total:.0f} | 100% | {cores(total, busy)} |", ""]
     first = folder / "first.xml"
     if first.is_file():
         tests = junit_tests(first)

@@ -25,19 +25,40 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 
 
 def test_the_tables_give_each_phase_and_group_its_share(tmp_path):
-    (tmp_path / "phases.tsv").write_text("install\t100\nvLLM environment\t20\nsuite\t1000\noldest versions\t80\n")
+    (tmp_path / "phases.tsv").write_text("install\t100\t90\nvLLM environment\t20\t20\nsuite\t1000\t1500\n"
+                                         "oldest versions\t80\t150\n")
     (tmp_path / "first.xml").write_text(JUNIT)
     assert subprocess.run([sys.executable, str(REPO / "benchmarks" / "suite_phases.py"), "--machine", str(tmp_path)],
                           check=True).returncode == 0
     machine = json.loads((tmp_path / "machine.json").read_text())
     assert set(machine) == {"cpu", "cores", "native_bf16", "load", "date"}
     text = suite_phases.tables(tmp_path, slowest=2)
-    assert "| suite | 1000 | 83% |" in text and "| all | 1200 | 100% |" in text
+    assert "| suite | 1000 | 83% | 1.5 |" in text and "| all | 1200 | 100% | 1.5 |" in text   # 1760 / 1200
+    assert "| install | 100 | 8% | 0.9 |" in text
     assert "| tiny world | 1 | 600 | 60% |" in text and "| SLURM | 1 | 200 | 20% |" in text
     assert "| vLLM | 1 | 60 | 6% |" in text and "| the rest | 2 | 40 | 4% |" in text
     assert text.index("| tiny world |") < text.index("| SLURM |") < text.index("| rehearsals |")   # largest first
     slowest = text.split("slowest tests")[1]
     assert "test_partial_rerun_of_one_dataset_touches_no_other" in slowest and "test_b" not in slowest
+
+
+def test_an_older_record_without_busy_core_seconds_still_reads(tmp_path):
+    (tmp_path / "phases.tsv").write_text("install\t100\nsuite\t1000\n")
+    text = suite_phases.tables(tmp_path)
+    assert "| suite | 1000 | 91% | – |" in text and "| all | 1100 | 100% | – |" in text
+
+
+def test_the_test_command_records_busy_core_seconds_per_phase(tmp_path):
+    """scripts/test.sh's own ``busy`` and ``phase`` (run as the script defines them): a phase that keeps one core
+    busy for a second records about one busy core-second."""
+    script = (REPO / "scripts" / "test.sh").read_text()
+    defs = "\n".join(line for line in script.splitlines() if line.startswith(("busy()", "hz=", "phase()")))
+    assert defs.count("\n") == 2, defs
+    spin = f"{sys.executable} -c 'import time; t = time.process_time()\nwhile time.process_time() - t < 2: pass'"
+    subprocess.run(["bash", "-c", f"{defs}\nmkdir -p .suite\nstart=$SECONDS; b0=$(busy)\n{spin}\n"
+                    'phase spin "$start" "$b0"'], cwd=tmp_path, check=True)
+    name, seconds, busy = (tmp_path / ".suite" / "phases.tsv").read_text().split()
+    assert name == "spin" and 1 <= int(busy) <= 2 * max(int(seconds), 2) + 2, (seconds, busy)
 
 
 def test_without_a_record_it_says_what_to_run(tmp_path):
