@@ -4,12 +4,13 @@ Runs the real workflow (tokenizer, two pretrained models, DeepSpeed SFT, all bas
 in a scratch directory with the default config.yaml. Slow: minutes on 2 CPU cores.
 """
 
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from workflow_helpers import default_config, planned_jobs, snakemake, write_config
+from workflow_helpers import default_config, job_stats, planned_jobs, snakemake, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -95,12 +96,23 @@ def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
 
 
 def test_partial_rerun_of_one_dataset_touches_no_other(world):
-    """`snakemake dataset_aime --forcerun score_baselines`: AIME's scores and tables are redone
-    (everything a rerun of one dataset's scoring needs), no WikiMIA file is touched."""
+    """`snakemake dataset_aime --forcerun score_baselines` plans AIME's score jobs (one per model that scores AIME)
+    and AIME's tables, no WikiMIA job (the dry run's wildcards); a forced rerun through that target, executed,
+    redoes AIME's files and touches no WikiMIA file. The executed rerun forces N-Sampling's scores (one job),
+    not the five score jobs: the plan says what a forced rule reruns, and the execution of a dataset's score jobs
+    without touching the other's is test_changing_one_dataset_reruns_only_it_and_reverting_reuses's."""
+    proc = snakemake(world, "-n", "dataset_aime", "--forcerun", "score_baselines")
+    out = proc.stdout + proc.stderr
+    scoring_aime = sum("aime" in m.get("datasets", ["aime"]) for m in default_config()["models"].values())
+    assert job_stats(out)["score_baselines"] == scoring_aime == 5
+    wildcards = re.findall(r"^\s*wildcards: (.*)$", out, re.M)
+    assert len(wildcards) > scoring_aime and all("dataset=aime" in w for w in wildcards), wildcards
     wikimia = {p: p.stat().st_mtime_ns for p in (world / "results").rglob("*") if "wikimia" in str(p) and p.is_file()}
-    aime_scores = sorted((world / "results/scores").glob("*/aime/*/seed-*/scores.parquet"))
-    old = [p.stat().st_mtime_ns for p in aime_scores]
-    proc = snakemake(world, "--cores", "2", "dataset_aime", "--forcerun", "score_baselines")
-    assert "rule score_baselines" in proc.stdout + proc.stderr
-    assert all(p.stat().st_mtime_ns > t for p, t in zip(aime_scores, old))
+    aime = sorted((world / "results").glob("n_sampling/scores/*/aime/*/seed-*/scores.parquet")) + \
+        sorted((world / "results/evaluation/aime").glob("*.parquet"))
+    assert len(aime) > 3
+    old = [p.stat().st_mtime_ns for p in aime]
+    proc = snakemake(world, "--cores", "2", "dataset_aime", "--forcerun", "n_sampling_scores")
+    assert "rule n_sampling_scores" in proc.stdout + proc.stderr
+    assert all(p.stat().st_mtime_ns > t for p, t in zip(aime, old))
     assert wikimia == {p: p.stat().st_mtime_ns for p in wikimia}
