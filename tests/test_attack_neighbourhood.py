@@ -113,9 +113,11 @@ def test_the_fill_mask_model_is_named_resolved_and_priced(model, mlm_folder):  #
     with pytest.raises(ConfigError, match=r"models\.base is a kind hf model, not a masked LM"):
         mlm_path(plan, "base")
     facts = types.SimpleNamespace(config={"scoring": {**scoring(mlm_folder), "max_length": 10}},
-                                  texts=lambda d: 3, params_b=lambda m: 1.0)
+                                  texts=lambda d: 3, params_b=lambda m: 0.25 if m == mlm_folder else 1.0)
     work = score_baselines(facts, "m", "d")
     assert work.scored_texts == 3 * (1 + SETTINGS["n_neighbours"]) and work.scored_tokens == 30 * 5
+    # the fill-mask model: loaded, a pass per batch_size (32) of a text's 10 positions, each over its 10 tokens
+    assert work.loads_b == (1.0, 0.25) and work.passes == 3 and work.train_flops == 2 * 0.25e9 * 3 * 10 * 10
 
 
 # --- equality with MIMIR (its BertModel and NeighborhoodAttack, from the checkout MIMIR_CODE names) ----------

@@ -3,7 +3,8 @@ forward pass over every distinct text of every seed's split of one dataset, one 
 ``scoring.max_length`` tokens (the passive baselines all read the same log-probabilities), plus each scoring
 attack's extra forward passes and, for one that backpropagates (GradNorm), a forward and backward pass a text
 (its gradients fit beside the weights on the job's one GPU), and what an attack adds besides
-(:meth:`mialab.scoring.attacks.Attack.work`: the quantile attack's regressor, loaded, trained and run)."""
+(:meth:`mialab.scoring.attacks.Attack.work`: the quantile attack's regressor, loaded, trained and run; the
+neighbourhood attack's fill-mask model, loaded, and its passes)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def score_baselines(facts, model: str, dataset: str, **_) -> Work:
     tokens = texts * scoring["max_length"]
     extra = [a.work(facts, dataset) for a in attacks]
     more = lambda key, zero=0: sum((e.get(key, zero) for e in extra), zero)  # noqa: E731
-    return Work(params_b=p, dtype=scoring["dtype"], loads_b=(p, *more("loads_b", ())),
+    return Work(params_b=p, dtype=scoring["dtype"], loads_b=(p, *more("loads_b", ())), passes=more("passes"),
                 scored_texts=texts * passes + more("scored_texts"), scored_tokens=tokens * passes + more("scored_tokens"),
                 train_flops=train_flops(p, tokens * sum(a.backward for a in attacks)) + more("train_flops"))
 

@@ -33,12 +33,13 @@ one; the dropout masks are drawn position by position as MIMIR draws them, so on
 
 Settings ``scoring.neighbourhood``: ``mlm_model`` (a configured ``kind: mlm`` model, or a local folder / hub id
 of a masked LM: MIMIR's bert-base-uncased), ``n_neighbours`` (MIMIR's ``n_perturbation_list``, one score per
-n; here one n), ``reduce``, ``seed``, ``batch_size``. The fill-mask model's passes are not priced by
-:mod:`mialab.scoring.cost`, which counts the ``n_neighbours`` target passes a text costs.
+n; here one n), ``reduce``, ``seed``, ``batch_size``. A job's cost (:mod:`mialab.scoring.cost`): the
+``n_neighbours`` target passes a text costs, and the fill-mask model's (:meth:`Neighbourhood.work`).
 """
 
 from __future__ import annotations
 
+import math
 from heapq import nlargest
 from pathlib import Path
 
@@ -52,6 +53,8 @@ from mialab.scoring.attacks import Attack, Texts, register
 #: MIMIR's BERT path: the dropout on the target token's embedding, the top predictions read there, the most
 #: neighbours kept, and the original probability used where it is exactly 1.
 DROPOUT, TOP, MOST, CERTAIN = 0.7, 6, 100, 0.9
+#: bert-base's positions (MIMIR's ``max_tokens``): the longest text the cost model counts for the fill-mask passes
+MLM_POSITIONS = 512
 
 
 def mlm_path(plan, name: str) -> str:
@@ -129,6 +132,16 @@ class Neighbourhood(Attack):
             return ("scoring.neighbourhood.mlm_model: the neighbourhood attack needs a fill-mask model (a configured "
                     "kind: mlm model, or a masked LM's folder / hub id; MIMIR: bert-base-uncased)")
         return None
+
+    def work(self, facts, dataset: str) -> dict:
+        """The fill-mask model, loaded, and its passes: a text of ``L`` tokens masks each of its ``L`` positions in
+        a pass over all ``L`` tokens, ``batch_size`` positions a pass. ``L`` is counted as ``scoring.max_length``
+        capped at :data:`MLM_POSITIONS` (errs high for short texts)."""
+        spec, texts = facts.config["scoring"][self.name], facts.texts(dataset)
+        p = facts.params_b(spec["mlm_model"])
+        length = min(facts.config["scoring"]["max_length"], MLM_POSITIONS)
+        return {"loads_b": (p,), "passes": texts * math.ceil(length / spec["batch_size"]),
+                "train_flops": 2 * p * 1e9 * texts * length * length}
 
     def inputs(self, plan, dataset: str) -> dict[str, str]:
         name = plan.config["scoring"][self.name]["mlm_model"]
