@@ -68,12 +68,13 @@ def test_second_run_does_nothing(world):
 
 
 def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
-    """WikiMIA's split size changes: the dry run plans only WikiMIA's jobs; the splits and the
-    baseline scores (the `scores` stage target) are rebuilt without touching AIME; switching back
-    finds every earlier folder, so only the tables that merge both settings would be redone."""
+    """WikiMIA's split size changes (64 to 16 a class: the new splits' score jobs a quarter of the texts): the dry
+    run plans only WikiMIA's jobs; the splits and the baseline scores (the `scores` stage target) are rebuilt
+    without touching AIME; switching back finds every earlier folder, so only the tables that merge both settings
+    would be redone."""
     before = {p: p.stat().st_mtime_ns for p in (world / "results").rglob("*.parquet") if "/aime/" in str(p)}
     cfg = default_config()
-    cfg["datasets"]["wikimia"]["split"]["n_per_class"] = 48
+    cfg["datasets"]["wikimia"]["split"]["n_per_class"] = 16
     write_config(world, cfg)
     jobs = planned_jobs(world)
     assert jobs["build_split"] == 3 and jobs["evaluate_dataset"] == 1
@@ -84,7 +85,7 @@ def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
     snakemake(world, "--cores", "2", "scores")
     for path in world.glob("results/splits/wikimia/seed-*/*/split.parquet"):
         n = pd.read_parquet(path)["label"].value_counts().to_dict()
-        assert n in ({1: 48, 0: 48}, {1: 64, 0: 64})                     # both settings' folders side by side
+        assert n in ({1: 16, 0: 16}, {1: 64, 0: 64})                     # both settings' folders side by side
     assert planned_jobs(world, "scores") == {}
     after = {p: p.stat().st_mtime_ns for p in before}
     assert before == after, "an aime output was rewritten"
