@@ -32,6 +32,23 @@ def test_blocks_are_wrapped_as_bert_reads_a_text_and_the_tokenizer_is_cased(tok)
     assert corpus_documents(["a b\n\nc d", "e"]) == ["a b", "c d", "e"]
 
 
+def test_the_tokenizer_is_the_same_in_every_process():
+    """Two processes (two hash seeds of the tokenizers library's maps) train the same vocabulary, with the same
+    ids (huggingface/tokenizers#1794: its "##" continuations were numbered in hash order)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    code = ("import sys; from mialab.lm.tiny import wordpiece_tokenizer; "
+            "lines = open(sys.argv[1]).read().splitlines()[:8000]; "
+            "print(wordpiece_tokenizer(lines, 1200).to_str())")
+    corpus = str(REPO / "resources/data/tinyshakespeare/input.txt")
+    runs = {subprocess.run([sys.executable, "-c", code, corpus], capture_output=True, text=True, check=True).stdout
+            for _ in range(3)}
+    assert len(runs) == 1
+
+
 def test_masking_chooses_a_share_of_the_non_special_tokens_as_bert(tok):
     """15% of the ordinary tokens chosen, 80% of those [MASK], 10% random, 10% kept; labels only there; specials never."""
     blocks = torch.from_numpy(mlm_blocks(CORPUS * 5, tok, 32))

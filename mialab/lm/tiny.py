@@ -59,13 +59,26 @@ def wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, tokens: dict | No
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     tokens = dict(tokens or BERT_TOKENS)
-    tok = Tokenizer(models.WordPiece(unk_token=tokens["unk_token"]))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=False)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
+    special = list(dict.fromkeys([*tokens.values(), *extra]))
+
+    def pipeline(tok):
+        tok.normalizer = normalizers.BertNormalizer(lowercase=False)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        return tok
+
+    texts = list(texts)
+    tok = pipeline(Tokenizer(models.WordPiece(unk_token=tokens["unk_token"])))
+    # The trainer numbers each character's "##" continuation where it first meets one, in its word counts' hash
+    # order, and breaks ties between merges by those numbers (huggingface/tokenizers#1794): two runs on the same
+    # texts gave two vocabularies. Named up front in character order, beside the special tokens, they get the
+    # same ids in every run; the tokenizer is then rebuilt from the trained vocabulary, with them as plain entries.
+    words = (w for t in texts for w, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(t)))
+    continuations = sorted({f"##{c}" for w in words for c in w[1:]} - set(special))
     tok.train_from_iterator(texts, trainer=trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=2, special_tokens=list(dict.fromkeys([*tokens.values(), *extra])),
-        show_progress=False))
+        vocab_size=vocab_size, min_frequency=2, special_tokens=special + continuations, show_progress=False))
+    tok = pipeline(Tokenizer(models.WordPiece(tok.get_vocab(with_added_tokens=False), unk_token=tokens["unk_token"])))
+    tok.add_special_tokens(special)
     cls, sep = tokens["cls_token"], tokens["sep_token"]
     tok.post_processor = processors.TemplateProcessing(
         single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
