@@ -11,27 +11,26 @@ rm -rf .suite && mkdir -p .suite
 # the core-seconds the machine was busy meanwhile (CPU-bound or waiting: benchmarks/suite_phases.py).
 busy() { awk '/^cpu /{printf "%d\n", $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat 2>/dev/null || echo 0; }
 hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
-phase() { printf '%s\t%s\t%s\n' "$1" "$((SECONDS - $2))" "$((($(busy) - $3) / hz))" >> .suite/phases.tsv; }
-start=$SECONDS
-b0=$(busy)
+# begin: a phase starts here; phase NAME: it ends, a line of .suite/phases.tsv
+begin() { start=$SECONDS; b0=$(busy); }
+phase() { printf '%s\t%s\t%s\n' "$1" "$((SECONDS - start))" "$((($(busy) - b0) / hz))" >> .suite/phases.tsv; }
+begin
 bash scripts/install.sh
-phase install "$start" "$b0"
-start=$SECONDS
-b0=$(busy)
+phase install
+begin
 if [ -f scripts/setup_vllm.sh ]; then
     bash scripts/setup_vllm.sh
 fi
-phase "vLLM environment" "$start" "$b0"
+phase "vLLM environment"
 .venv/bin/python benchmarks/suite_phases.py --machine .suite
 export HF_HUB_OFFLINE=1
 set +e
 # Two pytest-xdist workers: the tiny world's tests run on one (its Snakemake uses both cores, but
 # not all the time), the SLURM tests and the quick ones beside it (tests/conftest.py groups them).
-start=$SECONDS
-b0=$(busy)
+begin
 .venv/bin/python -m pytest -n "${MIALAB_TEST_WORKERS:-2}" --dist loadgroup --junitxml .suite/first.xml tests "$@"
 rc=$?
-phase "suite" "$start" "$b0"
+phase "suite"
 set -e
 if [ "$rc" -eq 5 ]; then
     echo "pytest collected no tests: that is a failure" >&2
@@ -41,8 +40,7 @@ fi
 [ $# -eq 0 ] || exit 0   # a chosen subset: no second pass
 # Second pass: the quick tests that run the code (not the plan-only ones) on pyproject.toml's oldest
 # versions where a version changes behaviour (envs/oldest.txt), laid over the venv in .venv-oldest/.
-start=$SECONDS
-b0=$(busy)
+begin
 .venv/bin/python -m pip install --quiet --no-deps --target .venv-oldest -r envs/oldest.txt
 PYTHONPATH="$PWD/.venv-oldest" .venv/bin/python -m pytest -n "${MIALAB_TEST_WORKERS:-2}" --dist loadgroup \
     -m "not slow" -p no:cacheprovider --durations=5 --junitxml .suite/oldest.xml tests \
@@ -50,5 +48,5 @@ PYTHONPATH="$PWD/.venv-oldest" .venv/bin/python -m pytest -n "${MIALAB_TEST_WORK
     --ignore tests/test_workflow.py --ignore tests/test_sizing.py --ignore tests/test_cluster_checks.py \
     --ignore tests/test_rule_patterns.py --ignore tests/test_paper_configs.py --ignore tests/test_layers.py \
     --ignore tests/test_gpu_check.py
-phase "oldest versions" "$start" "$b0"
+phase "oldest versions"
 .venv/bin/python benchmarks/suite_phases.py .suite

@@ -49,14 +49,13 @@ def test_an_older_record_without_busy_core_seconds_still_reads(tmp_path):
 
 
 def test_the_test_command_records_busy_core_seconds_per_phase(tmp_path):
-    """scripts/test.sh's own ``busy`` and ``phase`` (run as the script defines them): a phase that keeps one core
-    busy for a second records about one busy core-second."""
+    """scripts/test.sh's own ``busy``, ``begin`` and ``phase`` (run as the script defines them): a phase that keeps a
+    core busy for two seconds records at least a busy core-second, and at most what the machine's cores had."""
     script = (REPO / "scripts" / "test.sh").read_text()
-    defs = "\n".join(line for line in script.splitlines() if line.startswith(("busy()", "hz=", "phase()")))
-    assert defs.count("\n") == 2, defs
+    defs = "\n".join(line for line in script.splitlines() if line.startswith(("busy()", "hz=", "begin()", "phase()")))
+    assert defs.count("\n") == 3, defs
     spin = f"{sys.executable} -c 'import time; t = time.process_time()\nwhile time.process_time() - t < 2: pass'"
-    subprocess.run(["bash", "-c", f"{defs}\nmkdir -p .suite\nstart=$SECONDS; b0=$(busy)\n{spin}\n"
-                    'phase spin "$start" "$b0"'], cwd=tmp_path, check=True)
+    subprocess.run(["bash", "-c", f"{defs}\nmkdir -p .suite\nbegin\n{spin}\nphase spin"], cwd=tmp_path, check=True)
     name, seconds, busy = (tmp_path / ".suite" / "phases.tsv").read_text().split()
     assert name == "spin" and 1 <= int(busy) <= 2 * max(int(seconds), 2) + 2, (seconds, busy)
 
