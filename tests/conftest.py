@@ -78,7 +78,8 @@ def tiny_mapping(**settings):
     from mialab.data.registry import config_schema
 
     props = config_schema()["properties"]["calibdcd"]["properties"]["detectors"]["properties"]["veilprobe"]
-    defaults = {k: v["default"] for k, v in props["properties"]["mapping"]["properties"].items() if k != "tokenizer"}
+    defaults = {k: v["default"] for k, v in props["properties"]["mapping"]["properties"].items()
+                if k not in ("tokenizer", "vocab_size")}
     return MappingConfig(**{**defaults, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
                             "max_length": 16, "batch_size": 2, **settings})
 

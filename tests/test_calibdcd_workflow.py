@@ -240,6 +240,42 @@ def test_veilprobe_tables_train_on_the_original_query_and_read_every_scopes_quer
         veilprobe_tables(gens, ["zz"], views, tokenizer=resolve_model_path(), mapping=cfg, folders=folders)
 
 
+def test_mapping_vocab_size_trains_one_uncased_vocabulary_on_the_pairs_texts(tmp_path):
+    """``mapping.vocab_size``: both mapping models read one uncased WordPiece vocabulary of at most that size,
+    trained on every text and output of their pairs (no label read), the same in a second run, and the
+    models' size (the cost model's) follows it."""
+    import json
+    from pathlib import Path
+
+    from conftest import VERSE, tiny_mapping
+    from transformers import AutoTokenizer
+
+    from mialab.calibdcd.cost import mapping_params_b
+    from mialab.lm.embeddings import resolve_model_path
+
+    ids = [f"t{i}" for i in range(40)]
+    rows = [("veilprobe", ORIGINAL, i, col, t if col == "query" else t.replace("the", "a"), t, f"Out {t[::-1]}")
+            for col in ("query", "perturbed_query") for i, t in zip(ids, VERSE)]
+    gens = pd.DataFrame(rows, columns=["detector", "view", "id", "input", "text", "prompt", "output"])
+    cfg = tiny_mapping(epochs=1)
+    runs = []
+    for name in ("one", "two"):
+        folders = {c: str(tmp_path / name / c) for c in ("query", "perturbed_query")}
+        runs.append(veilprobe_tables(gens, ids[:4], ["cue_answer"], tokenizer=resolve_model_path(), mapping=cfg,
+                                     folders=folders, vocab_size=200))
+        toks = [AutoTokenizer.from_pretrained(f) for f in folders.values()]
+        assert toks[0].get_vocab() == toks[1].get_vocab() and len(toks[0]) <= 200 + 5    # + BERT's special tokens
+        assert toks[0].tokenize("Walks OVER the Hill") == toks[0].tokenize("walks over the hill")
+        assert toks[0].tokenize("the king walks over the hill") == "the king walks over the hill".split()
+        config = json.loads((Path(folders["query"]) / "config.json").read_text())
+        assert config["encoder"]["vocab_size"] == len(toks[0])
+    pd.testing.assert_frame_equal(runs[0].original, runs[1].original)
+    pd.testing.assert_frame_equal(runs[0].views, runs[1].views)
+    shape = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "max_length": 32}
+    assert mapping_params_b({**shape, "vocab_size": None}) == mapping_params_b(shape)
+    assert mapping_params_b({**shape, "vocab_size": 4096}) < mapping_params_b(shape) / 4
+
+
 # --- calibration -------------------------------------------------------------------------------------
 
 def feature_world(seed: int = 0, d: int = 6):

@@ -18,10 +18,11 @@ params, inputs, output = snakemake.params, snakemake.input, snakemake.output  # 
 job = Job(output)
 spec = dict(params.mapping)
 tokenizer = resolve_model_path(spec.pop("tokenizer"))   # the packaged MiniLM: bert-base-uncased's vocabulary
+vocab_size = spec.pop("vocab_size")                      # or one trained on the pairs' texts
 ids = list(dict.fromkeys(i for p in inputs.calibration for i in pd.read_parquet(p)["id"].astype(str)))
 os.makedirs(output.mapping, exist_ok=True)
 run = veilprobe_tables(pd.read_parquet(inputs.generations), ids, params.views, tokenizer=tokenizer,
-                       mapping=MappingConfig(**spec),
+                       mapping=MappingConfig(**spec), vocab_size=vocab_size,
                        folders={c: os.path.join(output.mapping, c) for c in DETECTOR_INPUTS["veilprobe"]},
                        device=resolve_device(params.lm["device"]))
 write_parquet(run.original, output.original)

@@ -26,7 +26,7 @@ from mialab.lm.cost import Work, train_flops
 
 #: Tokens of a text GPT-2-style reference models read at most (their context).
 REFERENCE_CONTEXT = 1024
-#: VeilProbe's mapping models' vocabulary (bert-base-uncased's), for their size.
+#: VeilProbe's mapping models' vocabulary (bert-base-uncased's), for their size, unless ``mapping.vocab_size`` sets one.
 BERT_VOCAB = 30522
 
 
@@ -35,7 +35,7 @@ def mapping_params_b(mapping) -> float:
     trained one after the other): a BERT encoder and decoder of ``num_layers`` layers each
     (self-attention, feed-forward; the decoder's cross-attention too) with their embeddings."""
     h, inter, layers = mapping["hidden_size"], mapping["intermediate_size"], mapping["num_layers"]
-    embeddings = (BERT_VOCAB + mapping["max_length"]) * h
+    embeddings = ((mapping.get("vocab_size") or BERT_VOCAB) + mapping["max_length"]) * h
     layer = 4 * h * h + 2 * h * inter
     return (2 * embeddings + layers * (2 * layer + 4 * h * h)) / 1e9
 

@@ -63,14 +63,27 @@ def build_mapping_model(tok, cfg: MappingConfig):
     return model
 
 
+def mapping_tokenizer(texts: Sequence[str], vocab_size: int):
+    """An uncased WordPiece tokenizer of ``vocab_size`` tokens trained on ``texts``: bert-base-uncased's
+    normaliser, pre-tokeniser and special tokens with a vocabulary of the texts the mapping models read
+    (``mapping.vocab_size``; for small models, whose time the 30,522-token output layer would take)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from mialab.lm.tiny import BERT_TOKENS, wordpiece_tokenizer
+
+    return PreTrainedTokenizerFast(tokenizer_object=wordpiece_tokenizer(texts, vocab_size, lowercase=True),
+                                   **BERT_TOKENS)
+
+
 def _padded(tok, texts: Sequence[str], max_length: int):
     return tok(list(texts), padding="max_length", truncation=True, max_length=max_length, return_tensors="pt")
 
 
-def train_mapping_model(tokenizer: str, inputs: Sequence[str], outputs: Sequence[str], output: str, *,
+def train_mapping_model(tokenizer, inputs: Sequence[str], outputs: Sequence[str], output: str, *,
                         config: MappingConfig, device: str = "cpu") -> dict:
-    """Train a mapping model on (input, output) pairs and save it (and the tokenizer) to ``output``
-    (a Hugging Face folder, safetensors, written atomically); returns the mean loss per epoch."""
+    """Train a mapping model on (input, output) pairs and save it (and the tokenizer: a folder, or a tokenizer
+    of :func:`mapping_tokenizer`) to ``output`` (a Hugging Face folder, safetensors, written atomically);
+    returns the mean loss per epoch."""
     import torch
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
@@ -81,7 +94,7 @@ def train_mapping_model(tokenizer: str, inputs: Sequence[str], outputs: Sequence
     from mialab.lm.loading import no_cudnn_attention
 
     no_cudnn_attention()
-    tok = AutoTokenizer.from_pretrained(tokenizer)
+    tok = AutoTokenizer.from_pretrained(tokenizer) if isinstance(tokenizer, str) else tokenizer
     enc, target = _padded(tok, inputs, config.max_length), _padded(tok, outputs, config.max_length)
     n, per_epoch = len(inputs), math.ceil(len(inputs) / config.batch_size)
     losses = []

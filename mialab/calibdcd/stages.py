@@ -43,7 +43,7 @@ from mialab.calibdcd.calibrate import FitCache, run_calibdcd
 from mialab.calibdcd.extract import add_perturbed_query, dpdllm_prompts, veilprobe_queries
 from mialab.calibdcd.features import veilprobe_vector
 from mialab.calibdcd.frames import feature_frame
-from mialab.calibdcd.mapping import MappingConfig, mapping_features, train_mapping_model
+from mialab.calibdcd.mapping import MappingConfig, mapping_features, mapping_tokenizer, train_mapping_model
 from mialab.calibdcd.plan import UNCALIBRATED, score_column
 from mialab.calibdcd.reference import reference_probabilities
 from mialab.calibdcd.views import ORIGINAL, apply_view
@@ -149,16 +149,23 @@ class VeilProbeRun:
 
 def veilprobe_tables(generations: pd.DataFrame, calibration_ids: Sequence[str], views: Sequence[str], *,
                      tokenizer: str, mapping: MappingConfig, folders: Mapping[str, str],
-                     device: str = "cpu") -> VeilProbeRun:
+                     vocab_size: int | None = None, device: str = "cpu") -> VeilProbeRun:
     """Train VeilProbe's two mapping models on the original query's generations (every pool text, every
     continuation: one pair each, in the order of the generations) into ``folders[input]`` and compute the
-    features of every pool text under the original query and of ``calibration_ids`` under ``views``."""
+    features of every pool text under the original query and of ``calibration_ids`` under ``views``.
+
+    ``tokenizer``: the models' vocabulary (a folder); with ``vocab_size``, instead one vocabulary of that size
+    trained on every text and output of both models' pairs (:func:`mialab.calibdcd.mapping.mapping_tokenizer`,
+    no label read)."""
     own = generations[(generations["detector"] == "veilprobe") & (generations["view"] == ORIGINAL)]
     pairs = {column: own[own["input"] == column] for column in DETECTOR_INPUTS["veilprobe"]}
     inputs = {column: rows.drop_duplicates("id").set_index("id") for column, rows in pairs.items()}
     query, perturbed = inputs["query"], inputs["perturbed_query"]
     if query.empty or not query.index.equals(perturbed.index):
         raise ValueError("VeilProbe needs the original query's query and perturbed-query generations of the same texts")
+    if vocab_size is not None:
+        tokenizer = mapping_tokenizer([t for rows in pairs.values() for c in ("text", "output")
+                                       for t in rows[c].astype(str)], vocab_size)
     logs = {column: train_mapping_model(tokenizer, rows["text"].tolist(), rows["output"].tolist(), folders[column],
                                         config=mapping, device=device) for column, rows in pairs.items()}
     ids = query.index.tolist()

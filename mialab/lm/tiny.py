@@ -52,17 +52,19 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, min_frequency:
     return fast
 
 
-def wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, tokens: dict | None = None, extra: Iterable[str] = ()):
-    """A cased WordPiece tokenizer as BERT's (its normaliser without lowercasing, its pre-tokeniser,
-    ``[CLS] $A [SEP]``, pairs ``[CLS] $A [SEP] $B [SEP]``), trained on ``texts``; ``tokens``: the special
-    tokens by role (default :data:`BERT_TOKENS`), ``extra`` more of them. Returns the ``tokenizers.Tokenizer``."""
+def wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, tokens: dict | None = None, extra: Iterable[str] = (),
+                        *, lowercase: bool = False):
+    """A WordPiece tokenizer as BERT's (its normaliser, cased as bert-base-cased's or, with ``lowercase``,
+    lowercasing and stripping accents as bert-base-uncased's; its pre-tokeniser, ``[CLS] $A [SEP]``, pairs
+    ``[CLS] $A [SEP] $B [SEP]``), trained on ``texts``; ``tokens``: the special tokens by role (default
+    :data:`BERT_TOKENS`), ``extra`` more of them. Returns the ``tokenizers.Tokenizer``."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     tokens = dict(tokens or BERT_TOKENS)
     special = list(dict.fromkeys([*tokens.values(), *extra]))
 
     def pipeline(tok):
-        tok.normalizer = normalizers.BertNormalizer(lowercase=False)
+        tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece()
         return tok
