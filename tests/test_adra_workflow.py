@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 from workflow_helpers import (
+    PAPER_PLANS,
     REPO,
     default_config,
     dry_run_as_documented,
     job_stats,
     make_workdir,
     planned_jobs,
+    run_line,
     snakemake,
     validated,
 )
@@ -160,10 +162,12 @@ def test_the_default_config_trains_no_adra():
     assert "adra" not in default_config()
 
 
+@PAPER_PLANS
 @pytest.mark.parametrize("path", PAPER_CONFIGS, ids=[p.stem for p in PAPER_CONFIGS])
 def test_paper_configs_plan_adra(path: Path):
+    """The config's documented command (after prefetch) plans ADRA's runs: every (target, seed, variant)."""
     cfg = yaml.safe_load(path.read_text())
-    proc = dry_run_as_documented(f"snakemake adra --configfile configs/paper/{path.name}")   # after prefetch
+    proc = dry_run_as_documented(run_line(path))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     jobs = job_stats(proc.stdout + proc.stderr)
     a = adra_plan(cfg)

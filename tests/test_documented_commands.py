@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import REPO, check_command, dry_run_as_documented, jobs_line
+from workflow_helpers import PAPER_PLANS, REPO, check_command, dry_run_as_documented, jobs_line
 
 from mialab.pipeline.config import ConfigError, check_config_files, check_sections
 
@@ -86,6 +86,7 @@ def check_named_files(where: str, command: str) -> None:
     assert not missing, f"{where}: {command!r} names files that do not exist: {missing}"
 
 
+@PAPER_PLANS
 @pytest.mark.parametrize("where, command", SNAKEMAKE, ids=[w for w, _ in SNAKEMAKE])
 def test_snakemake_command_runs_as_written(where: str, command: str):
     snakemake, *piped = command.split("|")  # what reads the dry run's output is not run, only checked

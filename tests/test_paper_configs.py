@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import REPO, check_command, jobs_line, validated
+from workflow_helpers import PAPER_PLANS, REPO, check_command, jobs_line, run_line, validated
 
 from mialab.lara.plan import LaRAPlan
 from mialab.pipeline.plan import Plan
@@ -17,15 +17,11 @@ CONFIGS = sorted((REPO / "configs" / "paper").glob("*.yaml"))
 TINY_WORLD_RULES = ("train_tokenizer", "pretrain_model")  # config.yaml's own models; no paper config trains one
 
 
-def run_line(path: Path) -> str:
-    (line,) = [ln for ln in path.read_text().splitlines() if ln.startswith("# Run: ")]
-    return line.removeprefix("# Run: ")
-
-
 def test_there_are_paper_configs():
     assert CONFIGS, "configs/paper/*.yaml is empty"
 
 
+@PAPER_PLANS
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_paper_config_runs_as_its_header_says(path: Path):
     command = run_line(path)

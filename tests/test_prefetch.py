@@ -19,6 +19,7 @@ import yaml
 from fake_hub import serve
 from workflow_helpers import (
     PAPER_CONFIGS,
+    PAPER_PLANS,
     REPO,
     checkout_copy,
     dry_run_as_documented,
@@ -26,6 +27,7 @@ from workflow_helpers import (
     make_workdir,
     repo_copy,
     run_documented,
+    run_line,
     snakemake,
     validated,
 )
@@ -274,11 +276,6 @@ def test_every_hub_model_is_pinned_by_the_lock_file_and_loaded_at_its_commit(tmp
 
 # --- the paper configs, as a new user runs them -------------------------------------------------------------------
 
-def documented(path: Path) -> str:
-    (line,) = [ln for ln in path.read_text().splitlines() if ln.startswith("# Run: ")]
-    return line.removeprefix("# Run: ")
-
-
 @pytest.fixture(scope="module")
 def fresh_clone(tmp_path_factory) -> Path:
     return repo_copy(tmp_path_factory.mktemp("clone"))
@@ -288,7 +285,7 @@ def fresh_clone(tmp_path_factory) -> Path:
 def test_before_prefetch_a_paper_config_stops_naming_its_sources_and_the_command(path: Path, fresh_clone: Path):
     """A fresh clone: the documented command's dry run fails at plan time, naming every source a job could not read
     and the one command that fetches them (run as written, with the stand-in hub, it plans: test_paper_configs)."""
-    proc = run_documented(fresh_clone, documented(path))
+    proc = run_documented(fresh_clone, run_line(path))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "data sources not fetched yet" in out, out[-3000:]
     assert f"with: snakemake prefetch --profile profiles/slurm --configfile configs/paper/{path.name}\n" in out
@@ -301,12 +298,13 @@ def test_before_prefetch_a_paper_config_stops_naming_its_sources_and_the_command
     assert "Job stats" not in out
 
 
+@PAPER_PLANS
 @pytest.mark.parametrize("path", PAPER_CONFIGS, ids=[p.stem for p in PAPER_CONFIGS])
 def test_a_paper_config_reads_only_pinned_sources_and_the_repository(path: Path):
     """After prefetch (the stand-in hub, in the shared clone; the dry run passing means every source is pinned and
     in the caches) every hub dataset has a revision, in the config or in the lock file prefetch wrote beside it,
     every file source a sha256, and every local data path is a file of the repository: nothing made by hand."""
-    proc = dry_run_as_documented(documented(path))
+    proc = dry_run_as_documented(run_line(path))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     config = validated(yaml.safe_load((checkout_copy() / "configs" / "paper" / path.name).read_text()))
     lock = read_lock(checkout_copy() / "configs" / "paper" / f"{path.stem}.lock")

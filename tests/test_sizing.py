@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from snakemake.utils import validate
-from workflow_helpers import REPO, default_config, dry_run_as_documented
+from workflow_helpers import PAPER_PLANS, REPO, default_config, dry_run_as_documented
 
 from mialab.data.cost import WORK as PARAPHRASE_WORK
 from mialab.lm.cost import Work, load_throughputs, seconds
@@ -100,6 +100,7 @@ def expected_gpus(cfg: dict, rule: str, wc: dict) -> int:
     return 0
 
 
+@PAPER_PLANS
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_paper_config_jobs_ask_for_what_their_code_uses(path: Path, monkeypatch):
     """Each job's GPUs, memory, runtime and partition; a generation job's engine on the one GPU a 7-13B model

@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from snakemake.utils import update_config, validate
 
@@ -188,6 +189,15 @@ def _dry_run(command: str, site: tuple[tuple[str, str], ...]) -> subprocess.Comp
 
 
 PAPER_CONFIGS = sorted((REPO / "configs" / "paper").glob("*.yaml"))
+#: The tests that dry-run a paper config's command share one test process (a pytest-xdist group): each config is
+#: fetched from the stand-in hub once and each command line planned once (:func:`dry_run_as_documented`'s cache).
+PAPER_PLANS = pytest.mark.xdist_group("paper_plans")
+
+
+def run_line(path: Path) -> str:
+    """A paper config's documented command: its header's ``# Run:`` line."""
+    (line,) = [ln for ln in path.read_text().splitlines() if ln.startswith("# Run: ")]
+    return line.removeprefix("# Run: ")
 
 
 @functools.lru_cache(maxsize=None)
