@@ -63,18 +63,6 @@ def build_mapping_model(tok, cfg: MappingConfig):
     return model
 
 
-def mapping_tokenizer(texts: Sequence[str], vocab_size: int):
-    """An uncased WordPiece tokenizer of ``vocab_size`` tokens trained on ``texts``: bert-base-uncased's
-    normaliser, pre-tokeniser and special tokens with a vocabulary of the texts the mapping models read
-    (``mapping.vocab_size``; for small models, whose time the 30,522-token output layer would take)."""
-    from transformers import PreTrainedTokenizerFast
-
-    from mialab.lm.tiny import BERT_TOKENS, wordpiece_tokenizer
-
-    return PreTrainedTokenizerFast(tokenizer_object=wordpiece_tokenizer(texts, vocab_size, lowercase=True),
-                                   **BERT_TOKENS)
-
-
 def _padded(tok, texts: Sequence[str], max_length: int):
     return tok(list(texts), padding="max_length", truncation=True, max_length=max_length, return_tensors="pt")
 
@@ -82,7 +70,7 @@ def _padded(tok, texts: Sequence[str], max_length: int):
 def train_mapping_model(tokenizer, inputs: Sequence[str], outputs: Sequence[str], output: str, *,
                         config: MappingConfig, device: str = "cpu") -> dict:
     """Train a mapping model on (input, output) pairs and save it (and the tokenizer: a folder, or a tokenizer
-    of :func:`mapping_tokenizer`) to ``output`` (a Hugging Face folder, safetensors, written atomically);
+    of :func:`mialab.lm.tiny.bert_tokenizer`) to ``output`` (a Hugging Face folder, safetensors, written atomically);
     returns the mean loss per epoch."""
     import torch
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup

@@ -43,11 +43,12 @@ from mialab.calibdcd.calibrate import FitCache, run_calibdcd
 from mialab.calibdcd.extract import add_perturbed_query, dpdllm_prompts, veilprobe_queries
 from mialab.calibdcd.features import veilprobe_vector
 from mialab.calibdcd.frames import feature_frame
-from mialab.calibdcd.mapping import MappingConfig, mapping_features, mapping_tokenizer, train_mapping_model
+from mialab.calibdcd.mapping import MappingConfig, mapping_features, train_mapping_model
 from mialab.calibdcd.plan import UNCALIBRATED, score_column
 from mialab.calibdcd.reference import reference_probabilities
 from mialab.calibdcd.views import ORIGINAL, apply_view
 from mialab.data.families.calibdcd import calibdcd_partition
+from mialab.lm.tiny import bert_tokenizer
 
 TEXT_COLUMNS = ("id", "text", "prefix", "suffix")
 
@@ -155,8 +156,8 @@ def veilprobe_tables(generations: pd.DataFrame, calibration_ids: Sequence[str], 
     features of every pool text under the original query and of ``calibration_ids`` under ``views``.
 
     ``tokenizer``: the models' vocabulary (a folder); with ``vocab_size``, instead one vocabulary of that size
-    trained on every text and output of both models' pairs (:func:`mialab.calibdcd.mapping.mapping_tokenizer`,
-    no label read)."""
+    trained on every text and output of both models' pairs (uncased, as bert-base-uncased:
+    :func:`mialab.lm.tiny.bert_tokenizer`), no label read."""
     own = generations[(generations["detector"] == "veilprobe") & (generations["view"] == ORIGINAL)]
     pairs = {column: own[own["input"] == column] for column in DETECTOR_INPUTS["veilprobe"]}
     inputs = {column: rows.drop_duplicates("id").set_index("id") for column, rows in pairs.items()}
@@ -164,8 +165,8 @@ def veilprobe_tables(generations: pd.DataFrame, calibration_ids: Sequence[str], 
     if query.empty or not query.index.equals(perturbed.index):
         raise ValueError("VeilProbe needs the original query's query and perturbed-query generations of the same texts")
     if vocab_size is not None:
-        tokenizer = mapping_tokenizer([t for rows in pairs.values() for c in ("text", "output")
-                                       for t in rows[c].astype(str)], vocab_size)
+        tokenizer = bert_tokenizer([t for rows in pairs.values() for c in ("text", "output") for t in rows[c].astype(str)],
+                                   vocab_size, lowercase=True)
     logs = {column: train_mapping_model(tokenizer, rows["text"].tolist(), rows["output"].tolist(), folders[column],
                                         config=mapping, device=device) for column, rows in pairs.items()}
     ids = query.index.tolist()

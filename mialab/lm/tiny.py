@@ -88,6 +88,16 @@ def wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, tokens: dict | No
     return tok
 
 
+def bert_tokenizer(texts: Iterable[str], vocab_size: int, *, lowercase: bool = False):
+    """:func:`wordpiece_tokenizer` with BERT's special tokens as a ``PreTrainedTokenizerFast``: cased (the
+    ``kind: mlm`` model's, as bert-base-cased) or, with ``lowercase``, uncased (VeilProbe's mapping models'
+    ``vocab_size``, as bert-base-uncased)."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_object=wordpiece_tokenizer(texts, vocab_size, lowercase=lowercase),
+                                   **BERT_TOKENS)
+
+
 def bert_config(vocab_size: int, *, hidden_size: int, num_layers: int, num_heads: int,
                 intermediate_size: int | None = None, max_position_embeddings: int = 512, tokenizer=None):
     """A ``BertConfig`` for a small masked LM; the pad id from ``tokenizer`` when given."""

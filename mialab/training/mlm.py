@@ -42,12 +42,10 @@ def corpus_documents(texts: Iterable[str]) -> list[str]:
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int):
-    """The cased WordPiece tokenizer of :func:`mialab.lm.tiny.wordpiece_tokenizer` as a fast tokenizer."""
-    from transformers import PreTrainedTokenizerFast
+    """The cased WordPiece tokenizer of :func:`mialab.lm.tiny.bert_tokenizer`."""
+    from mialab.lm.tiny import bert_tokenizer
 
-    from mialab.lm.tiny import BERT_TOKENS, wordpiece_tokenizer
-
-    return PreTrainedTokenizerFast(tokenizer_object=wordpiece_tokenizer(texts, vocab_size), **BERT_TOKENS)
+    return bert_tokenizer(texts, vocab_size)
 
 
 def mlm_blocks(docs: list[str], tokenizer, seq_len: int) -> np.ndarray:
