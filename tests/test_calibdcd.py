@@ -551,6 +551,27 @@ def test_key_token_perturbation_on_tiny_llama(tiny_model, tiny_split):
         add_perturbed_query(tiny_split, query="suffix", **surprisal, device="cpu")
 
 
+def test_surprisal_perturbation_swaps_whole_characters_only(make_tiny_model):
+    """The tiny byte-level tokenizer spells Arabic and accented letters byte by byte: every token of the text
+    perturbed (ratio 1), a piece of a character is never swapped nor swapped in, so no U+FFFD appears (it did:
+    the tiny world's worst WikiMIA query grew from 214 to 256 tokens, its model's whole context) and the
+    characters the tokens spell stay."""
+    from mialab.calibdcd.perturb import key_token_perturb, whole_tokens
+    from mialab.lm.loading import load_tokenizer
+
+    tiny_model = make_tiny_model(VERSE)                       # its embedding rows: the tokenizer's ids alone
+    tok = load_tokenizer(tiny_model)
+    text = "the cat (Arabic: المؤتمر) sings of Río de Oro"
+    pieces = [tok.decode([i]) for i in tok(text, add_special_tokens=False)["input_ids"]]
+    assert any("\ufffd" in p for p in pieces)                  # the text does hold pieces of characters
+    whole = whole_tokens(tok, len(tok) + 3)                   # ids past the vocabulary decode to nothing
+    assert not whole[len(tok):].any() and whole[tok("the", add_special_tokens=False)["input_ids"]].all()
+    (perturbed,) = key_token_perturb(tiny_model, [text], ratio=1.0, device="cpu")
+    assert "\ufffd" not in perturbed
+    assert all(c in perturbed for c in "المؤتمرí")
+    assert perturbed != text
+
+
 # --- VeilProbe's mapping model and pruning ----------------------------------------------------------------
 
 def test_mapping_model_training_is_seeded_and_deterministic(tmp_path):

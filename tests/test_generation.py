@@ -210,6 +210,27 @@ def test_shared_prefill_samples_what_generate_samples_from_n_prefills(tiny_model
     assert not torch.equal(generate_sharing_prefill(model, ids, mask, 4, **options).sequences, plain.sequences)
 
 
+def test_hf_completions_end_where_the_models_context_does_as_vllms(tiny_model, tokenizer):
+    """As vLLM (``max_model_len``: the model's positions): a prompt filling the context is refused before any
+    generation, and a completion stops (``length``) where prompt and completion fill it; the tokens it keeps are
+    those generated without the limit, and a shorter prompt of the same batch keeps all of its own."""
+    backend = get_backend("hf")(tiny_model, device="cpu", batch_size=2)
+    assert backend.context == 512
+    stops = frozenset({tokenizer.eos_token_id})
+    sampling = ns_sampling(n=2, max_new_tokens=6, temperature=1.0, seed=4)
+    prompts = [[5 + i % 40 for i in range(510)], [1, 50, 51]]
+    capped = backend.generate(prompts, sampling, stops)
+    backend.context = 10**6                                   # what the backend generated before the limit
+    whole = backend.generate(prompts, sampling, stops)
+    assert [len(c.token_ids) for c in whole[0]] == [6, 6]     # the model runs past its positions if let
+    assert capped[0] == [cut_at_stop(c.token_ids[:2], stops) for c in whole[0]]
+    assert all(c.finish_reason == "length" and len(c.token_ids) == 2 for c in capped[0])
+    assert capped[1] == whole[1]
+    backend.context = 512
+    with pytest.raises(ValueError, match="prompt 1 has 512 tokens: the model's context of 512 leaves no room"):
+        backend.generate([[5], [5] * 512], sampling, stops)
+
+
 # --- a prompt sent twice, on either backend ------------------------------------------------------------------
 
 def test_a_prompt_repeated_in_a_vllm_call_gets_distinct_samples_and_parts_keep_their_seeds(
@@ -281,6 +302,9 @@ def test_vllm_on_cpu_samples_seeded_prompts_beyond_one_steps_budget(tiny_model):
     assert backend.worker.calls == 2 and log.count("Initializing a V1 LLM engine") == 1, log[-3000:]
     fresh = VLLMBackend(tiny_model, dtype="float32", max_model_len=256, enforce_eager=True)
     assert fresh.generate(prompts[8:], sampling, frozenset(), offset=8) == every[8:]
+    # vLLM ends a completion where prompt and completion fill max_model_len (the hf backend does the same)
+    (near,) = fresh.generate([prompts[0] + prompts[1][:54]], sampling, frozenset())
+    assert [(len(c.token_ids), c.finish_reason) for c in near] == [(2, "length")] * 2
     process = backend.worker.process
     del backend
     gc.collect()

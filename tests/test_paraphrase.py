@@ -144,8 +144,10 @@ def test_hf_backend_with_a_tiny_llama(tmp_path, wikimia_texts):
     from mialab.lm.tiny import init_model, llama_config, save_model, train_tokenizer
 
     tok = train_tokenizer(wikimia_texts, vocab_size=300)
-    save_model(init_model(llama_config(len(tok), hidden_size=32, num_layers=1, num_heads=2, tokenizer=tok), seed=0),
-               tok, tmp_path)
+    # 1,024 positions: the paraphrase prompt of a WikiMIA text is ~560 of this 300-token vocabulary's tokens
+    config = llama_config(len(tok), hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=1024,
+                          tokenizer=tok)
+    save_model(init_model(config, seed=0), tok, tmp_path)
     para = get_paraphraser("hf", model=str(tmp_path), max_new_tokens=6, temperature=1.0, batch_size=2,
                            device="cpu", dtype="float32", seed=0)
     out = para(wikimia_texts[:3])

@@ -79,7 +79,8 @@ METHOD = register_method("calibdcd")(Method(
     versions={
         "calibdcd/partitions": 1,
         "calibdcd/references": 1,
-        "calibdcd/perturbations": 3,  # 2: key-token surprisals per text; 3: the query beside its perturbation
+        "calibdcd/perturbations": 4,  # 2: key-token surprisals per text; 3: the query beside its perturbation;
+        # 4: surprisal swaps whole tokens only
         "calibdcd/features": 6,  # 4: DPDLLM's reference probabilities per text; 5: vLLM seeds per prompt; 6: samples
         "calibdcd/veilprobe": 3,  # 2: mapping features per text; 3: a pair per continuation
         "calibdcd/scores": 3,

@@ -43,6 +43,7 @@ from rapidfuzz.distance import Levenshtein
 
 from mialab.core.finite import require_finite
 from mialab.lm.generation import Generation, generate
+from mialab.lm.loading import context_length
 from mialab.lm.logprobs import token_logprobs
 from mialab.lm.prompts import format_prompt
 from mialab.text.llm_prompts import load_template
@@ -231,13 +232,6 @@ def cdd_scores(model, tokenizer, questions: list[str], *, n_samples: int, temper
                        seed=seed + offset, entropies=False)
     return np.array([cdd_peakedness(g.token_ids, [s.token_ids for s in ss], alpha)
                      for g, ss in zip(greedy, sampled, strict=True)])
-
-
-def context_length(model) -> int:
-    """The model's context in tokens, as vLLM's ``max_model_len`` defaults to it: ``max_position_embeddings``
-    of its config (GPT-2's ``n_positions``)."""
-    config = model.config
-    return int(getattr(config, "max_position_embeddings", None) or config.n_positions)
 
 
 def critique_response(tokenizer, prompt: str, response: str, *, context: int, headroom: int) -> str:

@@ -88,15 +88,23 @@ def generate_batches(model, prompts: Sequence[list[int]], n: int, *, batch_size:
 
 @register_backend("hf")
 class HFBackend:
-    """Sample with ``model.generate`` (``num_return_sequences = n``), ``batch_size`` prompts at a time."""
+    """Sample with ``model.generate`` (``num_return_sequences = n``), ``batch_size`` prompts at a time.
+
+    Within the model's context as vLLM keeps it (``max_model_len``, by default the model's positions:
+    :func:`mialab.lm.loading.context_length`): a prompt that leaves no room for one new token is an error,
+    and a completion ends (``length``) where prompt and completion fill the context. ``generate`` runs a
+    batch to ``max_new_tokens`` past its longest prompt; each row is then cut to its own room, which is exact
+    (a token depends on the ones before it only).
+    """
 
     def __init__(self, model: str, *, device: str = "auto", dtype: str = "float32", batch_size: int = 8,
                  cache_implementation: str | None = None, trust_remote_code: bool = False):
-        from mialab.lm.loading import load_causal_lm
+        from mialab.lm.loading import context_length, load_causal_lm
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model = load_causal_lm(model, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+        self.context = context_length(self.model)
         self.batch_size = batch_size
         self.part_size = -(-PART_CANDIDATES // batch_size) * batch_size
         self.cache = {"cache_implementation": cache_implementation} if cache_implementation else {}
@@ -106,13 +114,17 @@ class HFBackend:
         if offset % self.batch_size:
             raise ValueError(f"offset {offset} is not on a batch boundary (batch_size {self.batch_size})")
         first = offset // self.batch_size
+        full = next((i for i, p in enumerate(prompts) if len(p) >= self.context), None)
+        if full is not None:
+            raise ValueError(f"prompt {offset + full} has {len(prompts[full])} tokens: the model's context of "
+                             f"{self.context} leaves no room for a new token (vLLM refuses it too)")
         pad_id = min(stop_ids)  # padding is masked, and anything after a stop id is cut
         sample = sampling.temperature > 0
         decoding = ({"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p,
                      "top_k": sampling.top_k} if sample else {"do_sample": False})
         per_prompt = sampling.n if sample else 1  # greedy: decode once, every sample is that completion
         out: list[list[Completion]] = []
-        for _, width, seqs in generate_batches(
+        for start, width, seqs in generate_batches(
                 self.model, prompts, per_prompt, batch_size=self.batch_size, pad_id=pad_id,
                 seed_of=lambda start: derived_seed(sampling.seed, first + start // self.batch_size),
                 description="hf rollouts",
@@ -120,6 +132,7 @@ class HFBackend:
                 **decoding, **self.cache):
             generated = seqs[:, width:].tolist()
             for i in range(len(generated) // per_prompt):
+                room = self.context - len(prompts[start + i])
                 rows = generated[i * per_prompt:(i + 1) * per_prompt] * (sampling.n // per_prompt)
-                out.append([cut_at_stop(g, stop_ids) for g in rows])
+                out.append([cut_at_stop(g[:room], stop_ids) for g in rows])
         return out

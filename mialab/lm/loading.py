@@ -226,6 +226,17 @@ def load_causal_lm(path: str, *, dtype: str = "float32", device: str = "auto", t
     return model.to(device).eval()
 
 
+def context_length(model) -> int:
+    """The model's context in tokens, as vLLM's ``max_model_len`` defaults to it: ``max_position_embeddings``
+    of its config (GPT-2's ``n_positions``); a config with neither is an error naming the model."""
+    config = model.config
+    found = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if not found:
+        raise ValueError(f"model {getattr(config, '_name_or_path', '?')!r}: its config names no context length "
+                         "(max_position_embeddings or n_positions)")
+    return int(found)
+
+
 def load_lm(path: str, *, device: str = "auto", dtype: str = "float32", padding_side: str = "right",
             trust_remote_code: bool = False):
     """``(model, tokenizer)`` for inference; right padding for log-probabilities, left for generation."""
