@@ -589,9 +589,11 @@ def test_the_perturbation_job_gets_the_gpus_of_its_instruction_models_engine():
 def test_self_critique_cuts_the_first_answer_to_the_context_as_the_code(tiny_model, monkeypatch):
     """The code (``generate_full_data.py``) puts at most ``context - len(encode(prompt)) - 512`` tokens of
     the first answer in the critique prompt and lets the re-answer run to ``context - len(encode(critique
-    prompt)) - 32`` tokens (at least 1); a model of short context cuts both."""
+    prompt)) - 32`` tokens (at least 1); a model of short context cuts both. The headroom exceeds the critique
+    template's own tokens (~150 of this tokenizer's), as the code's 512 does for its models, so that the critique
+    prompt fits the context: vLLM, which the code runs, refuses one that does not, and so does the hf engine."""
     model, tok = load_lm(tiny_model, device="cpu", padding_side="left")
-    questions, answers, headroom = QUESTIONS[:2], dict(max_new_tokens=24, batch_size=8, top_k=50), 8
+    questions, answers, headroom = QUESTIONS[:2], dict(max_new_tokens=24, batch_size=8, top_k=50), 160
     first = greedy_answers(model, tok, questions, **answers)
     prompts = [format_prompt(tok, q) for q in questions]
     seen = []

@@ -72,6 +72,37 @@ def test_lara_generation_and_the_rollout_engine_decode_alike(tiny_model):
     assert engine(TEXTS, max_new_tokens=5) == lara
 
 
+def test_both_generation_entry_points_end_where_the_models_context_does(tiny_model, monkeypatch):
+    """LaRA's generation and the rollout engine keep to the context as vLLM does: each answer keeps the first of
+    the tokens (and steps) it gets without the limit that its prompt leaves room for (the longest prompt, 2 tokens
+    short of it: 2); a prompt that fills the context is refused by both before any generation."""
+    from mialab.lm import loading
+    from mialab.lm.engine import rollout_generator
+    from mialab.lm.generation import generate
+    from mialab.lm.prompts import prompt_token_ids
+
+    model, tok = loading.load_lm(tiny_model, device="cpu", padding_side="left")
+    rows = [prompt_token_ids(tok, t, "plain") for t in TEXTS]
+    longest = max(range(len(rows)), key=lambda i: len(rows[i]))
+    whole = generate(model, tok, TEXTS, max_new_tokens=5, batch_size=4)
+    context = len(rows[longest]) + 2
+    monkeypatch.setattr(loading, "context_length", lambda model: context)
+    capped = generate(model, tok, TEXTS, max_new_tokens=5, batch_size=4)
+    assert [len(g[0].token_ids) for g in whole] == [5] * len(TEXTS)      # no EOS: each answer runs to its length
+    for row, (c, w) in zip(rows, zip(capped, whole)):                     # each keeps what its room holds
+        room = context - len(row)
+        assert c[0].token_ids == w[0].token_ids[:room] and c[0].entropies == w[0].entropies[:room]
+    assert len(capped[longest][0].token_ids) == 2 and sum(len(c[0].token_ids) == 5 for c in capped) >= 3
+    engine = rollout_generator(tiny_model, backend_options={"device": "cpu", "batch_size": 4})
+    assert engine(TEXTS, max_new_tokens=5) == [g[0].text for g in capped]
+    monkeypatch.setattr(loading, "context_length", lambda model: context - 2)
+    message = f"prompt {longest} has {context - 2} tokens: the model's context of {context - 2} leaves no room"
+    with pytest.raises(ValueError, match=message):
+        generate(model, tok, TEXTS, max_new_tokens=5, batch_size=4)
+    with pytest.raises(ValueError, match=message):
+        rollout_generator(tiny_model, backend_options={"device": "cpu", "batch_size": 4})(TEXTS, max_new_tokens=5)
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_precision_is_bf16_only_where_the_cpu_computes_it_natively(tiny_model, monkeypatch, native):
     """``dtype`` / ``precision`` ``auto`` (the tiny world's): bf16 on a CPU with AMX / AVX512-BF16, fp32 where bf16

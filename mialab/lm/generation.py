@@ -76,24 +76,29 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 256,
     """Generate ``num_return_sequences`` answers per (already formatted) prompt, batched
     (:func:`mialab.lm.hf_backend.generate_batches`, left padding whatever the tokenizer's side).
 
+    Within the model's context as vLLM keeps it (:func:`mialab.lm.hf_backend.context_rooms`): a prompt that fills
+    it is an error, and an answer ends where prompt and answer fill it.
+
     Entropies come from the raw logits (before temperature or top-p), i.e. the model's own
     next-token distribution: over the full vocabulary, or with ``top_k`` over its top-``k`` entries
     together with the tokens' log-probabilities and Min-K%++ statistics (:func:`topk_step_stats`).
     ``entropies=False`` skips them (empty tuples) and keeps no logits. Sampling is seeded per batch
     (torch seed ``seed`` plus the batch's first prompt index).
     """
-    from mialab.lm.hf_backend import generate_batches
+    from mialab.lm.hf_backend import context_rooms, generate_batches
+    from mialab.lm.loading import context_length
     from mialab.lm.prompts import prompt_token_ids
 
     eos = _eos_ids(model, tokenizer)
     sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if do_sample else dict(do_sample=False)
+    rows = [prompt_token_ids(tokenizer, p, "plain") for p in prompts]
+    rooms = context_rooms(rows, context_length(model))
     results: list[list[Generation]] = []
-    for _, width, out in generate_batches(model, [prompt_token_ids(tokenizer, p, "plain") for p in prompts],
-                                          num_return_sequences, batch_size=batch_size,
-                                          pad_id=tokenizer.pad_token_id, seed_of=lambda start: seed + start,
-                                          max_new_tokens=max_new_tokens, output_logits=entropies,
-                                          return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id,
-                                          **sampling):
+    for first, width, out in generate_batches(model, rows, num_return_sequences, batch_size=batch_size,
+                                              pad_id=tokenizer.pad_token_id, seed_of=lambda start: seed + start,
+                                              max_new_tokens=max_new_tokens, output_logits=entropies,
+                                              return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id,
+                                              **sampling):
         new = out.sequences[:, width:].cpu()
         if not entropies:
             stats = {"entropies": np.zeros((new.shape[0], 0))}
@@ -102,9 +107,10 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 256,
         else:
             stats = {"entropies": step_entropies(out.logits)}
         for row in range(new.shape[0]):
-            ids = new[row].tolist()
+            room = rooms[first + row // num_return_sequences]
+            ids = new[row].tolist()[:room]
             n_tok = next((t for t, tok in enumerate(ids) if tok in eos), len(ids))
-            steps = {name: tuple(values[row, :n_tok + 1].tolist()) for name, values in stats.items()}
+            steps = {name: tuple(values[row, :min(n_tok + 1, room)].tolist()) for name, values in stats.items()}
             gen = Generation(text=tokenizer.decode(ids[:n_tok], skip_special_tokens=True),
                              token_ids=tuple(ids[:n_tok]), **steps)
             if row % num_return_sequences == 0:

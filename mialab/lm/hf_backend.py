@@ -61,6 +61,18 @@ def generate_sharing_prefill(model, input_ids, attention_mask, n: int, **kwargs)
                           attention_mask=attention_mask.repeat_interleave(n, 0), cache=cache, **kwargs)
 
 
+def context_rooms(prompts: Sequence[list[int]], context: int, *, offset: int = 0) -> list[int]:
+    """The new tokens each tokenised prompt leaves in a ``context`` of that many tokens, as vLLM's ``max_model_len``
+    does: a prompt that leaves none is an error (vLLM refuses it), naming it by its index in the job (``offset``:
+    the first prompt's)."""
+    rooms = [context - len(p) for p in prompts]
+    full = next((i for i, room in enumerate(rooms) if room < 1), None)
+    if full is not None:
+        raise ValueError(f"prompt {offset + full} has {len(prompts[full])} tokens: the model's context of "
+                         f"{context} leaves no room for a new token (vLLM refuses it too)")
+    return rooms
+
+
 def generate_batches(model, prompts: Sequence[list[int]], n: int, *, batch_size: int, pad_id: int,
                      seed_of: Callable[[int], int], description: str = "hf generation",
                      **options) -> Iterator[tuple[int, int, object]]:
@@ -114,10 +126,7 @@ class HFBackend:
         if offset % self.batch_size:
             raise ValueError(f"offset {offset} is not on a batch boundary (batch_size {self.batch_size})")
         first = offset // self.batch_size
-        full = next((i for i, p in enumerate(prompts) if len(p) >= self.context), None)
-        if full is not None:
-            raise ValueError(f"prompt {offset + full} has {len(prompts[full])} tokens: the model's context of "
-                             f"{self.context} leaves no room for a new token (vLLM refuses it too)")
+        rooms = context_rooms(prompts, self.context, offset=offset)
         pad_id = min(stop_ids)  # padding is masked, and anything after a stop id is cut
         sample = sampling.temperature > 0
         decoding = ({"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p,
@@ -132,7 +141,6 @@ class HFBackend:
                 **decoding, **self.cache):
             generated = seqs[:, width:].tolist()
             for i in range(len(generated) // per_prompt):
-                room = self.context - len(prompts[start + i])
                 rows = generated[i * per_prompt:(i + 1) * per_prompt] * (sampling.n // per_prompt)
-                out.append([cut_at_stop(g[:room], stop_ids) for g in rows])
+                out.append([cut_at_stop(g[:rooms[start + i]], stop_ids) for g in rows])
         return out
