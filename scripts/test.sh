@@ -15,11 +15,19 @@ hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
 begin() { start=$SECONDS; b0=$(busy); }
 phase() { printf '%s\t%s\t%s\n' "$1" "$((SECONDS - start))" "$((($(busy) - b0) / hz))" >> .suite/phases.tsv; }
 begin
-bash scripts/install.sh
+# The vLLM venv (its own, scripts/setup_vllm.sh) is built beside the main install: the two share nothing, and
+# each mostly waits on downloads and the disk. "vLLM environment" is the wait for it after the install.
+vllm_setup=
+if [ -f scripts/setup_vllm.sh ]; then
+    bash scripts/setup_vllm.sh > .suite/setup_vllm.log 2>&1 &
+    vllm_setup=$!
+fi
+bash scripts/install.sh || { [ -z "$vllm_setup" ] || kill "$vllm_setup" 2>/dev/null; exit 1; }
 phase install
 begin
-if [ -f scripts/setup_vllm.sh ]; then
-    bash scripts/setup_vllm.sh
+if [ -n "$vllm_setup" ]; then
+    wait "$vllm_setup" || { cat .suite/setup_vllm.log >&2; exit 1; }
+    cat .suite/setup_vllm.log
 fi
 phase "vLLM environment"
 .venv/bin/python benchmarks/suite_phases.py --machine .suite

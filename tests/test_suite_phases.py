@@ -64,3 +64,47 @@ def test_without_a_record_it_says_what_to_run(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "suite_phases.py"), str(tmp_path)],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "run bash scripts/test.sh first" in proc.stderr
+
+
+
+def run_test_command(folder, vllm_rc: int, install_rc: int = 0) -> subprocess.CompletedProcess:
+    """scripts/test.sh in ``folder`` with stubs for the install, the vLLM setup and the venv's python: each setup script
+    writes when it started and ended (a second apart), says hello and exits with the given status; the python does
+    nothing."""
+    (folder / "scripts").mkdir(parents=True)
+    (folder / "scripts" / "test.sh").write_text((REPO / "scripts" / "test.sh").read_text())
+    for name, rc in (("install", install_rc), ("setup_vllm", vllm_rc)):
+        (folder / "scripts" / f"{name}.sh").write_text(
+            f"echo {name} start $(date +%s.%N) >> times\nsleep 1\necho {name} end $(date +%s.%N) >> times\n"
+            f"echo {name} says hello\nexit {rc}\n")
+    python = folder / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\nexit 0\n")
+    python.chmod(0o755)
+    return subprocess.run(["bash", "scripts/test.sh", "-q"], cwd=folder, capture_output=True, text=True, timeout=60)
+
+
+def recorded_phases(folder) -> list[str]:
+    record = folder / ".suite" / "phases.tsv"
+    return [line.split("\t")[0] for line in record.read_text().splitlines()] if record.exists() else []
+
+
+def test_the_vllm_environment_is_built_beside_the_install(tmp_path):
+    """The two environments share nothing: the vLLM venv's setup starts before the install ends, and the test command
+    goes on once both are done, its output shown and both phases recorded."""
+    proc = run_test_command(tmp_path, vllm_rc=0)
+    assert proc.returncode == 0, proc.stderr
+    times = {(name, event): float(t) for name, event, t in
+             (line.split() for line in (tmp_path / "times").read_text().splitlines())}
+    assert times["setup_vllm", "start"] < times["install", "end"]
+    assert "setup_vllm says hello" in proc.stdout
+    assert recorded_phases(tmp_path) == ["install", "vLLM environment", "suite"]
+
+
+def test_a_failed_environment_fails_the_test_command(tmp_path):
+    """A vLLM setup that fails stops the test command before the suite, its log on stderr; so does a failed install."""
+    proc = run_test_command(tmp_path / "vllm", vllm_rc=3)
+    assert proc.returncode != 0 and "setup_vllm says hello" in proc.stderr
+    assert recorded_phases(tmp_path / "vllm") == ["install"]
+    proc = run_test_command(tmp_path / "install", vllm_rc=0, install_rc=4)
+    assert proc.returncode != 0 and recorded_phases(tmp_path / "install") == []
