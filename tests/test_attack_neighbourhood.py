@@ -19,7 +19,7 @@ from test_attacks import (MIMIR, SCORING, SENTENCES, TINY_MODEL, job, mimir_conf
 from mialab.lm.logprobs import token_stats
 from mialab.pipeline.config import ConfigError
 from mialab.scoring.attacks import ATTACKS
-from mialab.scoring.attacks.neighbourhood import load_mlm, mlm_path, neighbours
+from mialab.scoring.attacks.neighbourhood import head_at, load_mlm, mlm_path, neighbours
 from mialab.scoring.baselines import check_methods, score_columns
 from mialab.scoring.cost import score_baselines
 
@@ -69,6 +69,30 @@ def test_neighbours_are_seeded_one_token_swaps_in_place(mlm):
             assert swaps, f"{n!r} is no one-token swap of {text!r}"
     other = [neighbours(mlm_model, tok, t, 6, seed=1) for t in SENTENCES[:3]]
     assert other != [neighbours(mlm_model, tok, t, 6, seed=0) for t in SENTENCES[:3]]   # the dropout is seeded
+
+
+def test_the_fill_mask_head_reads_only_the_masked_position_of_each_row(mlm):
+    """Each fill-mask pass hands the head (and the softmax) one hidden state a row, the masked position's; its
+    probabilities there are those of MIMIR's full pass (every position's logits, softmax over dim 2), and the
+    hook is gone afterwards."""
+    mlm_model, tok = mlm
+    seen = []
+    handle = mlm_model.get_output_embeddings().register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape)))
+    try:
+        neighbours(mlm_model, tok, SENTENCES[0], 4, seed=0, batch_size=4)
+    finally:
+        handle.remove()
+    length = len(tok(SENTENCES[0])["input_ids"])
+    assert seen and all(shape[1] == 1 for shape in seen), seen                      # [rows, 1, hidden]
+    assert sum(shape[0] for shape in seen) == length - 1                            # a row per position after [CLS]
+    ids = tok(SENTENCES[0], return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        embeds = mlm_model.base_model.embeddings(ids).repeat(3, 1, 1)
+        full = torch.softmax(mlm_model(inputs_embeds=embeds).logits, dim=2)
+        with head_at(mlm_model, [1, 2, 5]):
+            read = torch.softmax(mlm_model(inputs_embeds=embeds).logits[:, 0], dim=-1)
+        assert mlm_model(inputs_embeds=embeds).logits.shape == full.shape           # the hook removed
+    torch.testing.assert_close(read, full[[0, 1, 2], [1, 2, 5]], rtol=1e-5, atol=1e-7)
 
 
 def test_the_score_is_the_text_log_likelihood_minus_its_neighbours(model, mlm, mlm_folder):  # noqa: F811

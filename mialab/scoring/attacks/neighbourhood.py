@@ -29,7 +29,8 @@ highest-loss neighbour (what MIMIR's published numbers measure).
 Seeding: the dropout is drawn from torch's generator seeded with ``seed`` before each text (in a forked RNG
 state), so a text's neighbours are the same alone or among any others; MIMIR seeds once per run, so its
 neighbours of a text depend on the texts before it. ``batch_size`` positions share one fill-mask pass (MIMIR:
-one; the dropout masks are drawn position by position as MIMIR draws them, so only float rounding differs).
+one; the dropout masks are drawn position by position as MIMIR draws them, so only float rounding differs), and
+the fill-mask head reads only each row's masked position (:func:`head_at`; MIMIR computes every position's).
 
 Settings ``scoring.neighbourhood``: ``mlm_model`` (a configured ``kind: mlm`` model, or a local folder / hub id
 of a masked LM: MIMIR's bert-base-uncased), ``n_neighbours`` (MIMIR's ``n_perturbation_list``, one score per
@@ -40,6 +41,7 @@ n; here one n), ``reduce``, ``seed``, ``batch_size``. A job's cost (:mod:`mialab
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from heapq import nlargest
 from pathlib import Path
 
@@ -86,6 +88,31 @@ def load_mlm(path: str, device):
     return load_pretrained(AutoModelForMaskedLM, path, dtype=torch.float32).to(device).eval(), tok
 
 
+@contextmanager
+def head_at(mlm, positions: list[int]):
+    """Within it, ``mlm``'s output holds row ``r``'s prediction at ``positions[r]`` alone (logits ``[rows, 1,
+    vocab]``): a forward hook hands the fill-mask head only those hidden states. MIMIR's ``generate_neighbors_``
+    computes and softmaxes every position's and reads one a row; a head works position by position, so the read
+    ones are the same but for float rounding, at a fraction of the cost (the head over a vocabulary, and its
+    softmax, dominate a small model's pass)."""
+    import torch
+
+    def keep(module, args, output):
+        key = next(iter(output.keys())) if hasattr(output, "keys") else 0
+        hidden = output[key]
+        picked = hidden[torch.arange(len(positions), device=hidden.device), positions][:, None]
+        if isinstance(output, tuple):
+            return (picked, *output[1:])
+        output[key] = picked
+        return output
+
+    handle = mlm.base_model.register_forward_hook(keep)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 def neighbours(mlm, tok, text: str, n: int, *, seed: int, batch_size: int = 32) -> list[str]:
     """The text's ``n`` best one-token swaps (module doc), best first."""
     import torch
@@ -105,10 +132,11 @@ def neighbours(mlm, tok, text: str, n: int, *, seed: int, batch_size: int = 32) 
             rows = embeds.repeat(len(chunk), 1, 1)
             for row, i in enumerate(chunk):
                 rows[row, i] = dropped[begin + row][0]
-            probs = torch.softmax(mlm(inputs_embeds=rows).logits, dim=2)
+            with head_at(mlm, chunk):
+                probs = torch.softmax(mlm(inputs_embeds=rows).logits[:, 0], dim=-1)
             for row, i in enumerate(chunk):
-                original = probs[row, i, ids[0, i]].item()
-                top_p, top_c = torch.topk(probs[row, i], TOP)
+                original = probs[row, ids[0, i]].item()
+                top_p, top_c = torch.topk(probs[row], TOP)
                 for cand, p in zip(top_c.tolist(), top_p.tolist()):
                     if cand != ids[0, i].item():
                         replacements[(i, cand)] = p / (1 - (CERTAIN if original == 1 else original))
