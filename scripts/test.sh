@@ -16,7 +16,8 @@ begin() { start=$SECONDS; b0=$(busy); }
 phase() { printf '%s\t%s\t%s\n' "$1" "$((SECONDS - start))" "$((($(busy) - b0) / hz))" >> .suite/phases.tsv; }
 begin
 # The vLLM venv (its own, scripts/setup_vllm.sh) is built beside the main install: the two share nothing, and
-# each mostly waits on downloads and the disk. "vLLM environment" is the wait for it after the install.
+# each is one pip process, so side by side they fill both cores. "vLLM environment" is the wait for it after the
+# install.
 vllm_setup=
 if [ -f scripts/setup_vllm.sh ]; then
     bash scripts/setup_vllm.sh > .suite/setup_vllm.log 2>&1 &
