@@ -66,7 +66,6 @@ def test_without_a_record_it_says_what_to_run(tmp_path):
     assert proc.returncode == 1 and "run bash scripts/test.sh first" in proc.stderr
 
 
-
 def run_test_command(folder, vllm_rc: int, install_rc: int = 0) -> subprocess.CompletedProcess:
     """scripts/test.sh in ``folder`` with stubs for the install, the vLLM setup and the venv's python: each setup script
     writes when it started and ended (a second apart), says hello and exits with the given status; the python does
@@ -85,8 +84,9 @@ def run_test_command(folder, vllm_rc: int, install_rc: int = 0) -> subprocess.Co
 
 
 def recorded_phases(folder) -> list[str]:
-    record = folder / ".suite" / "phases.tsv"
-    return [line.split("\t")[0] for line in record.read_text().splitlines()] if record.exists() else []
+    """The phases the test command recorded in ``folder`` (read as benchmarks/suite_phases.py reads them)."""
+    return [name for name, *_ in suite_phases.phases(folder / ".suite")] \
+        if (folder / ".suite" / "phases.tsv").exists() else []
 
 
 def test_the_vllm_environment_is_built_beside_the_install(tmp_path):
