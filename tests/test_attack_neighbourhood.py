@@ -107,6 +107,28 @@ def test_the_score_is_the_text_log_likelihood_minus_its_neighbours(model, mlm, m
         own - min(theirs), rel=1e-9)                   # the text against its highest-loss neighbour
 
 
+def test_the_neighbours_are_scored_on_the_log_likelihood_of_their_tokens_alone(model, mlm_folder, monkeypatch):  # noqa: F811
+    """A neighbour's loss reads ``log p`` of its tokens and nothing else: no statistics over the vocabulary (a
+    third of a small target's pass), so they are never computed; ``vocabulary=False``'s ``log p`` is the full
+    pass's."""
+    import mialab.lm.logprobs as logprobs
+
+    lm, tok = model
+    full = token_stats(lm, tok, SENTENCES[:3], max_length=8, truncation="sliding_window")
+    alone = token_stats(lm, tok, SENTENCES[:3], max_length=8, truncation="sliding_window", vocabulary=False)
+    for f, a in zip(full, alone):
+        np.testing.assert_array_equal(a.logp, f.logp)
+        assert a.mu.size == a.sigma.size == 0 and f.mu.size == f.logp.size
+    texts = neighbourhood_job(model, [SENTENCES[1]], mlm_folder)                # the shared pass done first
+    before = ATTACKS.get("neighbourhood").score(texts)
+
+    def refused(logp, targets):
+        raise AssertionError("the vocabulary's statistics were computed for a neighbour")
+
+    monkeypatch.setattr(logprobs, "vocabulary_stats", refused)
+    assert ATTACKS.get("neighbourhood").score(texts) == before
+
+
 def test_a_text_scores_the_same_alone_and_among_others(model, mlm_folder):  # noqa: F811
     attack = ATTACKS.get("neighbourhood")
     both = attack.score(neighbourhood_job(model, [SENTENCES[0], SENTENCES[3]], mlm_folder))

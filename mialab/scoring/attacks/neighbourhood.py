@@ -19,7 +19,7 @@ text (MIMIR's in-place swap does the same). MIMIR's ``pct_swap_bert`` is read by
 only.
 
 Each neighbour is scored by the target exactly as the text is (:func:`mialab.lm.logprobs.token_stats`, one
-text a pass, ``scoring.max_length`` and ``scoring.truncation``); its loss is minus its mean token
+text a pass, ``scoring.max_length`` and ``scoring.truncation``; ``log p`` of its tokens alone); its loss is minus its mean token
 log-probability, as MIMIR's ``get_lls`` computes one loss per neighbour. ``reduce``: ``mean`` of the
 neighbours' losses (the paper, and MIMIR's ``_attack``'s ``mean_substr_score``), or ``max``: MIMIR's
 ``get_lls`` returns the list of the neighbours' losses, ``_attack`` subtracts each from the text's loss and
@@ -193,7 +193,8 @@ class Neighbourhood(Attack):
         flat = [t for ns in found for t in ns]
         names = [f"{i} neighbour {j}" for i, ns in zip(texts.ids, found) for j in range(len(ns))]
         stats = token_stats(texts.model, texts.tokenizer, flat, max_length=texts.scoring["max_length"],
-                            truncation=texts.scoring["truncation"], names=names, description="neighbourhood: scoring")
+                            truncation=texts.scoring["truncation"], names=names, description="neighbourhood: scoring",
+                            vocabulary=False)
         losses = iter(-float(np.mean(st.logp)) for st in stats)
         reduce = {"mean": np.mean, "max": np.max}[spec["reduce"]]
         return np.array([reduce([next(losses) for _ in ns]) + float(np.mean(st.logp))
