@@ -46,7 +46,7 @@ def stage_of(plans: dict, rule: str, wc: dict):
     methods = {
         "build_pool": lambda: plan.pool(d), "build_split": lambda: plan.split(d, seed),
         "train_tokenizer": plan.tokenizer, "pretrain_model": lambda: plan.model(m),
-        "sft_contaminate": lambda: plan.model(m), "pretrain_mlm": lambda: plan.model(m),
+        "sft_contaminate": lambda: plan.model(m),
         "rl_contaminate": lambda: next(plan.model(name) for name, spec in plan.config["models"].items()
                                        if spec["kind"] == "rl" and plan.rl_run(name).key == wc["key"]
                                        and int(spec["epoch"]) == int(wc["epoch"])),
@@ -89,7 +89,7 @@ def test_every_keyed_output_is_in_the_folder_its_stage_method_addresses(tmp_path
         assert wc["key"] == stage.manifest.get("run", stage.key), rule  # an RL epoch's folder: its run's key
         assert stage.path("manifest.json") in outputs, (rule, outputs)
         assert all(os.path.commonpath([o, stage.dir]) == stage.dir for o in outputs), (rule, stage.dir, outputs)
-    assert {"build_split", "rl_contaminate", "pretrain_mlm", "adra_eval", "calibdcd_calibrate", "lara_scores"} <= keyed
+    assert {"build_split", "rl_contaminate", "adra_eval", "calibdcd_calibrate", "lara_scores"} <= keyed
 
 
 def test_rule_files_write_no_path_and_no_wildcard_grammar():
