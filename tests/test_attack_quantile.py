@@ -235,19 +235,24 @@ def test_the_score_is_mimirs_formula_with_the_quantile_in_loss_terms(model, bert
 
 # --- in the workflow: the regressor's folder an input and its key part of the score job's, its work priced -----
 
+#: the tiny world's regressor base (the report's config.yaml entry): a small BERT trained as VeilProbe's fill model
+QBERT = {"kind": "mlm", "corpora": ["resources/data/tinyshakespeare/input.txt",
+                                   "resources/data/wikimia/WikiMIA_length64.parquet",
+                                   "resources/data/aime/aime_1983_2023.json"],
+         "vocab_size": 4096, "architecture": {"hidden_size": 64, "num_layers": 2, "num_heads": 2,
+                                              "max_position_embeddings": 128},
+         "train": {"steps": 300, "batch_size": 32, "seq_len": 128, "lr": 3.0e-3, "min_lr": 3.0e-4,
+                   "warmup_steps": 20, "precision": "auto", "seed": 0}}
+
 
 def tiny_world(quantile: dict | None, **qbert) -> dict:
     import copy
 
     from workflow_helpers import default_config, validated
 
-    cfg = default_config()     # without the masked LM's attacks, then (quantile) with a regressor of its own
-    mlm = cfg["models"].pop("mimir_mlm")
-    cfg["scoring"]["methods"] = [m for m in cfg["scoring"]["methods"] if m not in ("neighbourhood", "quantile")]
-    for name in ("neighbourhood", "quantile"):
-        cfg["scoring"].pop(name)
+    cfg = default_config()
     if quantile is not None:
-        cfg["models"]["qbert"] = {**copy.deepcopy(mlm), **qbert}
+        cfg["models"]["qbert"] = {**copy.deepcopy(QBERT), **qbert}
         cfg["scoring"]["methods"] = [*cfg["scoring"]["methods"], "quantile"]
         cfg["scoring"]["quantile"] = quantile
     return validated(cfg)

@@ -38,14 +38,12 @@ def test_outputs_and_schemas(world):
         assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
         assert (folder.parent / "manifest.json").exists()
     scores = pd.read_parquet(next(r.glob("scores/sft/aime/*/seed-0/scores.parquet")))
-    assert {"id", "label", "loss", "r_loss", "zlib", "min_k@0.2", "min_k_plus_plus@0.2",   # and MIMIR's five attacks
-            "gradnorm", "recall", "dc_pdd", "neighbourhood", "quantile"} <= set(scores.columns)
-    assert scores[["neighbourhood", "quantile"]].notna().all().all()
+    assert {"id", "label", "loss", "r_loss", "zlib", "min_k@0.2", "min_k_plus_plus@0.2"} <= set(scores.columns)
     assert "r_loss" not in pd.read_parquet(next(r.glob("scores/control/aime/*/seed-0/scores.parquet"))).columns
     for f in ("evaluation/summary.md", "evaluation/summary.csv", "evaluation/aime/roc.png", "evaluation/wikimia/roc.png"):
         assert (r / f).stat().st_size > 0
     md = (r / "evaluation/summary.md").read_text()
-    assert "| aime | sft | r_loss |" in md and "| aime | sft | neighbourhood |" in md and "| aime | sft | quantile |" in md
+    assert "| aime | sft | r_loss |" in md
 
 
 def test_contamination_is_visible_and_the_control_is_not(world):
@@ -80,8 +78,8 @@ def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
     write_config(world, cfg)
     jobs = planned_jobs(world)
     assert jobs["build_split"] == 3 and jobs["evaluate_dataset"] == 1
-    assert jobs["score_baselines"] == sum("wikimia" in m.get("datasets", [] if m["kind"] == "mlm" else ["wikimia"])
-                                             for m in cfg["models"].values())   # a masked LM is no target
+    assert jobs["score_baselines"] == sum("wikimia" in m.get("datasets", ["wikimia"])
+                                             for m in cfg["models"].values())
     assert not {"build_pool", "train_tokenizer", "pretrain_model", "sft_contaminate", "rl_contaminate"} & set(jobs)
     assert not any(rule.startswith("lara_") for rule in jobs)          # LaRA reads only AIME
     snakemake(world, "--cores", "2", "scores")
@@ -106,8 +104,7 @@ def test_partial_rerun_of_one_dataset_touches_no_other(world):
     without touching the other's is test_changing_one_dataset_reruns_only_it_and_reverting_reuses's."""
     proc = snakemake(world, "-n", "dataset_aime", "--forcerun", "score_baselines")
     out = proc.stdout + proc.stderr
-    scoring_aime = sum("aime" in m.get("datasets", [] if m["kind"] == "mlm" else ["aime"])
-                       for m in default_config()["models"].values())
+    scoring_aime = sum("aime" in m.get("datasets", ["aime"]) for m in default_config()["models"].values())
     assert job_stats(out)["score_baselines"] == scoring_aime == 5
     wildcards = re.findall(r"^\s*wildcards: (.*)$", out, re.M)
     assert len(wildcards) > scoring_aime and all("dataset=aime" in w for w in wildcards), wildcards

@@ -88,14 +88,10 @@ FOUNDATION_KEYS = ("seeds", "datasets", "tokenizer", "models", "scoring", "evalu
 
 def foundation_config() -> dict:
     """The default config reduced to the foundation: its datasets, the base, control and sft
-    models, the passive baselines and the scoring attacks that read no model but the target and its
-    reference (method sections left out), for DAG tests of the spine."""
+    models and the passive baselines (method sections left out), for DAG tests of the spine."""
     cfg = {k: v for k, v in default_config().items() if k in FOUNDATION_KEYS}
     cfg["datasets"] = {k: cfg["datasets"][k] for k in ("wikimia", "aime")}
     cfg["models"] = {k: cfg["models"][k] for k in ("base", "control", "sft")}
-    scoring = cfg["scoring"]
-    scoring["methods"] = [m for m in scoring["methods"]
-                          if not set(scoring.get(m, {}).get(k) for k in ("mlm_model", "model")) - {None, *cfg["models"]}]
     return cfg
 
 
