@@ -107,10 +107,9 @@ def test_the_score_is_the_text_log_likelihood_minus_its_neighbours(model, mlm, m
         own - min(theirs), rel=1e-9)                   # the text against its highest-loss neighbour
 
 
-def test_the_neighbours_are_scored_on_the_log_likelihood_of_their_tokens_alone(model, mlm_folder, monkeypatch):  # noqa: F811
-    """A neighbour's loss reads ``log p`` of its tokens and nothing else: no statistics over the vocabulary (a
-    third of a small target's pass), so they are never computed; ``vocabulary=False``'s ``log p`` is the full
-    pass's."""
+def test_neighbours_are_scored_on_their_tokens_log_likelihood_alone(model, mlm_folder, monkeypatch):  # noqa: F811
+    """A neighbour's loss reads ``log p`` of its tokens and nothing else, so the statistics over the vocabulary
+    are never computed for it; ``vocabulary=False``'s ``log p`` is the full pass's."""
     import mialab.lm.logprobs as logprobs
 
     lm, tok = model

@@ -148,8 +148,8 @@ def token_stats(model, tokenizer, texts: list[str], *, max_length: int = 512,
     Every text is tokenized in full first, so ``error`` fails before the model runs and
     ``truncate`` marks what it cut (``TokenStats.truncated``). ``names``: how errors name the
     texts (their ids; default their positions). ``vocabulary=False``: ``logp`` alone (``mu`` and
-    ``sigma`` empty), for a caller that reads no more: the statistics over the vocabulary cost a
-    third of a small model's pass.
+    ``sigma`` empty), for a caller that reads no more: the statistics are a pass over the whole
+    vocabulary at every token, work that caller would throw away.
     """
     full = tokenizer(texts)["input_ids"]
     lengths = [len(r) for r in full]

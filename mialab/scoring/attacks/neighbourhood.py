@@ -19,12 +19,12 @@ text (MIMIR's in-place swap does the same). MIMIR's ``pct_swap_bert`` is read by
 only.
 
 Each neighbour is scored by the target exactly as the text is (:func:`mialab.lm.logprobs.token_stats`, one
-text a pass, ``scoring.max_length`` and ``scoring.truncation``; ``log p`` of its tokens alone); its loss is minus its mean token
-log-probability, as MIMIR's ``get_lls`` computes one loss per neighbour. ``reduce``: ``mean`` of the
-neighbours' losses (the paper, and MIMIR's ``_attack``'s ``mean_substr_score``), or ``max``: MIMIR's
-``get_lls`` returns the list of the neighbours' losses, ``_attack`` subtracts each from the text's loss and
-``run.py``'s ``get_mia_scores`` keeps the ``np.min`` of those differences, i.e. the text's loss against its
-highest-loss neighbour (what MIMIR's published numbers measure).
+text a pass, ``scoring.max_length`` and ``scoring.truncation``), reading ``log p`` of its tokens alone; its
+loss is minus its mean token log-probability, as MIMIR's ``get_lls`` computes one loss per neighbour.
+``reduce``: ``mean`` of the neighbours' losses (the paper, and MIMIR's ``_attack``'s ``mean_substr_score``), or
+``max``: MIMIR's ``get_lls`` returns the list of the neighbours' losses, ``_attack`` subtracts each from the
+text's loss and ``run.py``'s ``get_mia_scores`` keeps the ``np.min`` of those differences, i.e. the text's
+loss against its highest-loss neighbour (what MIMIR's published numbers measure).
 
 Seeding: the dropout is drawn from torch's generator seeded with ``seed`` before each text (in a forked RNG
 state), so a text's neighbours are the same alone or among any others; MIMIR seeds once per run, so its
