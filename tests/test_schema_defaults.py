@@ -93,3 +93,13 @@ def test_the_plan_reads_the_paraphrase_experiments_without_loading_a_paraphraser
     code = "import sys, mialab.pipeline.plan\nprint('mialab.data.paraphrase' in sys.modules, 'pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_schema_reads_as_yaml_safe_load_reads_it():
+    """config_schema parses with libyaml's safe loader where PyYAML has it: the same document as yaml.safe_load's."""
+    import yaml
+
+    from mialab.core.paths import SCHEMA
+    from mialab.data.registry import config_schema
+
+    assert config_schema() == yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))

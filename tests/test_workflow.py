@@ -1,10 +1,13 @@
 """The DAG, config validation and content addressing, without running any job."""
 
 import copy
+import os
 import re
+import subprocess
+import sys
 import time
 
-from workflow_helpers import default_config, foundation_config, make_workdir, planned_jobs, snakemake
+from workflow_helpers import REPO, default_config, foundation_config, make_workdir, planned_jobs, snakemake
 
 from mialab.pipeline.plan import Plan
 
@@ -78,6 +81,24 @@ def test_lint_passes(tmp_path):
     out = proc.stdout + proc.stderr
     findings = set(re.findall(r"^\s+\* (.+?):?$", out, re.M))
     assert findings == {"Specify a conda environment or container for each rule."}, out
+
+
+#: What a job that computes reconstruction metrics or reads the hub loads, and planning never needs: numba and the
+#: suffix arrays of mialab.similarity.kernel, huggingface_hub.
+NOT_FOR_PLANNING = ("numba", "pydivsufsort", "mialab.similarity.kernel", "huggingface_hub")
+
+
+def test_planning_the_default_world_loads_no_job_library(tmp_path):
+    """A dry run of the default world (every method) imports none of :data:`NOT_FOR_PLANNING`: each Snakemake
+    process parses the workflow (each SLURM job's too), and would load them for nothing."""
+    argv = ["snakemake", "-s", str(REPO / "Snakefile"), "--configfile", "config.yaml", "-n", "--quiet", "all"]
+    code = (f"import sys\nfrom snakemake.cli import main\nsys.argv = {argv!r}\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            f"print('loaded:', sorted(m for m in {NOT_FOR_PLANNING!r} if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=make_workdir(tmp_path), capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.findall(r"^loaded: (.*)$", proc.stdout, re.M) == ["[]"], proc.stdout[-2000:]
 
 
 def test_paper_scale_grid_dry_run_is_fast(tmp_path):

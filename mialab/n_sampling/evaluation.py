@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from mialab.core.finite import require_finite
-from mialab.similarity.kernel import lexical_metrics
 from mialab.similarity.metrics import embedding_cosine
 from mialab.text.prefix import split_assistant_prefix
 
@@ -61,6 +60,10 @@ def score_rollouts(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float 
              for i, text in zip(rollouts["id"], rollouts["text"])]
     candidates = [c for c, _ in pairs]
     references = [r for _, r in pairs]
+    # here, not at the top: the plan imports this module, and every Snakemake process (each SLURM job's too)
+    # would load the kernel's numba, rapidfuzz and pydivsufsort only to parse the workflow
+    from mialab.similarity.kernel import lexical_metrics
+
     scores = lexical_metrics(candidates, references, n_min=n_min, n_max=n_max, convention=convention,
                              workers=workers)
     if embedding_model is not None:

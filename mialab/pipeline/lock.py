@@ -112,10 +112,10 @@ def missing_sources(config: dict, lock: Path | None) -> list[str]:
     """One line for each source of ``config`` a job could not read offline: a hub dataset with neither a
     revision nor an entry in ``lock``, a pinned one not in the hub cache (``HF_HOME``), a file not in the data
     cache (``MIALAB_DATA_CACHE``)."""
-    from huggingface_hub import snapshot_download
-
     problems: dict[str, list[str]] = {}   # what is missing -> the config keys that name it
     for key, source in hub_sources(config):
+        from huggingface_hub import snapshot_download   # only where a hub dataset is named: most runs name none
+
         if "revision" not in source:
             problems.setdefault(f"hub dataset {source['hub']}: no revision, and no entry in {lock or 'a lock file'}",
                                 []).append(key)
