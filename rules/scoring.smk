@@ -17,6 +17,7 @@ rule score_baselines:
         model_path=lambda wc: PLAN.model_path(wc.model),
         manifest=lambda wc: _checked(PLAN.score_run(wc.model, wc.dataset), wc).manifest,
     threads: 1
+    priority: 5  # long jobs first (after training), so the short ones fill the cores at the end
     resources:
         **sized("score_baselines"),
     log:

@@ -83,6 +83,24 @@ def test_lint_passes(tmp_path):
     assert findings == {"Specify a conda environment or container for each rule."}, out
 
 
+#: The default world's jobs that run a trained model over every text of a dataset (its longest after training), and
+#: its tables and checks of seconds.
+LONG_STAGES = ("score_baselines", "calibdcd_features", "calibdcd_veilprobe", "lara_baselines", "n_sampling_rollouts")
+SHORT_STAGES = ("evaluate_dataset", "leakage_check", "lara_scores", "summarize", "adra_report")
+
+
+def test_long_model_jobs_go_before_the_short_tables(tmp_path):
+    """Where several jobs are ready, Snakemake starts the higher priority first: the default world's long model jobs
+    outrank its short tables, so that at the end short jobs fill both cores instead of one long job running alone
+    (docs/status.md, "Measured on": the tiny world's seconds with one job running)."""
+    out = snakemake(make_workdir(tmp_path), "-n").stdout
+    priority: dict[str, set[int]] = {}
+    for block in re.split(r"^(?:local)?rule ", out, flags=re.M)[1:]:
+        found = re.search(r"^\s+priority: (\d+)$", block, re.M)
+        priority.setdefault(block.split(":", 1)[0], set()).add(int(found[1]) if found else 0)
+    assert min(min(priority[r]) for r in LONG_STAGES) > max(max(priority[r]) for r in SHORT_STAGES), priority
+
+
 #: What a job that computes reconstruction metrics or reads the hub loads, and planning never needs: numba and the
 #: suffix arrays of mialab.similarity.kernel, huggingface_hub.
 NOT_FOR_PLANNING = ("numba", "pydivsufsort", "mialab.similarity.kernel", "huggingface_hub")
