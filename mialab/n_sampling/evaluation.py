@@ -61,7 +61,7 @@ def score_rollouts(rollouts: pd.DataFrame, split: pd.DataFrame, *, ratio: float 
     candidates = [c for c, _ in pairs]
     references = [r for _, r in pairs]
     # here, not at the top: the plan imports this module, and every Snakemake process (each SLURM job's too)
-    # would load the kernel's numba, rapidfuzz and pydivsufsort only to parse the workflow
+    # would load the kernel's numba and pydivsufsort only to parse the workflow
     from mialab.similarity.kernel import lexical_metrics
 
     scores = lexical_metrics(candidates, references, n_min=n_min, n_max=n_max, convention=convention,
