@@ -285,7 +285,8 @@ def test_vllm_rollouts_through_worker_venv(tiny_model):
 def test_vllm_on_cpu_samples_seeded_prompts_beyond_one_steps_budget(tiny_model):
     """Seeded prompts whose tokens exceed one engine step's budget (vLLM's CPU default: 2,048): vLLM would prefill
     them in chunks and then fail to rewind a CPU generator; the worker schedules them whole, and each prompt's
-    samples are its own: the last half sent alone (at its place in the job) samples what it did among all."""
+    samples are its own: the last half sent alone (at its place in the job) samples what it did among all. The
+    engine, its ``enforce_eager`` unset, runs on the CPU eagerly and inside the worker's own process."""
     from mialab.lm.vllm_backend import VLLMBackend
     from mialab.lm.vllm_worker import whole_prompt_args
 
@@ -293,13 +294,15 @@ def test_vllm_on_cpu_samples_seeded_prompts_beyond_one_steps_budget(tiny_model):
                                                                       "max_num_batched_tokens": 2048}
     assert whole_prompt_args({"max_num_batched_tokens": 512}, tiny_model) == {}
     prompts = [[5 + (i + j) % 40 for j in range(200)] for i in range(16)]   # 3,200 prompt tokens
-    backend = VLLMBackend(tiny_model, dtype="float32", max_model_len=256, enforce_eager=True)
+    backend = VLLMBackend(tiny_model, dtype="float32", max_model_len=256)
     sampling = ns_sampling(n=2, max_new_tokens=4, temperature=1.0, seed=7)
     every = backend.generate(prompts, sampling, frozenset())
+    assert children(backend.worker.process.pid) == []    # the engine core in the worker's process
     assert backend.generate(prompts[8:], sampling, frozenset(), offset=8) == every[8:]
     # both calls on one engine (one start), and what a fresh engine samples for the second call
     log = backend.worker.log.read_text()
     assert backend.worker.calls == 2 and log.count("Initializing a V1 LLM engine") == 1, log[-3000:]
+    assert "enforce_eager=True" in log and "enforce_eager=False" not in log, log[-3000:]
     fresh = VLLMBackend(tiny_model, dtype="float32", max_model_len=256, enforce_eager=True)
     assert fresh.generate(prompts[8:], sampling, frozenset(), offset=8) == every[8:]
     # vLLM ends a completion where prompt and completion fill max_model_len (the hf backend does the same)
@@ -309,6 +312,29 @@ def test_vllm_on_cpu_samples_seeded_prompts_beyond_one_steps_budget(tiny_model):
     del backend
     gc.collect()
     assert process.poll() is not None                    # the worker ends with its backend
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_vllm_on_the_cpu_runs_eagerly_unless_the_config_says_otherwise(tiny_model):
+    """On the CPU the worker adds ``enforce_eager: true`` (no graph compiled at each engine start) where the config
+    leaves it unset, keeps a config's own value, and schedules every prompt whole either way."""
+    from mialab.lm.vllm_worker import cpu_engine_args
+
+    whole = {"enable_chunked_prefill": False, "max_num_batched_tokens": 2048}
+    assert cpu_engine_args({"max_model_len": 256}, tiny_model) == {"enforce_eager": True, "max_model_len": 256, **whole}
+    assert cpu_engine_args({"max_model_len": 256, "enforce_eager": False}, tiny_model)["enforce_eager"] is False
 
 
 def test_the_vllm_worker_ends_with_the_job_that_started_it(tmp_path):

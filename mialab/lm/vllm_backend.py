@@ -107,7 +107,8 @@ class WorkerProcess:
 class VLLMBackend:
     """Sample ``n`` completions per prompt with vLLM (``tensor_parallel_size`` GPUs, or CPU).
 
-    ``engine_args``: further ``vllm.LLM`` arguments, only those of
+    ``enforce_eager``: unset, vLLM's default on a GPU and eager on the CPU
+    (:func:`mialab.lm.vllm_worker.cpu_engine_args`); ``engine_args``: further ``vllm.LLM`` arguments, only those of
     :data:`mialab.lm.vllm_worker.ENGINE_ARGS`; ``trust_remote_code``: the model's config setting;
     ``venv``: the worker's environment, :func:`default_venv` unless a caller names one (never the config:
     :meth:`check_options`).
@@ -126,7 +127,7 @@ class VLLMBackend:
             raise ValueError(f"engine_args: {e}") from None
 
     def __init__(self, model: str, *, tensor_parallel_size: int = 1, dtype: str = "auto",
-                 max_model_len: int | None = None, enforce_eager: bool = False, kv_cache_space_gib: int = 1,
+                 max_model_len: int | None = None, enforce_eager: bool | None = None, kv_cache_space_gib: int = 1,
                  venv: str | os.PathLike | None = None, engine_args: dict | None = None,
                  trust_remote_code: bool = False, part_size: int = 4096):
         if part_size < 1:
@@ -140,7 +141,8 @@ class VLLMBackend:
         self.python = Path(venv or default_venv()) / "bin" / "python"
         if not self.python.exists():
             raise FileNotFoundError(f"no vLLM venv python at {self.python}; run scripts/setup_vllm.sh")
-        self.engine = {"tensor_parallel_size": tensor_parallel_size, "dtype": dtype, "enforce_eager": enforce_eager,
+        self.engine = {"tensor_parallel_size": tensor_parallel_size, "dtype": dtype,
+                       **({"enforce_eager": enforce_eager} if enforce_eager is not None else {}),
                        **({"max_model_len": max_model_len} if max_model_len else {}), **(engine_args or {})}
         self.kv_cache_space_gib = kv_cache_space_gib
         self.worker: WorkerProcess | None = None

@@ -65,15 +65,27 @@ def whole_prompt_args(engine: dict, model: str) -> dict:
     return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(int(length), 2048)} if length else {}
 
 
+def cpu_engine_args(engine: dict, model: str) -> dict:
+    """The engine arguments of vLLM on the CPU: every prompt scheduled whole (:func:`whole_prompt_args`) and, unless
+    the config sets ``enforce_eager``, the model run eagerly: on the CPU, vLLM compiles the model's graph with
+    torch.compile at every engine start (C++ code built by the compiler), which costs the CPU's tests, rehearsals and
+    tiny worlds more than their short generations gain. A GPU keeps vLLM's own default (compiled graphs)."""
+    return {"enforce_eager": True, **engine, **whole_prompt_args(engine, model)}
+
+
 def start_engine(request: dict):
-    """The ``vllm.LLM`` of ``request``'s model and engine arguments (on the CPU: every prompt scheduled whole)."""
+    """The ``vllm.LLM`` of ``request``'s model and engine arguments; on the CPU (:func:`cpu_engine_args`) its
+    engine core runs in this process, not in one more process that imports torch and vLLM again (vLLM's
+    ``VLLM_ENABLE_V1_MULTIPROCESSING``, unless the environment sets it): the samples are the same, seeded per
+    request."""
     from vllm import LLM
     from vllm.platforms import current_platform
 
     engine = request.get("engine", {})
     check_engine_args(engine)
     if current_platform.is_cpu():
-        engine = {**engine, **whole_prompt_args(engine, request["model"])}
+        engine = cpu_engine_args(engine, request["model"])
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     return LLM(model=request["model"], seed=request["seed"], trust_remote_code=bool(request["trust_remote_code"]),
                **engine)
 
