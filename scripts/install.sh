@@ -20,6 +20,10 @@ fi
 .venv/bin/python -m pip install --quiet torch==2.13.0 -c envs/constraints.txt
 # the tested versions (envs/constraints.txt): a new release enters only by a change to that file
 .venv/bin/python -m pip install --quiet -e ".[test]" -c envs/constraints.txt
+# the project's modules as bytecode (an editable install leaves them as source): every Snakemake process and job
+# imports them, and where PYTHONDONTWRITEBYTECODE is set, as on CI, each would compile them again; a module edited
+# later is compiled from its source as usual (its bytecode no longer matches it)
+.venv/bin/python -m compileall -q -j 0 mialab > /dev/null
 # DeepSpeed compiles its CPU collective op on first use: do it here, not in the first SFT job
 .venv/bin/python -m mialab.core.launch --build-ops
 echo "mialab installed in $(pwd)/.venv ($(.venv/bin/python -c 'import torch, transformers, snakemake; print("torch", torch.__version__, "transformers", transformers.__version__, "snakemake", snakemake.__version__)'))"
