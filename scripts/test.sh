@@ -33,6 +33,10 @@ fi
 phase "vLLM environment"
 .venv/bin/python benchmarks/suite_phases.py --machine .suite
 export HF_HUB_OFFLINE=1
+# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (CI): the test modules pytest rewrites (the second
+# pass's workers and the suite's pytest runs read them instead of rewriting all of them at collection) and any
+# module a job imports first.
+unset PYTHONDONTWRITEBYTECODE
 set +e
 # Two pytest-xdist workers: the tiny world's tests run on one (its Snakemake uses both cores, but
 # not all the time), the SLURM tests and the quick ones beside it (tests/conftest.py groups them).
