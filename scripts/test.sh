@@ -56,7 +56,7 @@ fi
 begin
 .venv/bin/python -m pip install --quiet --no-deps --target .venv-oldest -r envs/oldest.txt
 PYTHONPATH="$PWD/.venv-oldest" .venv/bin/python -m pytest -n "${MIALAB_TEST_WORKERS:-2}" --dist loadgroup \
-    -m "not slow" -p no:cacheprovider --durations=5 --junitxml .suite/oldest.xml tests \
+    -m "not slow and not plans" -p no:cacheprovider --durations=5 --junitxml .suite/oldest.xml tests \
     --ignore tests/test_documented_commands.py --ignore tests/test_content_keys.py --ignore tests/test_rehearsal.py \
     --ignore tests/test_workflow.py --ignore tests/test_sizing.py --ignore tests/test_cluster_checks.py \
     --ignore tests/test_rule_patterns.py --ignore tests/test_paper_configs.py --ignore tests/test_layers.py \
