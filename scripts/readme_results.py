@@ -22,6 +22,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mialab.core.io import write_text  # noqa: E402
+from mialab.data.registry import config_schema  # noqa: E402
 from mialab.evaluation.readme import replace_section, results_section, sweep_onsets  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,7 +62,7 @@ def main() -> int:
     headline_path = work / "results/evaluation/headline.parquet"
     if not headline_path.is_file():
         sys.exit(f"{headline_path}: no headline table; run the workflow first (snakemake --profile profiles/local)")
-    props = yaml.safe_load((REPO / "schemas/config.schema.yaml").read_text())["properties"]["evaluation"]["properties"]
+    props = config_schema()["properties"]["evaluation"]["properties"]
     cfg = yaml.safe_load((work / "config.yaml").read_text()).get("evaluation", {}) if (work / "config.yaml").is_file() else {}
     targets = cfg.get("fpr_targets", props["fpr_targets"]["default"])
     baseline = cfg.get("baseline", props["baseline"]["default"])

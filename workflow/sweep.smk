@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(workflow.basedir).parent))
 
 from mialab.evaluation.sweep import exposure_config, sweep_figure, sweep_markdown, sweep_table
 from mialab.core.io import atomic_path, write_parquet, write_text
+from mialab.data.registry import config_schema
 
 validate(config, "../schemas/sweep.schema.yaml")
 SPACE = Paramspace(pd.DataFrame({"r": [int(r) for r in config["exposure"]]}))
@@ -39,8 +40,7 @@ def base_config():
 
 def evaluation_settings(path):
     """The headline families and the interval level of a swept config (the schema's defaults where unset)."""
-    schema = yaml.safe_load((Path(workflow.basedir).parent / "schemas/config.schema.yaml").read_text())
-    props = schema["properties"]["evaluation"]["properties"]
+    props = config_schema()["properties"]["evaluation"]["properties"]
     ev = yaml.safe_load(Path(path).read_text()).get("evaluation", {})
     return {"headline": ev.get("headline", props["headline"]["default"]),
             "level": ev.get("bootstrap", {}).get("level", props["bootstrap"]["properties"]["level"]["default"])}
