@@ -617,7 +617,7 @@ CASES = {
         "plan", r"n_sampling\.metrics\.n_min: 40 is more than n_max 30",
         at("n_sampling", "metrics", "n_min", value=40)),
     "new-heads-do-not-divide-hidden-size": Bad(
-        "plan", r"models\.base\.architecture: hidden_size 256 is not a multiple of "
+        "plan", r"models\.base\.architecture: hidden_size 128 is not a multiple of "
                 r"num_heads 3",
         at("models", "base", "architecture", "num_heads", value=3)),
     "new-model-kind-typo": Bad(
