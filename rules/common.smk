@@ -23,7 +23,8 @@ from mialab.pipeline.lock import apply_lock, check_sources_fetched, fetches, loc
 from mialab.pipeline.prefetch import check_hub_cache, hub_items, hub_revisions, pin_models
 from mialab.pipeline.rehearsal import RehearsalPlan, rehearsal_log, rehearse, rehearsing, stand_in_paths, with_samples
 from mialab.pipeline.sizing import Sizing, cost_report, unset_site_settings
-from mialab.scoring.baselines import attack_inputs_of, check_methods, passive_columns
+from mialab.scoring.attacks import ATTACKS
+from mialab.scoring.baselines import attack_inputs_of, attacks_of, check_methods, passive_columns
 from mialab.pipeline.methods import method_plans, methods
 from mialab.pipeline.plan import EPOCH_PART, SEED_PART, WILDCARDS, Plan, no_member_models, seed_part
 from mialab.training.plan import RLPlan
@@ -162,6 +163,8 @@ wildcard_constraints:
     model="|".join(MODELS),
     **{name: grammar for m in methods() for name, grammar in m.wildcards.items()},
     name="|".join(re.escape(name) for name, _ in getattr(PLAN, "stand_ins", {})) or "(?!)",
+    # the scoring attacks the config runs that do per-dataset work (rule prepare_attack)
+    attack="|".join(a for a in attacks_of(config["scoring"]) if ATTACKS.get(a).prepared_by) or "(?!)",
     **WILDCARDS,
 
 
@@ -280,6 +283,26 @@ def attack_inputs(dataset):
 def attack_files(wc):
     """The scoring attacks' input files as rule inputs (``<attack>_<name>``)."""
     return {f"{a}_{k}": v for a, files in attack_inputs(wc.dataset).items() for k, v in files.items()}
+
+
+def prepared_run(attack, dataset):
+    """The prepare_attack job of ``attack`` on ``dataset`` (mialab.pipeline.plan.Plan.attack_run)."""
+    return ATTACKS.get(attack).prepared_run(PLAN, dataset)
+
+
+def prepare_inputs(attack, dataset):
+    """The files ``attack``'s per-dataset work reads besides the splits, by name."""
+    return ATTACKS.get(attack).prepare_inputs(PLAN, dataset)
+
+
+def prepare_files(wc):
+    """:func:`prepare_inputs` as rule inputs."""
+    return prepare_inputs(wc.attack, wc.dataset)
+
+
+def prepare_model(attack):
+    """The model ``attack``'s per-dataset work runs (sizes its job)."""
+    return ATTACKS.get(attack).prepare_model(PLAN.scoring()[attack])
 
 
 def reference_scores(wc):

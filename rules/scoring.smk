@@ -1,5 +1,7 @@
 # Passive baselines (Loss, R-Loss, Zlib, Min-K%, Min-K%++) and the scoring attacks (mialab.scoring.attacks) on every (model, dataset, seed): one job
 # per (model, dataset) scores every seed's split, each distinct text once (mialab.pipeline.plan.Plan.score_run).
+# An attack's work that no target model changes (the neighbourhood attack's neighbours) is done once per dataset
+# by prepare_attack (mialab.pipeline.plan.Plan.attack_run), and read by every score job of the dataset.
 
 
 rule score_baselines:
@@ -26,3 +28,27 @@ rule score_baselines:
         PLAN.stage_benchmark("score_baselines", "scores")
     script:
         "../workflow_scripts/score_baselines.py"
+
+
+rule prepare_attack:
+    input:
+        unpack(prepare_files),
+        splits=lambda wc: [split_file(wc.dataset, s) for s in SEEDS],
+    output:
+        table=PLAN.pattern("attacks", "prepared.parquet"),
+        manifest=PLAN.pattern("attacks", "manifest.json"),
+    params:
+        settings=lambda wc: PLAN.scoring()[wc.attack],
+        device=PLAN.scoring()["device"],
+        inputs=lambda wc: prepare_inputs(wc.attack, wc.dataset),
+        manifest=lambda wc: _checked(prepared_run(wc.attack, wc.dataset), wc).manifest,
+    threads: 1
+    priority: 5
+    resources:
+        **sized("prepare_attack", model=lambda wc: prepare_model(wc.attack)),
+    log:
+        PLAN.stage_log("prepare_attack", "attacks"),
+    benchmark:
+        PLAN.stage_benchmark("prepare_attack", "attacks")
+    script:
+        "../workflow_scripts/prepare_attack.py"

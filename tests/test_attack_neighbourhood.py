@@ -6,11 +6,13 @@ MIMIR_CODE naming a local checkout of MIMIR) its neighbours and score equal thos
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import types
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from test_attacks import (MIMIR, SCORING, SENTENCES, TINY_MODEL, job, mimir_config, mimir_stand_ins,  # noqa: F401
@@ -21,7 +23,7 @@ from mialab.pipeline.config import ConfigError
 from mialab.scoring.attacks import ATTACKS
 from mialab.scoring.attacks.neighbourhood import head_at, load_mlm, mlm_path, neighbours
 from mialab.scoring.baselines import check_methods, score_columns
-from mialab.scoring.cost import score_baselines
+from mialab.scoring.cost import prepare_attack, score_baselines
 
 SETTINGS = {"n_neighbours": 4, "reduce": "mean", "seed": 0, "batch_size": 32}
 
@@ -51,7 +53,15 @@ def scoring(mlm_folder, **settings) -> dict:
 
 
 def neighbourhood_job(model, texts, mlm_folder, **settings):  # noqa: F811
-    return job(model, texts, scoring(mlm_folder, **settings), {"mlm": mlm_folder})
+    """A score job of ``texts`` whose neighbours ``prepare`` found first, as rule prepare_attack does, into a
+    prepared table (a file of the module's folder per set of texts and settings)."""
+    spec = scoring(mlm_folder, **settings)
+    scored = job(model, texts, spec)
+    table = ATTACKS.get("neighbourhood").prepare(scored.texts, scored.ids, spec["neighbourhood"], {"mlm": mlm_folder})
+    path = os.path.join(os.path.dirname(mlm_folder), f"prepared-{abs(hash((tuple(texts), repr(settings))))}.parquet")
+    table.to_parquet(path)
+    scored.inputs = {"prepared": path}
+    return scored
 
 
 def test_neighbours_are_seeded_one_token_swaps_in_place(mlm):
@@ -141,28 +151,58 @@ def test_the_fill_mask_model_is_named_resolved_and_priced(model, mlm_folder):  #
     missing = {**SCORING, "methods": ["loss", "neighbourhood"], "neighbourhood": dict(SETTINGS)}
     with pytest.raises(ConfigError, match=r"scoring\.neighbourhood\.mlm_model: the neighbourhood attack needs"):
         check_methods(missing["methods"], missing)
+    attack = ATTACKS.get("neighbourhood")
     with pytest.raises(ValueError, match=r"scoring\.neighbourhood\.mlm_model"):
-        ATTACKS.get("neighbourhood").score(job(model, [SENTENCES[0]], missing))
+        attack.prepare([SENTENCES[0]], ["0"], missing["neighbourhood"], {})
     assert score_columns(scoring(mlm_folder), reference=False) == ["loss", "neighbourhood"]
+    stage = types.SimpleNamespace(path=lambda name: f"results/attacks/neighbourhood/wikimia/k/{name}")
+    asked = []
     plan = types.SimpleNamespace(
         config={"models": {"fill": {"kind": "mlm"}, "base": {"kind": "hf", "path": "org/bert"}},
                 "scoring": {"neighbourhood": {"mlm_model": "fill"}}},
-        model_path=lambda name: f"results/models/{name}/k/model")
-    attack = ATTACKS.get("neighbourhood")
+        model_path=lambda name: f"results/models/{name}/k/model",
+        attack_run=lambda *args: asked.append(args) or stage)
     assert mlm_path(plan, "fill") == "results/models/fill/k/model" and mlm_path(plan, "org/bert") == "org/bert"
-    assert attack.inputs(plan, "wikimia") == {"mlm": "results/models/fill/k/model"}   # a rule input
+    assert attack.prepare_inputs(plan, "wikimia") == {"mlm": "results/models/fill/k/model"}   # a rule input
+    # the score job reads the dataset's neighbours, found once whatever the target (every setting but reduce)
+    assert attack.inputs(plan, "wikimia") == {"prepared": "results/attacks/neighbourhood/wikimia/k/prepared.parquet"}
+    assert asked == [("neighbourhood", "wikimia", ("mlm_model", "n_neighbours", "seed", "batch_size"))]
     plan.config["scoring"]["neighbourhood"]["mlm_model"] = mlm_folder
-    assert attack.inputs(plan, "wikimia") == {"mlm": mlm_folder}
+    assert attack.prepare_inputs(plan, "wikimia") == {"mlm": mlm_folder}
+    assert attack.prepare_model(plan.config["scoring"]["neighbourhood"]) == mlm_folder
     plan.config["scoring"]["neighbourhood"]["mlm_model"] = "org/bert-base-uncased"
-    assert attack.inputs(plan, "wikimia") == {}                                          # a hub id: prefetched
+    assert attack.prepare_inputs(plan, "wikimia") == {}                                  # a hub id: prefetched
     with pytest.raises(ConfigError, match=r"models\.base is a kind hf model, not a masked LM"):
         mlm_path(plan, "base")
     facts = types.SimpleNamespace(config={"scoring": {**scoring(mlm_folder), "max_length": 10}},
                                   texts=lambda d: 3, params_b=lambda m: 0.25 if m == mlm_folder else 1.0)
     work = score_baselines(facts, "m", "d")
     assert work.scored_texts == 3 * (1 + SETTINGS["n_neighbours"]) and work.scored_tokens == 30 * 5
-    # the fill-mask model: loaded, a pass per batch_size (32) of a text's 10 positions, each over its 10 tokens
-    assert work.loads_b == (1.0, 0.25) and work.passes == 3 and work.train_flops == 2 * 0.25e9 * 3 * 10 * 10
+    assert work.loads_b == (1.0,) and work.passes == 0 and work.train_flops == 0     # no fill-mask model here
+    # ... but in the dataset's prepare_attack job: loaded, a pass per batch_size (32) of a text's 10 positions,
+    # each over its 10 tokens
+    prep = prepare_attack(facts, None, "d", {"attack": "neighbourhood"})
+    assert prep.params_b == 0.25 and prep.dtype == "float32" and prep.loads_b == (0.25,)
+    assert prep.passes == 3 and prep.train_flops == 2 * 0.25e9 * 3 * 10 * 10
+
+
+def test_the_prepared_table_must_hold_the_jobs_texts(model, mlm_folder, tmp_path):  # noqa: F811
+    scored = neighbourhood_job(model, SENTENCES[:2], mlm_folder)
+    attack = ATTACKS.get("neighbourhood")
+    table = pd.read_parquet(scored.inputs["prepared"])
+    assert table.columns.tolist() == ["id", "text", "neighbours"] and table["text"].tolist() == SENTENCES[:2]
+    assert all(len(ns) == SETTINGS["n_neighbours"] for ns in table["neighbours"])
+    table.iloc[:1].to_parquet(tmp_path / "short.parquet")
+    scored.inputs = {"prepared": str(tmp_path / "short.parquet")}
+    with pytest.raises(ValueError, match=r"short\.parquet: no row for 1 text\(s\) of this job, e.g. id '1'"):
+        attack.score(scored)
+    table.assign(text=["another", SENTENCES[1]]).to_parquet(tmp_path / "other.parquet")
+    scored.inputs = {"prepared": str(tmp_path / "other.parquet")}
+    with pytest.raises(ValueError, match=r"other\.parquet: id '0' holds another text"):
+        attack.score(scored)
+    scored.inputs = {}
+    with pytest.raises(ValueError, match=r"no prepared table among its inputs"):
+        attack.score(scored)
 
 
 # --- equality with MIMIR (its BertModel and NeighborhoodAttack, from the checkout MIMIR_CODE names) ----------
@@ -233,3 +273,50 @@ def test_neighbourhood_equals_mimir(model, mlm, mlm_folder, mimir_neighbourhood,
     assert [neighbours(*mlm, t, n, seed=SETTINGS["seed"]) for t in SENTENCES] == theirs
     ours = ATTACKS.get("neighbourhood").score(neighbourhood_job(model, SENTENCES, mlm_folder, reduce=reduce))
     np.testing.assert_allclose(ours, scores, rtol=1e-5)
+
+
+# --- the dataset's neighbours, found once (rule prepare_attack) ------------------------------------------------
+
+def test_the_neighbours_stage_is_keyed_by_its_settings_and_texts_and_the_score_keys_follow(tmp_path, monkeypatch):
+    """One ``prepare_attack`` job per dataset, whatever the target: its key moves with the settings that find the
+    neighbours (not ``reduce``, which the score jobs apply), with the fill-mask model and with the splits; every
+    change of its key changes the score jobs' keys too (their determinants hold its own)."""
+    import copy
+
+    from test_attack_quantile import QBERT
+    from workflow_helpers import REPO, default_config, validated
+
+    from mialab.pipeline.plan import Plan
+    from mialab.pipeline.sizing import Sizing
+    from mialab.scoring.cost import WORK
+
+    monkeypatch.chdir(REPO)   # the corpora's relative paths
+
+    def plan(*, mlm=None, split=None, **settings):
+        cfg = default_config()
+        cfg["models"]["fill"] = {**copy.deepcopy(QBERT), **(mlm or {})}
+        cfg["scoring"]["methods"] = [*cfg["scoring"]["methods"], "neighbourhood"]
+        cfg["scoring"]["neighbourhood"] = {"mlm_model": "fill", "n_neighbours": 5, **settings}
+        cfg["datasets"]["wikimia"]["split"].update(split or {})
+        return Plan(validated(cfg), results=str(tmp_path / "results"))
+
+    attack = ATTACKS.get("neighbourhood")
+    base = plan()
+    run = attack.prepared_run(base, "wikimia")
+    assert run.dir == str(tmp_path / "results" / "attacks" / "neighbourhood" / "wikimia" / run.key)
+    assert attack.inputs(base, "wikimia") == {"prepared": run.path("prepared.parquet")}
+    assert attack.prepared_run(base, "aime").key != run.key
+    keys = lambda p: (attack.prepared_run(p, "wikimia").key, p.score_run("base", "wikimia").key,  # noqa: E731
+                      p.score_run("sft", "wikimia").key)
+    same = keys(base)
+    for changed in (plan(n_neighbours=6), plan(seed=1), plan(batch_size=8), plan(mlm={"vocab_size": 2048}),
+                    plan(split={"n_per_class": 32})):
+        assert all(a != b for a, b in zip(keys(changed), same))
+    other = keys(plan(reduce="max"))
+    assert other[0] == same[0] and other[1:] != same[1:]              # the same neighbours, other scores
+    sizing = Sizing(base.config, environ={})
+    job = sizing.job("prepare_attack", "fill", "wikimia")
+    assert job.gpus == 1 and job.params_b == sizing.params_b("fill")
+    work = WORK["prepare_attack"](sizing, "fill", "wikimia", {"attack": "neighbourhood"})
+    assert work.params_b == sizing.params_b("fill") and work.passes == sizing.texts("wikimia") * math.ceil(
+        base.config["scoring"]["max_length"] / 32)                  # the positions of a text, 32 a pass

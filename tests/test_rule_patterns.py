@@ -15,16 +15,23 @@ from mialab.calibdcd.plan import CalibDCDPlan
 from mialab.lara.plan import LaRAPlan
 from mialab.n_sampling.plan import NSamplingPlan
 from mialab.pipeline.plan import LAYOUTS, STAGE_VERSIONS, Plan
+from mialab.scoring.attacks import ATTACKS
 from mialab.training.plan import RLPlan
 
 RULE_FILES = sorted(set((REPO / "rules").glob("*.smk")) - {REPO / "rules" / "common.smk"})
 
 
 def config_with_adra() -> dict:
-    """The default tiny world with the ADRA overlay: every keyed rule but the paraphrase and rehearsal ones."""
+    """The default tiny world with the ADRA and MIMIR overlays: every keyed rule but the paraphrase and rehearsal
+    ones."""
     cfg = default_config()
-    overlay = yaml.safe_load((REPO / "configs" / "tiny_adra.yaml").read_text())
-    cfg.update({k: copy.deepcopy(v) for k, v in overlay.items() if k != "overlay_of"})
+    for name in ("tiny_adra", "tiny_mimir"):
+        overlay = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
+        for k, v in overlay.items():
+            if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+                cfg[k] = {**cfg[k], **copy.deepcopy(v)}
+            elif k != "overlay_of":
+                cfg[k] = copy.deepcopy(v)
     return cfg
 
 
@@ -46,11 +53,14 @@ def stage_of(plans: dict, rule: str, wc: dict):
     methods = {
         "build_pool": lambda: plan.pool(d), "build_split": lambda: plan.split(d, seed),
         "train_tokenizer": plan.tokenizer, "pretrain_model": lambda: plan.model(m),
+        "pretrain_mlm": lambda: plan.model(m),
         "sft_contaminate": lambda: plan.model(m),
         "rl_contaminate": lambda: next(plan.model(name) for name, spec in plan.config["models"].items()
                                        if spec["kind"] == "rl" and plan.rl_run(name).key == wc["key"]
                                        and int(spec["epoch"]) == int(wc["epoch"])),
-        "score_baselines": lambda: plan.score_run(m, d), "leakage_check": lambda: plan.leakage_run(d),
+        "score_baselines": lambda: plan.score_run(m, d),
+        "prepare_attack": lambda: ATTACKS.get(wc["attack"]).prepared_run(plan, d),
+        "leakage_check": lambda: plan.leakage_run(d),
         "n_sampling_rollouts": lambda: ns.rollout_run(m, d), "n_sampling_scores": lambda: ns.score_run(m, d),
         "adra_train": lambda: adra.train(m, d, wc.get("variant"), seed),
         "adra_eval": lambda: adra.rollouts(m, d, seed, wc.get("policy")),
@@ -89,7 +99,8 @@ def test_every_keyed_output_is_in_the_folder_its_stage_method_addresses(tmp_path
         assert wc["key"] == stage.manifest.get("run", stage.key), rule  # an RL epoch's folder: its run's key
         assert stage.path("manifest.json") in outputs, (rule, outputs)
         assert all(os.path.commonpath([o, stage.dir]) == stage.dir for o in outputs), (rule, stage.dir, outputs)
-    assert {"build_split", "rl_contaminate", "adra_eval", "calibdcd_calibrate", "lara_scores"} <= keyed
+    assert {"build_split", "rl_contaminate", "adra_eval", "calibdcd_calibrate", "lara_scores",
+            "prepare_attack"} <= keyed
 
 
 def test_rule_files_write_no_path_and_no_wildcard_grammar():

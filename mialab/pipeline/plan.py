@@ -47,6 +47,7 @@ OWN_LAYOUTS: dict[str, tuple[str, ...]] = {
     "models": ("{model}",),
     "rl": (),
     "scores": ("{model}", "{dataset}"),
+    "attacks": ("{attack}", "{dataset}"),  # a scoring attack's work on a dataset that no target model changes
     "rehearsal": ("models", "{name}"),
 }
 
@@ -65,6 +66,7 @@ OWN_VERSIONS: dict[str, int] = {
     "models/mlm": 1,
     "rl": 1,
     "scores": 4,  # 3: the `truncated` column, scoring.truncation; 4: each text its own forward pass
+    "attacks": 1,  # a change here changes the scores that read it: bump scores with it
     "rehearsal": 3,  # rule rehearsal_model (bump when a stand-in's content changes); 3: tokenizer corpus read whole
 }
 LAYOUTS: Mapping[str, tuple[str, ...]] = WithMethods(OWN_LAYOUTS, "layouts", "stage layouts")
@@ -433,6 +435,23 @@ class Plan:
         return self.stage("scores", {"model": model, "dataset": dataset}, {
             "model": model, "dataset": dataset, "seeds": seeds,
             "config": self.scoring(), "upstream": upstream, **({"inputs": named} if named else {}),
+        })
+
+    @functools.lru_cache(maxsize=None)
+    def attack_run(self, attack: str, dataset: str, settings: tuple[str, ...]) -> Stage:
+        """One ``prepare_attack`` job: scoring attack ``attack``'s work on every distinct text of every seed's
+        split of ``dataset`` that depends on the texts and its ``settings`` (keys of ``scoring.<attack>``) but
+        on no target model, done once for the dataset's score jobs to read (e.g. a fill-mask model's neighbours
+        of each text). The scoring code's version is in the key, so a bump of ``scores`` redoes it too; every
+        determinant is also one of the score jobs' (the ``scoring`` section, the splits, the models and files it
+        names), so their keys change with it."""
+        section = self.scoring()[attack]
+        config = {k: section[k] for k in settings}
+        named = self.named_inputs(config)
+        return self.stage("attacks", {"attack": attack, "dataset": dataset}, {
+            "attack": attack, "dataset": dataset, "seeds": self.seeds(), "config": config,
+            "upstream": {"splits": {str(s): self.evaluated_split(dataset, s).key for s in self.seeds()}},
+            "scores_version": STAGE_VERSIONS["scores"], **({"inputs": named} if named else {}),
         })
 
     def named_inputs(self, section: Any) -> Any:

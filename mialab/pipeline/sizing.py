@@ -11,8 +11,8 @@ overrides any value per rule. The sizing function (:meth:`Sizing.job`, :meth:`Si
   number, else (``auto``: one process per GPU the job gets) a full node (``MIALAB_SLURM_GPUS_PER_NODE``,
   default 8) for a model of at least :data:`LARGE_PARAMS_B` billion parameters and 1 below. vLLM generation
   (paraphrases, a method's rollouts): its ``tensor_parallel_size``. The ``hf`` backend and forward passes
-  (``score_baselines``): 1. Embedding with an encoder (:meth:`Sizing.encoder_job`): 1 when the encoder has at
-  least :data:`LARGE_PARAMS_B` billion parameters (it then runs on the GPU), else none. Offline paraphrases and
+  (``score_baselines``, ``prepare_attack``): 1. Embedding with an encoder (:meth:`Sizing.encoder_job`): 1 when the
+  encoder has at least :data:`LARGE_PARAMS_B` billion parameters (it then runs on the GPU), else none. Offline paraphrases and
   every other rule: none. A method's rules: the jobs its Method entry gives (``jobs``, :mod:`mialab.pipeline.methods`;
   each method's ``method`` module says what its jobs use).
 - **CPUs**: the job's share of a GPU node's CPUs (``MIALAB_SLURM_GPU_CPUS``, default 32, x its GPUs /
@@ -71,7 +71,7 @@ CPU_RUNTIME_MIN = 120
 #: The pipeline's rules that train through mialab.core.launch (world size = their GPUs); see :meth:`Sizing.job`.
 TRAINING_RULES = ("sft_contaminate", "rl_contaminate")
 #: The pipeline's rules :meth:`Sizing.job` sizes (the others get the profile's default-resources).
-OWN_SIZED_RULES = (*TRAINING_RULES, "paraphrase", "paraphrase_pool", "score_baselines")
+OWN_SIZED_RULES = (*TRAINING_RULES, "paraphrase", "paraphrase_pool", "score_baselines", "prepare_attack")
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 #: The site settings (``MIALAB_SLURM_<name>``) and their defaults, which fit the test SLURM of
 #: tests/slurm/boot.sh; profiles/slurm reads them through :func:`site`. ``None``: unset, no default.
@@ -223,7 +223,7 @@ class Sizing:
                 return Job("cpu", 0)
             return Job("generate", self.engine_gpus(para["backend"], para["options"]),
                        self.params_b(para["options"]["model"]))
-        if rule == "score_baselines":
+        if rule in ("score_baselines", "prepare_attack"):   # prepare_attack: its model, the attack's own
             return Job("forward", 1, self.params_b(model))
         for _, jobs in method_items("jobs"):
             if rule in jobs:

@@ -4,7 +4,9 @@ forward pass over every distinct text of every seed's split of one dataset, one 
 attack's extra forward passes and, for one that backpropagates (GradNorm), a forward and backward pass a text
 (its gradients fit beside the weights on the job's one GPU), and what an attack adds besides
 (:meth:`mialab.scoring.attacks.Attack.work`: the quantile attack's regressor, loaded, trained and run; the
-neighbourhood attack's fill-mask model, loaded, and its passes)."""
+neighbourhood attack's target passes over its neighbours). A ``prepare_attack`` job computes one attack's
+per-dataset work (:meth:`mialab.scoring.attacks.Attack.prepare_work`: the neighbourhood attack's fill-mask model,
+loaded, and its passes)."""
 
 from __future__ import annotations
 
@@ -26,4 +28,8 @@ def score_baselines(facts, model: str, dataset: str, **_) -> Work:
                 train_flops=train_flops(p, tokens * sum(a.backward for a in attacks)) + more("train_flops"))
 
 
-WORK = {"score_baselines": score_baselines}
+def prepare_attack(facts, model: str | None, dataset: str, wildcards, **_) -> Work:
+    return Work(**ATTACKS.get(wildcards["attack"]).prepare_work(facts, dataset))
+
+
+WORK = {"score_baselines": score_baselines, "prepare_attack": prepare_attack}

@@ -11,6 +11,16 @@ from mialab.scoring.attacks import ATTACKS, Texts
 from mialab.scoring.baselines import attacks_of, r_loss, score_texts
 
 
+def distinct_texts(splits: list[pd.DataFrame]) -> pd.DataFrame:
+    """``id``, ``text`` of every distinct text of ``splits`` (splits of one pool), in order of first appearance;
+    an id whose text differs between splits is an error (the splits would not come from one pool)."""
+    texts = pd.concat([s[["id", "text"]] for s in splits]).drop_duplicates()
+    clash = texts["id"][texts["id"].duplicated()]
+    if len(clash):
+        raise ValueError(f"{len(clash)} id(s) have different texts in different splits, e.g. {sorted(clash)[:3]}")
+    return texts.reset_index(drop=True)
+
+
 def score_split(model_path: str, split: pd.DataFrame, spec: dict, *,
                 reference_scores: pd.DataFrame | None = None, trust_remote_code: bool = False) -> pd.DataFrame:
     """A table ``id, label, n_tokens, truncated, <method columns>`` (higher = more likely a member).
@@ -31,14 +41,10 @@ def score_splits(model_path: str, splits: list[pd.DataFrame], spec: dict, *,
                  attack_inputs: dict[str, dict] | None = None) -> list[pd.DataFrame]:
     """:func:`score_split` of several splits of one pool, each distinct text scored once.
 
-    Splits of one pool share ids; an id whose text differs between splits is an error (the
-    splits would not come from one pool). ``reference_scores``: one table per split, or None.
+    Splits of one pool share ids (:func:`distinct_texts`). ``reference_scores``: one table per split, or None.
     ``attack_inputs``: each scoring attack's input files by name (:meth:`mialab.scoring.attacks.Attack.inputs`).
     """
-    texts = pd.concat([s[["id", "text"]] for s in splits]).drop_duplicates()
-    clash = texts["id"][texts["id"].duplicated()]
-    if len(clash):
-        raise ValueError(f"{len(clash)} id(s) have different texts in different splits, e.g. {sorted(clash)[:3]}")
+    texts = distinct_texts(splits)
     tok = load_tokenizer(model_path, padding_side="right", trust_remote_code=trust_remote_code)
     model = load_causal_lm(model_path, dtype=spec["dtype"], device=spec["device"], trust_remote_code=trust_remote_code)
     distinct = texts["text"].tolist()

@@ -11,6 +11,12 @@ section ``scoring.<name>`` (the schema holds its defaults), the files it reads b
 (:meth:`mialab.pipeline.plan.Plan.score_run`). Convention, as for every score: higher = more likely a
 member; an attack whose peer implementation reports the opposite says so.
 
+An attack whose work on a text depends on the text and its settings but on no target model (the neighbourhood
+attack's neighbours) declares the settings that work reads (:attr:`Attack.prepared_by`) and does it in
+:meth:`Attack.prepare`: rule ``prepare_attack`` runs it once per dataset (every distinct text of every seed's
+split: :meth:`mialab.pipeline.plan.Plan.attack_run`) into a table every score job of the dataset reads
+(:meth:`Texts.prepared`), instead of each (model, dataset) job redoing it.
+
 A sub-section of ``scoring`` named after a method the config does not run decides nothing
 (:meth:`mialab.pipeline.plan.Plan.scoring`): adding an attack leaves other configs' keys and results alone.
 """
@@ -56,6 +62,22 @@ class Texts:
         outside = ~pool["id"].astype(str).isin(set(map(str, self.split_ids)))
         return pool[(pool["label"] == 0) & outside][["id", "text"]].reset_index(drop=True)
 
+    def prepared(self, name: str) -> pd.DataFrame:
+        """Attack ``name``'s prepared table (:meth:`Attack.prepare`, input ``prepared``), one row per text of
+        this job in its order; a text it lacks, or holds with another text, is an error naming the file."""
+        path = self.inputs.get("prepared")
+        if path is None:
+            raise ValueError(f"method {name}: no prepared table among its inputs (rule prepare_attack writes it)")
+        table = pd.read_parquet(path).set_index("id")
+        missing = [i for i in self.ids if i not in table.index]
+        if missing:
+            raise ValueError(f"{path}: no row for {len(missing)} text(s) of this job, e.g. id {missing[0]!r}")
+        table = table.loc[list(self.ids)]
+        changed = [i for i, a, b in zip(self.ids, table["text"], self.texts) if a != b]
+        if changed:
+            raise ValueError(f"{path}: id {changed[0]!r} holds another text than this job's split")
+        return table.reset_index()
+
     @functools.cached_property
     def rows(self) -> list[list[int]]:
         """Each text's scored tokens (tokenized once, for every attack of the job): its first ``max_length`` under
@@ -85,6 +107,32 @@ class Attack:
     def inputs(self, plan, dataset: str) -> dict[str, str | list[str]]:
         """Files the job reads besides the splits and the model (rule inputs, by name)."""
         return {}
+
+    #: keys of its settings that its per-dataset work reads (module doc); empty: it has none
+    prepared_by: tuple[str, ...] = ()
+
+    def prepare_inputs(self, plan, dataset: str) -> dict[str, str]:
+        """Files :meth:`prepare` reads besides the splits (rule inputs, by name)."""
+        return {}
+
+    def prepare_model(self, settings: dict) -> str | None:
+        """The model :meth:`prepare` runs (a configured name, a folder or a hub id; sizes its job), or None."""
+        return None
+
+    def prepare_work(self, facts, dataset: str) -> dict:
+        """The work of :meth:`prepare` on ``dataset``'s texts: :class:`mialab.lm.cost.Work` fields (its model's
+        ``params_b`` and ``dtype`` among them)."""
+        return {}
+
+    def prepare(self, texts: list[str], ids: list[str], settings: dict, inputs: dict,
+                device: str = "cpu") -> pd.DataFrame:
+        """The per-dataset table (``id``, ``text`` and the attack's own columns) of ``texts`` under ``settings``
+        (``scoring.<name>``), reading ``inputs`` (:meth:`prepare_inputs`), on ``device``."""
+        raise NotImplementedError(f"scoring attack {self.name} prepares nothing")
+
+    def prepared_run(self, plan, dataset: str):
+        """The ``prepare_attack`` job of ``dataset`` (:meth:`mialab.pipeline.plan.Plan.attack_run`)."""
+        return plan.attack_run(self.name, dataset, self.prepared_by)
 
     def work(self, facts, dataset: str) -> dict:
         """Work a job does for the attack beyond its ``forwards`` and ``backward`` (a model of its own loaded,

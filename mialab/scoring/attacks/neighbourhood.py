@@ -32,10 +32,16 @@ neighbours of a text depend on the texts before it. ``batch_size`` positions sha
 one; the dropout masks are drawn position by position as MIMIR draws them, so only float rounding differs), and
 the fill-mask head reads only each row's masked position (:func:`head_at`; MIMIR computes every position's).
 
+The neighbours depend on the text and the settings alone, so they are found once per dataset (rule
+``prepare_attack``, :meth:`Neighbourhood.prepare`: ``results/attacks/neighbourhood/<dataset>/<key>/
+prepared.parquet``, one row per text with its neighbours) and every score job of the dataset reads them; MIMIR
+finds them again in each run.
+
 Settings ``scoring.neighbourhood``: ``mlm_model`` (a configured ``kind: mlm`` model, or a local folder / hub id
 of a masked LM: MIMIR's bert-base-uncased), ``n_neighbours`` (MIMIR's ``n_perturbation_list``, one score per
-n; here one n), ``reduce``, ``seed``, ``batch_size``. A job's cost (:mod:`mialab.scoring.cost`): the
-``n_neighbours`` target passes a text costs, and the fill-mask model's (:meth:`Neighbourhood.work`).
+n; here one n), ``reduce``, ``seed``, ``batch_size``. Costs (:mod:`mialab.scoring.cost`): a score job's, the
+``n_neighbours`` target passes a text costs; the preparation's, the fill-mask model's
+(:meth:`Neighbourhood.prepare_work`).
 """
 
 from __future__ import annotations
@@ -151,6 +157,7 @@ def neighbours(mlm, tok, text: str, n: int, *, seed: int, batch_size: int = 32) 
 class Neighbourhood(Attack):
     name = "neighbourhood"
     forwards = 10  # MIMIR's largest default n; the config's n_neighbours: passes()
+    prepared_by = ("mlm_model", "n_neighbours", "seed", "batch_size")   # the neighbours: once per dataset
 
     def passes(self, scoring: dict) -> int:
         return scoring[self.name]["n_neighbours"]
@@ -161,35 +168,51 @@ class Neighbourhood(Attack):
                     "kind: mlm model, or a masked LM's folder / hub id; MIMIR: bert-base-uncased)")
         return None
 
-    def work(self, facts, dataset: str) -> dict:
+    def prepare_model(self, settings: dict) -> str | None:
+        return settings["mlm_model"]
+
+    def prepare_work(self, facts, dataset: str) -> dict:
         """The fill-mask model, loaded, and its passes: a text of ``L`` tokens masks each of its ``L`` positions in
         a pass over all ``L`` tokens, ``batch_size`` positions a pass. ``L`` is counted as ``scoring.max_length``
         capped at :data:`MLM_POSITIONS` (errs high for short texts)."""
         spec, texts = facts.config["scoring"][self.name], facts.texts(dataset)
         p = facts.params_b(spec["mlm_model"])
         length = min(facts.config["scoring"]["max_length"], MLM_POSITIONS)
-        return {"loads_b": (p,), "passes": texts * math.ceil(length / spec["batch_size"]),
-                "train_flops": 2 * p * 1e9 * texts * length * length}
+        return {"params_b": p, "dtype": "float32", "loads_b": (p,),
+                "passes": texts * math.ceil(length / spec["batch_size"]), "train_flops": 2 * p * 1e9 * texts * length * length}
 
-    def inputs(self, plan, dataset: str) -> dict[str, str]:
+    def prepare_inputs(self, plan, dataset: str) -> dict[str, str]:
         name = plan.config["scoring"][self.name]["mlm_model"]
         path = mlm_path(plan, name)
         return {"mlm": path} if name in plan.config["models"] or Path(path).is_dir() else {}
 
-    def score(self, texts: Texts) -> np.ndarray:
-        spec = texts.settings(self.name)
-        fault = self.check(texts.scoring)
+    def inputs(self, plan, dataset: str) -> dict[str, str]:
+        return {"prepared": self.prepared_run(plan, dataset).path("prepared.parquet")}
+
+    def prepare(self, texts: list[str], ids: list[str], settings: dict, inputs: dict, device: str = "cpu"):
+        """Each text's neighbours (:func:`neighbours`), best first: ``id``, ``text``, ``neighbours`` (a list);
+        ``device``: ``scoring.device``."""
+        import pandas as pd
+        import torch
+
+        fault = self.check({self.name: settings})
         if fault:
             raise ValueError(fault)
-        mlm, tok = load_mlm(texts.inputs.get("mlm", spec["mlm_model"]), next(texts.model.parameters()).device)
+        from mialab.lm.loading import resolve_device
+
+        mlm, tok = load_mlm(inputs.get("mlm", settings["mlm_model"]), torch.device(resolve_device(device)))
         found: list[list[str]] = []
         with progress() as prog:
-            task = prog.add_task("neighbourhood: neighbours", total=len(texts.texts))
-            for text in texts.texts:
-                found.append(neighbours(mlm, tok, text, spec["n_neighbours"], seed=spec["seed"],
-                                        batch_size=spec["batch_size"]))
+            task = prog.add_task("neighbourhood: neighbours", total=len(texts))
+            for text in texts:
+                found.append(neighbours(mlm, tok, text, settings["n_neighbours"], seed=settings["seed"],
+                                        batch_size=settings["batch_size"]))
                 prog.advance(task)
-        del mlm
+        return pd.DataFrame({"id": list(ids), "text": list(texts), "neighbours": found})
+
+    def score(self, texts: Texts) -> np.ndarray:
+        spec = texts.settings(self.name)
+        found = [list(ns) for ns in texts.prepared(self.name)["neighbours"]]
         flat = [t for ns in found for t in ns]
         names = [f"{i} neighbour {j}" for i, ns in zip(texts.ids, found) for j in range(len(ns))]
         stats = token_stats(texts.model, texts.tokenizer, flat, max_length=texts.scoring["max_length"],
