@@ -320,3 +320,25 @@ def test_the_neighbours_stage_is_keyed_by_its_settings_and_texts_and_the_score_k
     work = WORK["prepare_attack"](sizing, "fill", "wikimia", {"attack": "neighbourhood"})
     assert work.params_b == sizing.params_b("fill") and work.passes == sizing.texts("wikimia") * math.ceil(
         base.config["scoring"]["max_length"] / 32)                  # the positions of a text, 32 a pass
+
+
+def test_mimirs_hub_models_are_sized_as_the_small_encoders_they_are():
+    """MIMIR's fill-mask model and quantile regressor, named by hub id, are priced at their ~0.11B parameters
+    (resources/model_heads.tsv), not as an unknown model (8B): the neighbours' job asks for an encoder's memory."""
+    from workflow_helpers import default_config, validated
+
+    from mialab.pipeline.sizing import UNKNOWN_PARAMS_B, Sizing
+    from mialab.scoring.cost import WORK
+
+    cfg = default_config()
+    cfg["scoring"]["methods"] = [*cfg["scoring"]["methods"], "neighbourhood", "quantile"]
+    cfg["scoring"]["neighbourhood"] = {"mlm_model": "bert-base-uncased"}
+    cfg["scoring"]["quantile"] = {"model": "Sreevishnu/funnel-transformer-small-imdb"}
+    sizing = Sizing(validated(cfg), environ={})
+    assert sizing.params_b("bert-base-uncased") == 0.110 and sizing.params_b("google-bert/bert-base-uncased") == 0.110
+    assert sizing.params_b("Sreevishnu/funnel-transformer-small-imdb") == 0.116 < UNKNOWN_PARAMS_B
+    job = sizing.job("prepare_attack", "bert-base-uncased", "wikimia")
+    assert job.params_b == 0.110 and sizing.resources(job, 60.0)["mem_mb"] < 10_000
+    work = WORK["prepare_attack"](sizing, "bert-base-uncased", "wikimia", {"attack": "neighbourhood"})
+    assert work.params_b == work.loads_b[0] == 0.110
+    assert WORK["score_baselines"](sizing, "base", "wikimia").loads_b[1:] == (0.116,)   # the regressor's base
