@@ -170,8 +170,12 @@ def test_the_fill_mask_model_is_named_resolved_and_priced(model, mlm_folder):  #
     plan.config["scoring"]["neighbourhood"]["mlm_model"] = mlm_folder
     assert attack.prepare_inputs(plan, "wikimia") == {"mlm": mlm_folder}
     assert attack.prepare_model(plan.config["scoring"]["neighbourhood"]) == mlm_folder
-    plan.config["scoring"]["neighbourhood"]["mlm_model"] = "org/bert-base-uncased"
+    plan.config["scoring"]["neighbourhood"]["mlm_model"] = "google-bert/bert-base-uncased"
     assert attack.prepare_inputs(plan, "wikimia") == {}                                  # a hub id: prefetched
+    plan.config["scoring"]["neighbourhood"]["mlm_model"] = "bert-base-uncased"           # not fetched: said at plan time
+    with pytest.raises(ConfigError, match=r"scoring\.neighbourhood\.mlm_model: 'bert-base-uncased' is not a "
+                                          r"configured model \(fill, base\), an existing model folder, nor a hub"):
+        attack.prepare_inputs(plan, "wikimia")
     with pytest.raises(ConfigError, match=r"models\.base is a kind hf model, not a masked LM"):
         mlm_path(plan, "base")
     facts = types.SimpleNamespace(config={"scoring": {**scoring(mlm_folder), "max_length": 10}},
@@ -332,13 +336,13 @@ def test_mimirs_hub_models_are_sized_as_the_small_encoders_they_are():
 
     cfg = default_config()
     cfg["scoring"]["methods"] = [*cfg["scoring"]["methods"], "neighbourhood", "quantile"]
-    cfg["scoring"]["neighbourhood"] = {"mlm_model": "bert-base-uncased"}
+    cfg["scoring"]["neighbourhood"] = {"mlm_model": "google-bert/bert-base-uncased"}
     cfg["scoring"]["quantile"] = {"model": "Sreevishnu/funnel-transformer-small-imdb"}
     sizing = Sizing(validated(cfg), environ={})
-    assert sizing.params_b("bert-base-uncased") == 0.110 and sizing.params_b("google-bert/bert-base-uncased") == 0.110
+    assert sizing.params_b("google-bert/bert-base-uncased") == 0.110
     assert sizing.params_b("Sreevishnu/funnel-transformer-small-imdb") == 0.116 < UNKNOWN_PARAMS_B
-    job = sizing.job("prepare_attack", "bert-base-uncased", "wikimia")
+    job = sizing.job("prepare_attack", "google-bert/bert-base-uncased", "wikimia")
     assert job.params_b == 0.110 and sizing.resources(job, 60.0)["mem_mb"] < 10_000
-    work = WORK["prepare_attack"](sizing, "bert-base-uncased", "wikimia", {"attack": "neighbourhood"})
+    work = WORK["prepare_attack"](sizing, "google-bert/bert-base-uncased", "wikimia", {"attack": "neighbourhood"})
     assert work.params_b == work.loads_b[0] == 0.110
     assert WORK["score_baselines"](sizing, "base", "wikimia").loads_b[1:] == (0.116,)   # the regressor's base

@@ -282,3 +282,23 @@ def test_a_configured_regressor_is_an_input_joins_the_score_key_and_is_priced(tm
     before = WORK["score_baselines"](Sizing(plain, environ={}), "base", "wikimia")
     assert len(work.loads_b) == len(before.loads_b) + 1 and work.train_flops > before.train_flops
     assert work.scored_texts > before.scored_texts        # the target's pass over the known non-members
+
+
+def test_a_regressor_named_outside_the_models_is_a_folder_or_a_hub_id(tmp_path):
+    """A name that is no configured model must be a model folder or a hub id ``org/name`` (rule prefetch fetches
+    those); anything else fails when the DAG is built, naming the key, instead of in the job that loads it."""
+    import types
+
+    from mialab.pipeline.config import ConfigError
+    from mialab.scoring.attacks import ATTACKS
+
+    pool = types.SimpleNamespace(path=lambda name: f"results/pools/d/k/{name}")
+    plan = types.SimpleNamespace(config={"models": {"base": {"kind": "pretrain"}}, "scoring": {"quantile": {}}}, pool=lambda d: pool)
+    attack = ATTACKS.get("quantile")
+    plan.config["scoring"]["quantile"]["model"] = "Sreevishnu/funnel-transformer-small-imdb"   # MIMIR's
+    assert attack.inputs(plan, "d") == {"pool": "results/pools/d/k/pool.parquet"}
+    for name in ("funnel-transformer-small", str(tmp_path / "missing")):
+        plan.config["scoring"]["quantile"]["model"] = name
+        with pytest.raises(ConfigError, match=r"scoring\.quantile\.model: .* is not a configured model \(base\), an "
+                                              r"existing model folder, nor a hub model id"):
+            attack.inputs(plan, "d")

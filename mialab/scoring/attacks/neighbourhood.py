@@ -55,7 +55,7 @@ import numpy as np
 
 from mialab.core.progress import progress
 from mialab.lm.logprobs import token_stats
-from mialab.pipeline.config import ConfigError
+from mialab.pipeline.config import ConfigError, model_reference
 from mialab.scoring.attacks import Attack, Texts, register
 
 #: MIMIR's BERT path: the dropout on the target token's embedding, the top predictions read there, the most
@@ -68,9 +68,12 @@ MLM_POSITIONS = 512
 def mlm_path(plan, name: str) -> str:
     """``scoring.neighbourhood.mlm_model`` resolved as CalibDCD resolves its ``mlm_model``
     (``CalibDCDPlan.lm_path``, a method above this floor): a configured model's folder, else the local path
-    or hub id as written. A configured model must be a ``kind: mlm`` one (a given one: name its path)."""
+    or hub id as written. A configured model must be a ``kind: mlm`` one (a given one: name its path); another
+    name must be a model folder (checked as every folder a config names) or a hub id ``org/name``, which rule
+    prefetch fetches (MIMIR's ``bert-base-uncased`` is ``google-bert/bert-base-uncased``)."""
     models = plan.config["models"]
     if name not in models:
+        model_reference("scoring.neighbourhood.mlm_model", name, models)   # a folder, checked; or org/name
         return name
     if models[name]["kind"] != "mlm":
         raise ConfigError(f"scoring.neighbourhood.mlm_model: models.{name} is a kind {models[name]['kind']} model, "

@@ -170,13 +170,14 @@ class Quantile(Attack):
         return plan.config["scoring"][self.name]["model"]
 
     def inputs(self, plan, dataset: str) -> dict[str, str]:
-        from mialab.pipeline.config import ConfigError
+        from mialab.pipeline.config import ConfigError, model_reference
 
         out = {"pool": plan.pool(dataset).path("pool.parquet")}
         name = self.regressor_name(plan)
         spec = plan.config["models"].get(name)
-        if spec is None:
-            return out   # a local folder or a hub id, loaded by that name
+        if spec is None:   # a local folder (checked) or a hub id org/name (prefetched), loaded by that name
+            model_reference("scoring.quantile.model", name, plan.config["models"])
+            return out
         if plan.is_built(name):
             return {**out, "regressor": plan.model_path(name)}
         if spec.get("trust_remote_code"):
