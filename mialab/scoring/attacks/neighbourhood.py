@@ -168,7 +168,7 @@ class Neighbourhood(Attack):
     def check(self, scoring: dict) -> str | None:
         if not scoring[self.name].get("mlm_model"):
             return ("scoring.neighbourhood.mlm_model: the neighbourhood attack needs a fill-mask model (a configured "
-                    "kind: mlm model, or a masked LM's folder / hub id; MIMIR: bert-base-uncased)")
+                    "kind: mlm model, or a masked LM's folder / hub id; MIMIR: google-bert/bert-base-uncased)")
         return None
 
     def prepare_model(self, settings: dict) -> str | None:
@@ -181,8 +181,9 @@ class Neighbourhood(Attack):
         spec, texts = facts.config["scoring"][self.name], facts.texts(dataset)
         p = facts.params_b(spec["mlm_model"])
         length = min(facts.config["scoring"]["max_length"], MLM_POSITIONS)
-        return {"params_b": p, "dtype": "float32", "loads_b": (p,),
-                "passes": texts * math.ceil(length / spec["batch_size"]), "train_flops": 2 * p * 1e9 * texts * length * length}
+        passes = texts * math.ceil(length / spec["batch_size"])
+        return {"params_b": p, "dtype": "float32", "loads_b": (p,), "passes": passes,
+                "train_flops": 2 * p * 1e9 * texts * length * length}
 
     def prepare_inputs(self, plan, dataset: str) -> dict[str, str]:
         name = plan.config["scoring"][self.name]["mlm_model"]
@@ -198,11 +199,11 @@ class Neighbourhood(Attack):
         import pandas as pd
         import torch
 
+        from mialab.lm.loading import resolve_device
+
         fault = self.check({self.name: settings})
         if fault:
             raise ValueError(fault)
-        from mialab.lm.loading import resolve_device
-
         mlm, tok = load_mlm(inputs.get("mlm", settings["mlm_model"]), torch.device(resolve_device(device)))
         found: list[list[str]] = []
         with progress() as prog:
