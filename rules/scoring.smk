@@ -38,8 +38,9 @@ rule prepare_attack:
         table=PLAN.pattern("attacks", "prepared.parquet"),
         manifest=PLAN.pattern("attacks", "manifest.json"),
     params:
-        settings=lambda wc: PLAN.scoring()[wc.attack],
-        device=PLAN.scoring()["device"],
+        # exactly what the stage's key holds: the settings its work reads, and the device
+        settings=lambda wc: prepared_run(wc.attack, wc.dataset).manifest["config"],
+        device=lambda wc: prepared_run(wc.attack, wc.dataset).manifest["device"],
         inputs=lambda wc: prepare_inputs(wc.attack, wc.dataset),
         manifest=lambda wc: _checked(prepared_run(wc.attack, wc.dataset), wc).manifest,
     threads: 1

@@ -296,8 +296,10 @@ def test_the_neighbours_stage_is_keyed_by_its_settings_and_texts_and_the_score_k
 
     monkeypatch.chdir(REPO)   # the corpora's relative paths
 
-    def plan(*, mlm=None, split=None, **settings):
+    def plan(*, mlm=None, split=None, device=None, **settings):
         cfg = default_config()
+        if device:
+            cfg["scoring"]["device"] = device
         cfg["models"]["fill"] = {**copy.deepcopy(QBERT), **(mlm or {})}
         cfg["scoring"]["methods"] = [*cfg["scoring"]["methods"], "neighbourhood"]
         cfg["scoring"]["neighbourhood"] = {"mlm_model": "fill", "n_neighbours": 5, **settings}
@@ -310,11 +312,14 @@ def test_the_neighbours_stage_is_keyed_by_its_settings_and_texts_and_the_score_k
     assert run.dir == str(tmp_path / "results" / "attacks" / "neighbourhood" / "wikimia" / run.key)
     assert attack.inputs(base, "wikimia") == {"prepared": run.path("prepared.parquet")}
     assert attack.prepared_run(base, "aime").key != run.key
+    # what the job reads (rules/scoring.smk: from the manifest): the settings its key holds, reduce not among them
+    assert run.manifest["config"] == {"mlm_model": "fill", "n_neighbours": 5, "seed": 0, "batch_size": 32}
+    assert run.manifest["device"] == base.config["scoring"]["device"]
     keys = lambda p: (attack.prepared_run(p, "wikimia").key, p.score_run("base", "wikimia").key,  # noqa: E731
                       p.score_run("sft", "wikimia").key)
     same = keys(base)
     for changed in (plan(n_neighbours=6), plan(seed=1), plan(batch_size=8), plan(mlm={"vocab_size": 2048}),
-                    plan(split={"n_per_class": 32})):
+                    plan(split={"n_per_class": 32}), plan(device="cpu")):
         assert all(a != b for a, b in zip(keys(changed), same))
     other = keys(plan(reduce="max"))
     assert other[0] == same[0] and other[1:] != same[1:]              # the same neighbours, other scores

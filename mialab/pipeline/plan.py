@@ -442,14 +442,16 @@ class Plan:
         """One ``prepare_attack`` job: scoring attack ``attack``'s work on every distinct text of every seed's
         split of ``dataset`` that depends on the texts and its ``settings`` (keys of ``scoring.<attack>``) but
         on no target model, done once for the dataset's score jobs to read (e.g. a fill-mask model's neighbours
-        of each text). The scoring code's version is in the key, so a bump of ``scores`` redoes it too; every
-        determinant is also one of the score jobs' (the ``scoring`` section, the splits, the models and files it
-        names), so their keys change with it."""
+        of each text), on ``scoring.device`` (its rounding is the device's). The scoring code's version is in the
+        key, so a bump of ``scores`` redoes it too; every determinant is also one of the score jobs' (the
+        ``scoring`` section, the splits, the models and files it names), so their keys change with it. The job
+        reads its settings and device from the manifest, so it computes with nothing its key lacks."""
         section = self.scoring()[attack]
         config = {k: section[k] for k in settings}
         named = self.named_inputs(config)
         return self.stage("attacks", {"attack": attack, "dataset": dataset}, {
             "attack": attack, "dataset": dataset, "seeds": self.seeds(), "config": config,
+            "device": self.scoring()["device"],
             "upstream": {"splits": {str(s): self.evaluated_split(dataset, s).key for s in self.seeds()}},
             "scores_version": STAGE_VERSIONS["scores"], **({"inputs": named} if named else {}),
         })
