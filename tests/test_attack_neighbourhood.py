@@ -112,9 +112,10 @@ def test_the_score_is_the_text_log_likelihood_minus_its_neighbours(model, mlm, m
     mean_logp = lambda texts: [float(np.mean(st.logp)) for st in token_stats(lm, tok, texts, max_length=128)]  # noqa: E731
     own, theirs = mean_logp([text])[0], mean_logp(found)
     attack = ATTACKS.get("neighbourhood")
-    assert attack.score(neighbourhood_job(model, [text], mlm_folder))[0] == pytest.approx(own - np.mean(theirs), rel=1e-9)
+    # the neighbours of one length share a pass: float rounding from each one's own pass
+    assert attack.score(neighbourhood_job(model, [text], mlm_folder))[0] == pytest.approx(own - np.mean(theirs), rel=1e-6)
     assert attack.score(neighbourhood_job(model, [text], mlm_folder, reduce="max"))[0] == pytest.approx(
-        own - min(theirs), rel=1e-9)                   # the text against its highest-loss neighbour
+        own - min(theirs), rel=1e-6)                   # the text against its highest-loss neighbour
 
 
 def test_neighbours_are_scored_on_their_tokens_log_likelihood_alone(model, mlm_folder, monkeypatch):  # noqa: F811
@@ -301,7 +302,7 @@ def test_the_neighbours_stage_is_keyed_by_its_settings_and_texts_and_the_score_k
         if device:
             cfg["scoring"]["device"] = device
         cfg["models"]["fill"] = {**copy.deepcopy(QBERT), **(mlm or {})}
-        cfg["scoring"]["methods"] = [*cfg["scoring"]["methods"], "neighbourhood"]
+        cfg["scoring"]["methods"] = [m for m in cfg["scoring"]["methods"] if m != "quantile"]
         cfg["scoring"]["neighbourhood"] = {"mlm_model": "fill", "n_neighbours": 5, **settings}
         cfg["datasets"]["wikimia"]["split"].update(split or {})
         return Plan(validated(cfg), results=str(tmp_path / "results"))
@@ -340,7 +341,7 @@ def test_mimirs_hub_models_are_sized_as_the_small_encoders_they_are():
     from mialab.scoring.cost import WORK
 
     cfg = default_config()
-    cfg["scoring"]["methods"] = [*cfg["scoring"]["methods"], "neighbourhood", "quantile"]
+    assert {"neighbourhood", "quantile"} <= set(cfg["scoring"]["methods"])     # the tiny world runs both
     cfg["scoring"]["neighbourhood"] = {"mlm_model": "google-bert/bert-base-uncased"}
     cfg["scoring"]["quantile"] = {"model": "Sreevishnu/funnel-transformer-small-imdb"}
     sizing = Sizing(validated(cfg), environ={})

@@ -251,9 +251,10 @@ def tiny_world(quantile: dict | None, **qbert) -> dict:
     from workflow_helpers import default_config, validated
 
     cfg = default_config()
+    cfg["scoring"]["methods"] = [m for m in cfg["scoring"]["methods"] if m != "quantile"]
     if quantile is not None:
         cfg["models"]["qbert"] = {**copy.deepcopy(QBERT), **qbert}
-        cfg["scoring"]["methods"] = [*cfg["scoring"]["methods"], "quantile"]
+        cfg["scoring"]["methods"].append("quantile")
         cfg["scoring"]["quantile"] = quantile
     return validated(cfg)
 

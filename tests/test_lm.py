@@ -43,6 +43,38 @@ def test_map_logprobs_returns_rows_in_input_order_each_from_its_own_forward(lm):
         token_logprobs(model, [rows[0], []])
 
 
+def test_rows_one_text_determines_share_a_pass_and_depend_on_no_other_text(lm, monkeypatch):
+    """``together``: rows of one key and one length go through one stacked pass (no padding), in input order,
+    at most PASS_TOKENS tokens a pass; a row's result equals its own pass's up to float rounding, and is the
+    same bit for bit whatever other keys' rows are run with it."""
+    import mialab.lm.logprobs as logprobs
+    from mialab.lm.logprobs import map_logprobs, picked
+
+    model, tok = lm
+    rows = tok(["the cat walks", "the dog walks", "the king sings of rain", "the cat sings", "rain"])["input_ids"]
+    assert len({len(r) for r in rows[:2] + rows[3:4]}) == 1 and len(rows[2]) != len(rows[0])
+    shapes = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda input_ids, **kw: shapes.append(tuple(input_ids.shape)) or
+                        forward(input_ids=input_ids, **kw))
+    keys = ["a", "a", "a", "b", "b"]
+    together = map_logprobs(model, rows, picked, together=keys)
+    n = len(rows[0])
+    assert sorted(shapes) == sorted([(2, n), (1, len(rows[2])), (1, n), (1, len(rows[4]))])   # a's two of length n
+    for r, got in zip(rows, together):
+        np.testing.assert_allclose(got, alone(model, r), atol=1e-5)
+    shapes.clear()
+    again = map_logprobs(model, rows[:3], picked, together=keys[:3])                   # b's rows gone
+    for a, b in zip(again, together[:3]):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(logprobs, "PASS_TOKENS", n)                                      # one row of n a pass
+    shapes.clear()
+    map_logprobs(model, rows[:2], picked, together=keys[:2])
+    assert shapes == [(1, n), (1, n)]
+    with pytest.raises(ValueError, match="together: 1 keys for 2 rows"):
+        map_logprobs(model, rows[:2], picked, together=["a"])
+
+
 def test_scoring_lara_and_calibdcd_log_probabilities_equal_an_unbatched_forward(lm, tiny_model):
     from mialab.calibdcd.reference import packed_rows, reference_probabilities
     from mialab.lara.baselines import mean_log_likelihood

@@ -22,10 +22,9 @@ RULE_FILES = sorted(set((REPO / "rules").glob("*.smk")) - {REPO / "rules" / "com
 
 
 def config_with_adra() -> dict:
-    """The default tiny world with the ADRA and MIMIR overlays: every keyed rule but the paraphrase and rehearsal
-    ones."""
+    """The default tiny world with the ADRA overlay: every keyed rule but the paraphrase and rehearsal ones."""
     cfg = default_config()
-    for name in ("tiny_adra", "tiny_mimir"):
+    for name in ("tiny_adra",):
         overlay = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
         for k, v in overlay.items():
             if isinstance(v, dict) and isinstance(cfg.get(k), dict):

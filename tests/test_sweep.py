@@ -88,7 +88,8 @@ def test_sweep_table_onset_markdown_and_figure(tmp_path):
 @pytest.mark.slow
 def test_two_point_sweep_end_to_end_with_r0_at_chance(tmp_path):
     """r in {0, 8} on WikiMIA, one seed, with base (80 pretraining steps) and the control (60):
-    the default scoring methods (the passive baselines and the three attacks of the default tiny world)."""
+    the foundation's scoring methods (the passive baselines and GradNorm, ReCaLL and DC-PDD: the default tiny world's
+    attacks but the two that read its masked LM)."""
     cfg = foundation_config()
     cfg["seeds"] = [0]
     cfg["datasets"] = {"wikimia": cfg["datasets"]["wikimia"]}

@@ -30,7 +30,9 @@ def test_default_dag(tmp_path):
                     "leakage_check": 2, "leakage_summary": 1,
                     # N-Sampling on sft x aime and base x wikimia (one job per target for the 3 seeds), a
                     # reconstruction report per dataset; ADRA is in configs/tiny_adra.yaml (tests/test_adra_workflow.py)
-                    "n_sampling_rollouts": 2, "n_sampling_scores": 2, "adra_report": 2}
+                    "n_sampling_rollouts": 2, "n_sampling_scores": 2, "adra_report": 2,
+                    # MIMIR's masked LM, and the neighbourhood attack's neighbours once per dataset
+                    "pretrain_mlm": 1, "prepare_attack": 2}
 
 
 def test_foundation_dag(tmp_path):

@@ -88,10 +88,12 @@ FOUNDATION_KEYS = ("seeds", "datasets", "tokenizer", "models", "scoring", "evalu
 
 def foundation_config() -> dict:
     """The default config reduced to the foundation: its datasets, the base, control and sft
-    models and the passive baselines (method sections left out), for DAG tests of the spine."""
+    models and the scoring methods that read no other model (method sections left out: not the masked LM of
+    the neighbourhood and quantile attacks), for DAG tests of the spine."""
     cfg = {k: v for k, v in default_config().items() if k in FOUNDATION_KEYS}
     cfg["datasets"] = {k: cfg["datasets"][k] for k in ("wikimia", "aime")}
     cfg["models"] = {k: cfg["models"][k] for k in ("base", "control", "sft")}
+    cfg["scoring"]["methods"] = [m for m in cfg["scoring"]["methods"] if m not in ("neighbourhood", "quantile")]
     return cfg
 
 

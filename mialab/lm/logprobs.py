@@ -53,13 +53,16 @@ class TokenStats:
 
 
 def map_logprobs(model, rows: Sequence[Sequence[int]], reduce: Callable, *,
-                 description: str = "log-probabilities") -> list:
+                 description: str = "log-probabilities", together: Sequence | None = None) -> list:
     """``reduce(logp, targets)`` of every token-id row, in input order: ``logp`` ``[n - 1, vocab]`` the
     float32 log-softmax predicting the row's tokens 1..n-1, ``targets`` those tokens (both on the model's
     device, inside ``torch.inference_mode``, so ``reduce`` may edit ``logp`` in place).
 
     Each row is its own forward pass (module docstring), longest first, so a row too long for memory
-    fails at once. ``description``: the progress bar's label.
+    fails at once. ``description``: the progress bar's label. ``together``: a key per row; rows of one key
+    and one length share a pass, stacked without padding, at most :data:`PASS_TOKENS` tokens a pass, in
+    input order: for rows that one text determines (its neighbours), whose results then depend on that text
+    alone (and its number of rows of that length), never on another text's rows.
     """
     import torch
 
@@ -75,12 +78,35 @@ def map_logprobs(model, rows: Sequence[Sequence[int]], reduce: Callable, *,
     out: list = [None] * len(rows)
     with progress() as prog, torch.inference_mode():
         task = prog.add_task(description, total=len(rows))
-        for i in sorted(range(len(rows)), key=lambda i: -len(rows[i])):
-            ids = torch.tensor([list(rows[i])], device=device)
-            logits = model(input_ids=ids).logits[0, :-1]
-            out[i] = reduce(torch.log_softmax(logits.float(), dim=-1), ids[0, 1:])
-            prog.advance(task)
+        for batch in _passes(rows, together):
+            ids = torch.tensor([list(rows[i]) for i in batch], device=device)
+            logits = model(input_ids=ids).logits[:, :-1]
+            for b, i in enumerate(batch):
+                out[i] = reduce(torch.log_softmax(logits[b].float(), dim=-1), ids[b, 1:])
+            prog.advance(task, len(batch))
     return out
+
+
+#: the most tokens a stacked pass of :func:`map_logprobs`'s ``together`` rows holds (its logits: this many
+#: vocabulary rows)
+PASS_TOKENS = 4096
+
+
+def _passes(rows: Sequence[Sequence[int]], together: Sequence | None) -> list[list[int]]:
+    """The row indices of each forward pass, longest rows first: each row alone, or (``together``) the rows
+    of one key and one length in input order, cut at :data:`PASS_TOKENS` tokens."""
+    if together is None:
+        return [[i] for i in sorted(range(len(rows)), key=lambda i: -len(rows[i]))]
+    if len(together) != len(rows):
+        raise ValueError(f"together: {len(together)} keys for {len(rows)} rows")
+    groups: dict = {}
+    for i, key in enumerate(together):
+        groups.setdefault((key, len(rows[i])), []).append(i)
+    out = []
+    for (_, n), members in groups.items():
+        size = max(1, PASS_TOKENS // n)
+        out += [members[b:b + size] for b in range(0, len(members), size)]
+    return sorted(out, key=lambda batch: -len(rows[batch[0]]))
 
 
 def picked(logp, targets) -> np.ndarray:
@@ -142,14 +168,16 @@ def _pieces(ids: list[list[int]], full_lengths: list[int], max_length: int, trun
 
 def token_stats(model, tokenizer, texts: list[str], *, max_length: int = 512,
                 truncation: str = "truncate", names: list | None = None,
-                description: str = "scoring", vocabulary: bool = True) -> list[TokenStats]:
+                description: str = "scoring", vocabulary: bool = True,
+                together: Sequence | None = None) -> list[TokenStats]:
     """Score ``texts`` with :func:`map_logprobs` (one row per text or window); results in input order.
 
     Every text is tokenized in full first, so ``error`` fails before the model runs and
     ``truncate`` marks what it cut (``TokenStats.truncated``). ``names``: how errors name the
     texts (their ids; default their positions). ``vocabulary=False``: ``logp`` alone (``mu`` and
     ``sigma`` empty), for a caller that reads no more: the statistics are a pass over the whole
-    vocabulary at every token, work that caller would throw away.
+    vocabulary at every token, work that caller would throw away. ``together``: a key per text, passed on
+    to :func:`map_logprobs` for the text's rows (texts that one text determines: its neighbours).
     """
     full = tokenizer(texts)["input_ids"]
     lengths = [len(r) for r in full]
@@ -159,8 +187,9 @@ def token_stats(model, tokenizer, texts: list[str], *, max_length: int = 512,
     if short:
         raise ValueError(f"text {names[short[0]]!r} has fewer than two tokens; nothing to score")
     pieces = _pieces(ids, lengths, max_length, truncation, names)
+    keys = None if together is None else [together[p[0]] for p in pieces]
     stats = map_logprobs(model, [p[2] for p in pieces], vocabulary_stats if vocabulary else realised_only,
-                         description=description)
+                         description=description, together=keys)
     parts: list[list[tuple[int, int, TokenStats]]] = [[] for _ in texts]
     for (i, w, _, keep), st in zip(pieces, stats):
         parts[i].append((w, keep, st))

@@ -18,9 +18,12 @@ text, ``##`` removed. The ``[SEP]`` token's span is empty at offset 0, so a cand
 text (MIMIR's in-place swap does the same). MIMIR's ``pct_swap_bert`` is read by its ``random`` strategy
 only.
 
-Each neighbour is scored by the target exactly as the text is (:func:`mialab.lm.logprobs.token_stats`, one
-text a pass, ``scoring.max_length`` and ``scoring.truncation``), reading ``log p`` of its tokens alone; its
-loss is minus its mean token log-probability, as MIMIR's ``get_lls`` computes one loss per neighbour.
+Each neighbour is scored by the target as the text is (:func:`mialab.lm.logprobs.token_stats`,
+``scoring.max_length`` and ``scoring.truncation``), reading ``log p`` of its tokens alone; its loss is minus its
+mean token log-probability, as MIMIR's ``get_lls`` computes one loss per neighbour. A text's neighbours of one
+length share a forward pass, stacked without padding (``together``): their logits depend on the text alone (its
+neighbours and how many share a length), never on another text's, and differ from a pass of one neighbour
+alone by float rounding only.
 ``reduce``: ``mean`` of the neighbours' losses (the paper, and MIMIR's ``_attack``'s ``mean_substr_score``), or
 ``max``: MIMIR's ``get_lls`` returns the list of the neighbours' losses, ``_attack`` subtracts each from the
 text's loss and ``run.py``'s ``get_mia_scores`` keeps the ``np.min`` of those differences, i.e. the text's
@@ -221,7 +224,7 @@ class Neighbourhood(Attack):
         names = [f"{i} neighbour {j}" for i, ns in zip(texts.ids, found) for j in range(len(ns))]
         stats = token_stats(texts.model, texts.tokenizer, flat, max_length=texts.scoring["max_length"],
                             truncation=texts.scoring["truncation"], names=names, description="neighbourhood: scoring",
-                            vocabulary=False)
+                            vocabulary=False, together=[i for i, ns in enumerate(found) for _ in ns])
         losses = iter(-float(np.mean(st.logp)) for st in stats)
         reduce = {"mean": np.mean, "max": np.max}[spec["reduce"]]
         return np.array([reduce([next(losses) for _ in ns]) + float(np.mean(st.logp))
