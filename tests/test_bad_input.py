@@ -485,7 +485,7 @@ CASES = {
         at("scoring", "dc_pdd", value={})),
     "new-neighbourhood-without-mlm-model": Bad(
         "plan", r"scoring\.neighbourhood\.mlm_model: the neighbourhood attack needs a fill-mask model",
-        both(at("scoring", "methods", append="neighbourhood"), at("scoring", "neighbourhood", value={}))),
+        at("scoring", "neighbourhood", "mlm_model", drop=True)),      # the default world runs the attack
     "new-gradnorm-norm": Bad(
         "plan", r"scoring\.gradnorm\.p: 3 is not one of \[1, 2, 'inf'\]",
         at("scoring", "gradnorm", "p", value=3)),
