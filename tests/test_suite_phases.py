@@ -108,3 +108,15 @@ def test_a_failed_environment_fails_the_test_command(tmp_path):
     assert recorded_phases(tmp_path / "vllm") == ["install"]
     proc = run_test_command(tmp_path / "install", vllm_rc=0, install_rc=4)
     assert proc.returncode != 0 and recorded_phases(tmp_path / "install") == []
+
+
+def test_the_world_benchmark_refuses_bad_arguments_before_any_run(tmp_path):
+    """benchmarks/tiny_world.sh: no revision, three, an unknown option or a name that is no commit exit 2 with
+    the reason, and nothing is unpacked."""
+    script = REPO / "benchmarks" / "tiny_world.sh"
+    for args, reason in [((), "usage:"), (("HEAD", "HEAD", "HEAD"), "usage:"), (("--fast", "HEAD"), "unknown option"),
+                         (("no-such-commit",), "not a commit: no-such-commit")]:
+        proc = subprocess.run(["bash", str(script), "--dir", str(tmp_path / "w"), *args], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2 and reason in proc.stderr, (args, proc.stderr)
+    assert not (tmp_path / "w").exists()
