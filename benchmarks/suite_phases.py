@@ -8,7 +8,7 @@ its two pytest passes; ``machine.json``: the CPU, native bf16 or not, the load w
 
 Each phase as seconds, its share of the whole and the cores it kept busy on average (near the machine's
 cores: CPU-bound, only less work makes it faster; well below: it waits, on a SLURM status check or on one
-slow test while the other worker is done, and better scheduling would help); each group of the first pass's tests (the tiny world's,
+slow test while the other worker is done, and better scheduling would help); each group of the first pass's tests (the suite world's,
 the SLURM tests, the paper-config rehearsals, vLLM's, the rest) as the test-seconds it holds (setup, call and
 teardown: a session fixture counts once, in the test that first asked for it) and its share of the pass's
 test-seconds (two workers share the cores, so test-seconds are about twice the pass's wall time); then the
@@ -26,7 +26,7 @@ from pathlib import Path
 
 #: test groups, first match wins: (name, substrings of the test's junit id, ``tests.<module>::<name>``)
 GROUPS = (
-    ("tiny world", ("tiny_world",)),
+    ("suite world", ("suite_world", "test_tiny_world")),   # the suite's world and the README world's tests
     ("SLURM", ("test_slurm",)),
     ("rehearsals", ("test_rehearsal",)),
     ("vLLM", ("vllm",)),

@@ -1,5 +1,5 @@
-"""Shared fixtures: the real single-node SLURM booted by tests/slurm/boot.sh, the default tiny world
-run once per session, a copy of it with shuffled evaluation labels, and the tiny random Llamas of the
+"""Shared fixtures: the real single-node SLURM booted by tests/slurm/boot.sh, the suite's world (config.yaml at
+smaller sizes) run once per session, a copy of it with shuffled evaluation labels, and the tiny random Llamas of the
 unit tests."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from workflow_helpers import grpo_settings, make_workdir, snakemake
+from workflow_helpers import grpo_settings, make_workdir, snakemake, suite_world_config
 
 from mialab.core.io import write_manifest
 from mialab.core.jobs import THREAD_VARIABLES
@@ -27,7 +27,7 @@ VENV_BIN = Path(sys.executable).parent
 
 
 #: Fixtures of one shared world each; the tests that use one run on one pytest-xdist worker.
-WORLDS = {"tiny_world": {"tiny_world", "shuffled_world"}, "slurm": {"slurm_env"}}
+WORLDS = {"suite_world": {"suite_world", "shuffled_world"}, "slurm": {"slurm_env"}}
 
 
 @pytest.hookimpl(tryfirst=True)   # before xdist's own hook, which turns the marks into node-id groups
@@ -49,7 +49,7 @@ def pytest_configure(config):
     thread count (mialab.core.jobs.setup_job).
 
     pytest 9.2 with pytest-xdist <= 3.8 does not group under ``--dist loadgroup`` (pytest-xdist#1386):
-    every worker would build the tiny world itself. Say so before any test starts."""
+    every worker would build the suite's world itself. Say so before any test starts."""
     if not (config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None)):
         return
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -201,31 +201,33 @@ def slurm_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def tiny_world(tmp_path_factory) -> Path:
-    """The default config.yaml run end to end (every stage and method) from an empty results/.
+def suite_world(tmp_path_factory) -> Path:
+    """The suite's world (workflow_helpers.suite_world_config: config.yaml with one seed and smaller method sizes)
+    run end to end (every stage and method) from an empty results/.
 
-    One run per test session, shared by every slow test that inspects the tiny world's outputs.
+    One run per test session, shared by every slow test that inspects a world's outputs; the README's own world is
+    planned, and run to its splits, by tests/test_tiny_world.py.
     """
-    reuse = os.environ.get("MIALAB_TINY_WORLD")   # development: a world an earlier session built (tests change it)
+    reuse = os.environ.get("MIALAB_SUITE_WORLD")   # development: a world an earlier session built (tests change it)
     if reuse:
         return Path(reuse)
-    wd = make_workdir(tmp_path_factory.mktemp("tiny_world"))
+    wd = make_workdir(tmp_path_factory.mktemp("suite_world"), suite_world_config())
     start = time.monotonic()
     snakemake(wd, "--profile", str(REPO / "profiles" / "local"), timeout=5400)
-    print(f"tiny world end to end: {time.monotonic() - start:.0f}s")
+    print(f"the suite's world end to end: {time.monotonic() - start:.0f}s")
     return wd
 
 
 @pytest.fixture(scope="session")
-def shuffled_world(tiny_world, tmp_path_factory) -> dict:
-    """A copy of the tiny world whose seed-0 splits carry permuted labels (same ids, other labels),
+def shuffled_world(suite_world, tmp_path_factory) -> dict:
+    """A copy of the suite's world whose seed-0 splits carry permuted labels (same ids, other labels),
     with the label-free methods' seed-0 score tables rebuilt from there: CalibDCD on ``chat`` and
     LaRA on ``grpo_e2``, every stage from the split on. Tests compare them with ``before``."""
     import numpy as np
     import pandas as pd
 
     wd = tmp_path_factory.mktemp("shuffled_world")
-    shutil.copytree(tiny_world, wd, symlinks=True, dirs_exist_ok=True)   # keeps mtimes: nothing is stale
+    shutil.copytree(suite_world, wd, symlinks=True, dirs_exist_ok=True)   # keeps mtimes: nothing is stale
     targets = [str(p.relative_to(wd)) for pattern in ("results/calibdcd/scores/chat/wikimia/*/*/seed-0/scores.parquet",
                                                        "results/lara/scores/grpo_e2/aime/*/seed-0/scores.parquet")
                for p in wd.glob(pattern)]

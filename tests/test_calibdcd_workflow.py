@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import VERSE_MODEL
-from workflow_helpers import REPO, default_config, job_stats, make_workdir, planned_jobs, snakemake
+from workflow_helpers import REPO, default_config, job_stats, make_workdir, planned_jobs, snakemake, suite_world_config
 
 from mialab.calibdcd.calibrate import VARIANTS, run_calibdcd
 from mialab.calibdcd.extract import add_perturbed_query, dpdllm_view_features
@@ -615,17 +615,18 @@ def test_no_calibdcd_section_means_no_calibdcd_job(tmp_path):
     assert not any(rule.startswith("calibdcd") for rule in jobs)
 
 
-# --- slow: the default tiny world end to end (the session's shared run) ----------------------------------
+# --- slow: the suite's world end to end (the session's shared run) --------------------------------------
 
 @pytest.mark.slow
-def test_tiny_world_outputs_schemas_and_results_table(tiny_world):
-    r = tiny_world / "results"
-    cfg = default_config()["calibdcd"]
-    n_seeds, variants = len(default_config()["seeds"]), list(VARIANTS)
+def test_world_outputs_schemas_and_results_table(suite_world):
+    r = suite_world / "results"
+    cfg = suite_world_config()["calibdcd"]
+    n_seeds, variants = len(suite_world_config()["seeds"]), list(VARIANTS)
     for det in ("dpdllm", "veilprobe"):
         scores = pd.read_parquet(next(r.glob(f"calibdcd/scores/chat/wikimia/*/{det}/seed-0/scores.parquet")))
         assert scores.columns.tolist() == ["id", "label", f"calibdcd/{det}/original", *[f"calibdcd/{det}/{v}" for v in variants]]
-        assert len(scores) == 128 and scores["label"].sum() == 64
+        n = suite_world_config()["datasets"]["wikimia"]["split"]["n_per_class"]
+        assert len(scores) == 2 * n and scores["label"].sum() == n
         assert np.isfinite(scores.iloc[:, 2:].to_numpy()).all()
     original = pd.read_parquet(next(r.glob("calibdcd/veilprobe/chat/wikimia/*/features-original.parquet")))
     pool = pd.read_parquet(REPO / "resources/data/wikimia/WikiMIA_length64.parquet")

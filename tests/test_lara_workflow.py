@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
-from workflow_helpers import REPO, default_config, make_workdir, planned_jobs
+from workflow_helpers import REPO, default_config, make_workdir, planned_jobs, suite_world_config
 
 from mialab.data.registry import get_family
 from mialab.data.rl_corpus import pool_questions
@@ -270,15 +270,15 @@ def test_the_in_set_reference_reproduces_the_released_codes_optimism_on_null_dat
         score_table(metrics, baselines, split.assign(label=[1] * 59 + [0]), reference="in_set")
 
 
-# --- end to end (slow): the default tiny world, the session's shared run ------------------------------
+# --- end to end (slow): the suite's world, the session's shared run ------------------------------------
 
 @pytest.mark.slow
-def test_rl_checkpoints_are_models_with_their_training_logs(tiny_world):
-    plan_dirs = sorted((tiny_world / "results/rl").glob("*/epoch-*"))
+def test_rl_checkpoints_are_models_with_their_training_logs(suite_world):
+    plan_dirs = sorted((suite_world / "results/rl").glob("*/epoch-*"))
     assert [p.name for p in plan_dirs] == ["epoch-1", "epoch-2"]
-    (pool_path,) = tiny_world.glob("results/pools/aime/*/pool.parquet")
+    (pool_path,) = suite_world.glob("results/pools/aime/*/pool.parquet")
     n_members = int(pd.read_parquet(pool_path)["label"].sum())
-    corpus_size = default_config()["models"]["grpo_e1"]["corpus"]["size"]
+    corpus_size = suite_world_config()["models"]["grpo_e1"]["corpus"]["size"]
     for epoch, folder in enumerate(plan_dirs, start=1):
         assert (folder / "model/model.safetensors").exists() and (folder / "model/tokenizer.json").exists()
         assert (folder / "trainer/optimizer.pt").exists() and not (folder / "work").exists()
@@ -286,17 +286,18 @@ def test_rl_checkpoints_are_models_with_their_training_logs(tiny_world):
         assert log["epoch"].max() == pytest.approx(epoch) and np.isfinite(log["reward"].dropna()).all()
         corpus = pd.read_parquet(folder / "corpus.parquet")
         assert len(corpus) == corpus_size and corpus["target"].sum() == n_members   # every member, then filler
-    summary = pd.read_parquet(tiny_world / "results/evaluation/summary.parquet")
+    summary = pd.read_parquet(suite_world / "results/evaluation/summary.parquet")
     assert {"loss", "min_k@0.2", "min_k_plus_plus@0.2"} <= set(summary.loc[summary["model"] == "grpo_e1", "method"])
 
 
 @pytest.mark.slow
-def test_lara_outputs_follow_their_schemas_and_join_the_results_table(tiny_world):
-    cfg = default_config()["lara"]
-    r = tiny_world / "results/lara"
+def test_lara_outputs_follow_their_schemas_and_join_the_results_table(suite_world):
+    world = suite_world_config()
+    cfg = world["lara"]
+    r = suite_world / "results/lara"
     n_forms = cfg["paraphrase"]["n_variants"] + 2                  # original, blanked, paraphrases
     tables = list(r.glob("perturbations/aime/*/seed-*/perturbations.parquet"))
-    assert len(tables) == len(default_config()["seeds"])
+    assert len(tables) == len(world["seeds"])
     for table_path in tables:
         table = pd.read_parquet(table_path)
         assert {"id", "role", "neighbour", "form", "variant", "text", "set"} <= set(table.columns)
@@ -307,16 +308,16 @@ def test_lara_outputs_follow_their_schemas_and_join_the_results_table(tiny_world
         assert {"text", "shard", "row"} <= set(index.columns) and not index["text"].duplicated().any()
         assert (index_path.parent / "shards/shard-00000.safetensors").exists()
     metrics = pd.read_parquet(next(r.glob("scores/sft/aime/*/seed-0/metrics.parquet")))
-    n_layers = default_config()["models"]["base"]["architecture"]["num_layers"]
+    n_layers = world["models"]["base"]["architecture"]["num_layers"]
     assert sorted(metrics["layer"].unique()) == list(range(n_layers))   # hidden_states[0..L-1], as the code
     assert set(metrics["set"]) == {EVALUATED, REFERENCE}
-    summary = pd.read_parquet(tiny_world / "results/evaluation/summary.parquet")
+    summary = pd.read_parquet(suite_world / "results/evaluation/summary.parquet")
     lara = summary[summary["method"].str.startswith("lara")]
     assert set(lara["model"]) == set(cfg["models"])
     assert {"lara", "lara/rsm", "lara/dc", "lara/rsi", "lara/early", "lara/mid", "lara/late", "lara/self_critique",
             "lara/recall", "lara/cdd", "lara/recall_lara_code", "lara/ppl_response", "lara/min_k_response@0.2",
             "lara/min_k_plus_plus_response@0.2", "lara/dime", "lara/lara+sc@0.65"} <= set(lara["method"])
-    assert lara["auroc_mean"].between(0, 1).all() and (lara["n_seeds"] == len(default_config()["seeds"])).all()
+    assert lara["auroc_mean"].between(0, 1).all() and (lara["n_seeds"] == len(world["seeds"])).all()
     report = (r / "report/aime/lara.md").read_text()
     assert "| aime | grpo_e2 | lara |" in report and "| aime | sft | loss |" in report
     assert (r / "report/aime/layers.png").stat().st_size > 10_000

@@ -8,7 +8,7 @@ import copy
 
 import pandas as pd
 import pytest
-from workflow_helpers import default_config, make_workdir, planned_jobs, snakemake, validated
+from workflow_helpers import default_config, make_workdir, planned_jobs, snakemake, suite_world_config, validated
 
 from mialab.n_sampling.attack import metric_names
 from mialab.n_sampling.plan import NSamplingPlan
@@ -102,45 +102,46 @@ def test_n_sampling_target_plans_rollouts_scores_and_a_report_per_dataset(tmp_pa
     assert report["adra_report"] == 2 and "adra_train" not in report
 
 
-# --- end to end (slow): the default tiny world, run once per session -------------------------------
+# --- end to end (slow): the suite's world, run once per session ----------------------------------------
 
 @pytest.mark.slow
-def test_the_results_table_has_an_n_sampling_row_for_every_metric_beside_the_baselines(tiny_world):
-    summary = pd.read_parquet(tiny_world / "results/evaluation/summary.parquet")
+def test_the_results_table_has_an_n_sampling_row_for_every_metric_beside_the_baselines(suite_world):
+    summary = pd.read_parquet(suite_world / "results/evaluation/summary.parquet")
     expected = {f"n_sampling/{m}@{how}" for m in metric_names("all-MiniLM-L6-v2") for how in ("aon", "bon")}
     for model, dataset in (("sft", "aime"), ("base", "wikimia")):
         rows = summary[(summary["model"] == model) & (summary["dataset"] == dataset)]
         methods = set(rows["method"])
         assert expected <= methods and {"loss", "zlib", "min_k_plus_plus@0.2"} <= methods, (model, dataset)
-        assert (rows.loc[rows["method"].isin(expected), "n_seeds"] == 3).all()
+        assert (rows.loc[rows["method"].isin(expected), "n_seeds"] == len(suite_world_config()["seeds"])).all()
         assert rows.loc[rows["method"].isin(expected), "auroc_mean"].between(0, 1).all()
     assert not summary.loc[summary["model"] == "control", "method"].str.startswith("n_sampling/").any()
-    md = (tiny_world / "results/evaluation/summary.md").read_text()
+    md = (suite_world / "results/evaluation/summary.md").read_text()
     assert "n_sampling/lcs_ratio_ref@bon" in md and "n_sampling/embedding_cosine@aon" in md
 
 
 @pytest.mark.slow
-def test_rollouts_follow_the_schema_with_n_per_candidate(tiny_world):
-    cfg = default_config()["n_sampling"]
+def test_rollouts_follow_the_schema_with_n_per_candidate(suite_world):
+    cfg = suite_world_config()["n_sampling"]
     for dataset, model in (("aime", "sft"), ("wikimia", "base")):
-        paths = sorted((tiny_world / f"results/n_sampling/rollouts/{model}/{dataset}").rglob("rollouts.parquet"))
-        assert len(paths) == 3
+        paths = sorted((suite_world / f"results/n_sampling/rollouts/{model}/{dataset}").rglob("rollouts.parquet"))
+        assert len(paths) == len(suite_world_config()["seeds"])
         rollouts = pd.read_parquet(paths[0])
         assert list(rollouts.columns) == ["id", "sample", "text", "n_tokens", "finish_reason"]
         assert (rollouts.groupby("id").size() == cfg["n"]).all()
         assert rollouts["n_tokens"].le(cfg["tasks"][dataset]["max_new_tokens"]).all()
-        (split,) = (tiny_world / f"results/splits/{dataset}/seed-0").glob("*/split.parquet")
+        (split,) = (suite_world / f"results/splits/{dataset}/seed-0").glob("*/split.parquet")
         assert set(rollouts["id"]) == set(pd.read_parquet(split)["id"])
 
 
 @pytest.mark.slow
-def test_the_report_gives_n_sampling_top5_mean_beside_the_best_passive_baseline(tiny_world):
+def test_the_report_gives_n_sampling_top5_mean_beside_the_best_passive_baseline(suite_world):
     for dataset, model in (("aime", "sft"), ("wikimia", "base")):
-        report = pd.read_csv(tiny_world / f"results/adra/report/{dataset}/adra.csv")
+        report = pd.read_csv(suite_world / f"results/adra/report/{dataset}/adra.csv")
         rows = report[report["model"] == model].set_index("attack")
         assert set(rows.index) == {"n_sampling", "passive"}
-        assert 0 <= rows.loc["n_sampling", "top5_mean"] <= 1 and rows.loc["n_sampling", "n_seeds"] == 3
+        assert 0 <= rows.loc["n_sampling", "top5_mean"] <= 1
+        assert rows.loc["n_sampling", "n_seeds"] == len(suite_world_config()["seeds"])
         # the score tables' methods: the passive baselines and the scoring attacks (config.yaml's scoring.methods)
         assert rows.loc["passive", "best_metric"] in {"loss", "r_loss", "zlib", "min_k@0.2", "min_k_plus_plus@0.2",
                                                       "gradnorm", "recall", "dc_pdd"}
-        assert (tiny_world / f"results/adra/report/{dataset}/steps.png").stat().st_size > 1000
+        assert (suite_world / f"results/adra/report/{dataset}/steps.png").stat().st_size > 1000

@@ -35,9 +35,9 @@ def test_the_tables_give_each_phase_and_group_its_share(tmp_path):
     text = suite_phases.tables(tmp_path, slowest=2)
     assert "| suite | 1000 | 83% | 1.5 |" in text and "| all | 1200 | 100% | 1.5 |" in text   # 1760 / 1200
     assert "| install | 100 | 8% | 0.9 |" in text
-    assert "| tiny world | 1 | 600 | 60% |" in text and "| SLURM | 1 | 200 | 20% |" in text
+    assert "| suite world | 1 | 600 | 60% |" in text and "| SLURM | 1 | 200 | 20% |" in text
     assert "| vLLM | 1 | 60 | 6% |" in text and "| the rest | 2 | 40 | 4% |" in text
-    assert text.index("| tiny world |") < text.index("| SLURM |") < text.index("| rehearsals |")   # largest first
+    assert text.index("| suite world |") < text.index("| SLURM |") < text.index("| rehearsals |")   # largest first
     slowest = text.split("slowest tests")[1]
     assert "test_partial_rerun_of_one_dataset_touches_no_other" in slowest and "test_b" not in slowest
 

@@ -1,37 +1,46 @@
-"""The main test: the whole tiny world from an empty results/, then caching and partial reruns.
+"""The main test: the suite's world (config.yaml at smaller method sizes, one seed) from an empty results/, then
+caching and partial reruns; the README's own world planned and run to its splits; the README world's contamination
+bounds on its three seeds, scored on the suite world's models (the README world's: the same keys).
 
 Runs the real workflow (tokenizer, two pretrained models, DeepSpeed SFT, all baselines, report)
-in a scratch directory with the default config.yaml. Slow: minutes on 2 CPU cores.
+in a scratch directory. Slow: minutes on 2 CPU cores.
 """
 
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
-from workflow_helpers import default_config, job_stats, planned_jobs, snakemake, write_config
+from workflow_helpers import (default_config, foundation_config, job_stats, make_workdir, planned_jobs, snakemake,
+                              suite_world_config, write_config)
 
 pytestmark = pytest.mark.slow
 
+#: The README world's passive baselines, the methods its contamination bounds read (every one a forward pass).
+PASSIVE = ["loss", "r_loss", "zlib", "min_k", "min_k_plus_plus"]
+
 
 @pytest.fixture(scope="module")
-def world(tiny_world) -> Path:
-    return tiny_world
+def world(suite_world) -> Path:
+    return suite_world
 
 
 def _summary(wd: Path) -> pd.DataFrame:
-    return pd.read_parquet(wd / "results/evaluation/summary.parquet").set_index(["dataset", "model", "method"])
+    return pd.read_parquet(wd / "results/evaluation/summary.parquet").set_index(["dataset", "model", "method"]).sort_index()
 
 
 def test_outputs_and_schemas(world):
     r = world / "results"
+    cfg = suite_world_config()
     splits = sorted(r.glob("splits/*/seed-*/*/split.parquet"))
-    assert len(splits) == 6
+    assert len(splits) == len(cfg["datasets"]) * len(cfg["seeds"])
     for path in splits:
         split = pd.read_parquet(path)
         assert {"id", "text", "prefix", "suffix", "label", "source"} <= set(split.columns)
-        n = 48 if "/aime/" in str(path) else 64
+        n = cfg["datasets"]["aime" if "/aime/" in str(path) else "wikimia"]["split"]["n_per_class"]
         assert split["label"].value_counts().to_dict() == {1: n, 0: n}
     for model in ("base", "control", "sft"):
         (folder,) = r.glob(f"models/{model}/*/model")
@@ -46,8 +55,49 @@ def test_outputs_and_schemas(world):
     assert "| aime | sft | r_loss |" in md
 
 
-def test_contamination_is_visible_and_the_control_is_not(world):
-    s = _summary(world)
+def test_the_readme_world_plans_every_stage_and_builds_its_splits(tmp_path):
+    """config.yaml itself, as the README's first command runs it: its plan has every rule the suite's world runs
+    (one job per seed where a rule is per seed), and its first stages (pools, splits and their leakage checks:
+    the `splits` target) run."""
+    readme, suite = default_config(), suite_world_config()
+    wd = make_workdir(tmp_path, readme)
+    jobs = planned_jobs(wd)
+    assert set(jobs) == set(planned_jobs(make_workdir(tmp_path / "suite", suite)))
+    assert jobs["build_split"] == len(readme["datasets"]) * len(readme["seeds"]) == 6
+    snakemake(wd, "--cores", "2", "splits")
+    for dataset, ds in readme["datasets"].items():
+        paths = sorted(wd.glob(f"results/splits/{dataset}/seed-*/*/split.parquet"))
+        assert len(paths) == len(readme["seeds"])
+        n = ds["split"]["n_per_class"]
+        assert all(pd.read_parquet(p)["label"].value_counts().to_dict() == {1: n, 0: n} for p in paths)
+
+
+@pytest.fixture(scope="module")
+def readme_seeds(world, tmp_path_factory) -> pd.DataFrame:
+    """The README world's seed-mean AUROCs of the passive baselines: a copy of the suite's world whose config is
+    config.yaml's foundation (its seeds, datasets, base, control and sft) with only the passive baselines, scored there (the models are the suite world's, which are
+    the README world's: no training job is planned), then summarised as the evaluation stage does."""
+    from mialab.evaluation.stage import evaluate_tables, summarise
+
+    wd = tmp_path_factory.mktemp("readme_seeds")
+    shutil.copytree(world, wd, symlinks=True, dirs_exist_ok=True)    # keeps mtimes: nothing built is stale
+    shutil.rmtree(wd / "results/scores")                            # the suite world's: the globs below read new ones
+    cfg = foundation_config()                                       # config.yaml's seeds, datasets, base, control, sft
+    cfg["scoring"]["methods"] = PASSIVE
+    write_config(wd, cfg)
+    jobs = planned_jobs(wd, "scores")
+    assert not {"train_tokenizer", "pretrain_model", "sft_contaminate"} & set(jobs), jobs
+    snakemake(wd, "--cores", "2", "scores")
+    tables = [(p.parts[-5], p.parts[-4], int(p.parts[-2].removeprefix("seed-")), pd.read_parquet(p))
+              for p in sorted(wd.glob("results/scores/*/*/*/seed-*/scores.parquet"))]
+    assert len(tables) == len(cfg["seeds"]) * 6                     # 3 models x 2 datasets
+    return summarise(evaluate_tables(tables, [0.05]), [0.05]).set_index(["dataset", "model", "method"]).sort_index()
+
+
+def test_contamination_is_visible_and_the_control_is_not(world, readme_seeds):
+    """The README world's bounds on its seed means (readme_seeds), and every method of the suite's world, MIMIR's
+    attacks included, at chance on the control's seed 0."""
+    s = readme_seeds
     print(s[["auroc_mean", "auroc_std", "tpr@5%fpr_mean"]].round(3).to_string())
     assert s.loc[("aime", "sft", "r_loss"), "auroc_mean"] > 0.58  # SFT members, base model as reference
     assert s.loc[("aime", "sft", "min_k_plus_plus@0.2"), "auroc_mean"] > 0.7
@@ -55,6 +105,9 @@ def test_contamination_is_visible_and_the_control_is_not(world):
     assert s.loc[("wikimia", "base", "min_k@0.2"), "auroc_mean"] > 0.65  # pretraining members
     control = s.loc[("wikimia", "control")]["auroc_mean"]
     assert control.between(0.38, 0.62).all(), control  # never saw the members: chance
+    control = _summary(world).loc[("wikimia", "control")]["auroc_mean"]
+    assert len(control) == len(suite_world_config()["scoring"]["methods"]) - 1      # all but R-Loss: no reference
+    assert control.between(0.38, 0.62).all(), control
 
 
 def test_report_html(world):
@@ -73,11 +126,11 @@ def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
     without touching AIME; switching back finds every earlier folder, so only the tables that merge both settings
     would be redone."""
     before = {p: p.stat().st_mtime_ns for p in (world / "results").rglob("*.parquet") if "/aime/" in str(p)}
-    cfg = default_config()
+    cfg = suite_world_config()
     cfg["datasets"]["wikimia"]["split"]["n_per_class"] = 16
     write_config(world, cfg)
     jobs = planned_jobs(world)
-    assert jobs["build_split"] == 3 and jobs["evaluate_dataset"] == 1
+    assert jobs["build_split"] == len(cfg["seeds"]) and jobs["evaluate_dataset"] == 1
     assert jobs["score_baselines"] == sum("wikimia" in m.get("datasets", ["wikimia"])
                                              for m in cfg["models"].values() if m["kind"] != "mlm")   # not MIMIR's BERT
     assert not {"build_pool", "train_tokenizer", "pretrain_model", "sft_contaminate", "rl_contaminate"} & set(jobs)
@@ -89,7 +142,7 @@ def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
     assert planned_jobs(world, "scores") == {}
     after = {p: p.stat().st_mtime_ns for p in before}
     assert before == after, "an aime output was rewritten"
-    write_config(world, default_config())
+    write_config(world, suite_world_config())
     # back to the first parameters: every split, score and method folder exists, only tables are redone
     jobs = planned_jobs(world)
     assert not {"build_split", "score_baselines", "calibdcd_features", "n_sampling_rollouts"} & set(jobs), jobs
@@ -104,7 +157,7 @@ def test_partial_rerun_of_one_dataset_touches_no_other(world):
     without touching the other's is test_changing_one_dataset_reruns_only_it_and_reverting_reuses's."""
     proc = snakemake(world, "-n", "dataset_aime", "--forcerun", "score_baselines")
     out = proc.stdout + proc.stderr
-    scoring_aime = sum("aime" in m.get("datasets", ["aime"]) for m in default_config()["models"].values()
+    scoring_aime = sum("aime" in m.get("datasets", ["aime"]) for m in suite_world_config()["models"].values()
                        if m["kind"] != "mlm")
     assert job_stats(out)["score_baselines"] == scoring_aime == 5
     wildcards = re.findall(r"^\s*wildcards: (.*)$", out, re.M)

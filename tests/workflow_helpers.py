@@ -83,6 +83,35 @@ def default_config() -> dict:
     return yaml.safe_load((REPO / "config.yaml").read_text())
 
 
+def suite_world_config() -> dict:
+    """The suite's world (the issue's "test world"): config.yaml with one seed and smaller method sizes, for the tests that check the
+    workflow's outputs rather than the README's AUROCs (the fixture ``suite_world``, tests/conftest.py).
+
+    Every model that pretraining or SFT builds is config.yaml's own (same keys, so the same weights), and seed 0's
+    splits are the README world's seed 0: its per-seed AUROCs of the passive baselines are the README world's.
+    What shrinks is what no test bounds: the seeds (1 of 3), MIMIR's masked LM (50 of 200 steps) and neighbours
+    (2 a text of 5), VeilProbe's mapping models and DPDLLM's reference (1 epoch of 2), LaRA's perturbations (2
+    neighbours of 5, 2 paraphrases of 3, 10 reference questions of 30) and CDD's samples (2 of 4), N-Sampling's
+    rollouts (3 a candidate, n_min, of 4; 16 tokens of 32). The README's three seeds are read by
+    tests/test_tiny_world.py's AUROC test, which scores them with the passive baselines on these models."""
+    cfg = default_config()
+    cfg["seeds"] = [0]
+    cfg["scoring"]["neighbourhood"]["n_neighbours"] = 2
+    cfg["models"]["mimir_mlm"]["train"]["steps"] = 50
+    detectors = cfg["calibdcd"]["detectors"]
+    detectors["veilprobe"]["mapping"]["epochs"] = 1
+    detectors["dpdllm"]["finetune"]["epochs"] = 1
+    lara = cfg["lara"]
+    lara["neighbours"]["n"] = 2
+    lara["paraphrase"]["n_variants"] = 2
+    lara["controls"]["n_reference"] = 10
+    lara["baselines"]["cdd"]["n_samples"] = 2
+    cfg["n_sampling"]["n"] = cfg["n_sampling"]["metrics"]["n_min"]
+    for task in cfg["n_sampling"]["tasks"].values():
+        task["max_new_tokens"] = 16
+    return cfg
+
+
 FOUNDATION_KEYS = ("seeds", "datasets", "tokenizer", "models", "scoring", "evaluation", "launch")
 
 
