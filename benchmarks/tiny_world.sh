@@ -4,7 +4,9 @@
 # revision after the other (run it alone on the machine). Prints each run's wall and CPU seconds (user +
 # system, every process), its job-seconds by rule (results/benchmarks/), and with two revisions the second's
 # over the first's.
-#   bash benchmarks/tiny_world.sh [--avx2] [--dir DIR] REV [REV2]
+#   bash benchmarks/tiny_world.sh [--avx2] [--suite] [--dir DIR] REV [REV2]
+# --suite: the test suite's world instead (suite_world_config in that revision's tests/workflow_helpers.py, written
+# over its config.yaml), so that a change to the suite's world shows in the same tables.
 # --avx2: the CPU kind without AVX-512 and AMX simulated on a CPU with them (root: a private mount namespace):
 # the jobs read a /proc/cpuinfo without those flags, so `auto` resolves to fp32 as on that kind, and torch,
 # oneDNN and MKL are held to AVX2. The clock speed and caches stay this machine's.
@@ -12,13 +14,16 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${MIALAB_PYTHON:-$here/.venv/bin/python}"
 avx2=0
+suite=0
 dir="${TMPDIR:-/tmp}/mialab-tiny-world"
 revs=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --avx2) avx2=1 ;;
-        --dir) dir="$2"; shift ;;
-        -*) echo "unknown option $1 (known: --avx2, --dir DIR)" >&2; exit 2 ;;
+        --suite) suite=1 ;;
+        --dir) [ $# -ge 2 ] || { echo "--dir needs a folder" >&2; exit 2; }
+               dir="$2"; shift ;;
+        -*) echo "unknown option $1 (known: --avx2, --suite, --dir DIR)" >&2; exit 2 ;;
         *) rev=$(git -C "$here" rev-parse --short "$1^{commit}" 2> /dev/null) ||
                { echo "not a commit: $1" >&2; exit 2; }
            revs+=("$rev") ;;
@@ -26,8 +31,14 @@ while [ $# -gt 0 ]; do
     shift
 done
 if [ "${#revs[@]}" -lt 1 ] || [ "${#revs[@]}" -gt 2 ]; then
-    echo "usage: bash benchmarks/tiny_world.sh [--avx2] [--dir DIR] REV [REV2]" >&2
+    echo "usage: bash benchmarks/tiny_world.sh [--avx2] [--suite] [--dir DIR] REV [REV2]" >&2
     exit 2
+fi
+if [ "$suite" = 1 ]; then
+    for rev in "${revs[@]}"; do
+        git -C "$here" show "$rev:tests/workflow_helpers.py" 2> /dev/null | grep -q "^def suite_world_config" ||
+            { echo "no suite world at $rev (tests/workflow_helpers.py has no suite_world_config)" >&2; exit 2; }
+    done
 fi
 command -v /usr/bin/time > /dev/null || { echo "/usr/bin/time missing (Debian package time)" >&2; exit 2; }
 if [ "$avx2" = 1 ]; then
@@ -40,6 +51,10 @@ for rev in "${revs[@]}"; do
     rm -rf "$wd" && mkdir -p "$wd"
     git -C "$here" archive "$rev" | tar -x -C "$wd"
     ln -s "$(dirname "$(dirname "$python")")" "$wd/.venv"   # the environment the jobs find beside the workflow
+    if [ "$suite" = 1 ]; then
+        (cd "$wd/tests" && "$python" -c 'import yaml, workflow_helpers as w
+yaml.safe_dump(w.suite_world_config(), open("../config.yaml", "w"), sort_keys=False)')
+    fi
     run=("$python" -m snakemake --profile profiles/local)
     (
         cd "$wd"
@@ -53,11 +68,11 @@ for rev in "${revs[@]}"; do
         fi
     ) || { echo "tiny world at $rev failed: $wd/run.log" >&2; tail -20 "$wd/run.log" >&2; exit 1; }
 done
-"$python" - "$dir" "$avx2" "${revs[@]}" <<'EOF'
+"$python" - "$dir" "$avx2" "$suite" "${revs[@]}" <<'EOF'
 import glob, os, sys
 import pandas as pd
 
-root, avx2, revs = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
+root, avx2, suite, revs = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1", sys.argv[4:]
 runs = {}
 for rev in revs:
     wall, user, system = map(float, open(os.path.join(root, rev, "time.txt")).read().split()[-3:])
@@ -67,7 +82,8 @@ for rev in revs:
         rule = os.path.relpath(path, bench).split(os.sep)[0]
         by_rule[rule] = by_rule.get(rule, 0.0) + float(pd.read_csv(path, sep="\t")["s"].sum())
     runs[rev] = {"wall": wall, "cpu": user + system, "rules": by_rule}
-print(f"tiny world from a fresh folder{' (AVX2-only kind simulated)' if avx2 else ''}, one run after the other")
+print(f"{'the suite' if suite else 'the README'}'s tiny world from a fresh folder"
+      f"{' (AVX2-only kind simulated)' if avx2 else ''}, one run after the other")
 table = pd.DataFrame({rev: pd.Series(r["rules"]) for rev, r in runs.items()}).fillna(0.0)
 table = table.sort_values(revs[0], ascending=False).round(1)
 if len(revs) == 2:

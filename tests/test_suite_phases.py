@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 
@@ -111,12 +112,23 @@ def test_a_failed_environment_fails_the_test_command(tmp_path):
 
 
 def test_the_world_benchmark_refuses_bad_arguments_before_any_run(tmp_path):
-    """benchmarks/tiny_world.sh: no revision, three, an unknown option or a name that is no commit exit 2 with
-    the reason, and nothing is unpacked."""
+    """benchmarks/tiny_world.sh: no revision, three, an unknown option, a name that is no commit, `--dir` without
+    its folder or `--suite` at a revision without the suite's world exit 2 with the reason, and nothing is
+    unpacked."""
     script = REPO / "benchmarks" / "tiny_world.sh"
     for args, reason in [((), "usage:"), (("HEAD", "HEAD", "HEAD"), "usage:"), (("--fast", "HEAD"), "unknown option"),
-                         (("no-such-commit",), "not a commit: no-such-commit")]:
+                         (("no-such-commit",), "not a commit: no-such-commit"),
+                         (("HEAD", "--dir"), "--dir needs a folder")]:
         proc = subprocess.run(["bash", str(script), "--dir", str(tmp_path / "w"), *args], capture_output=True,
                               text=True, timeout=60)
         assert proc.returncode == 2 and reason in proc.stderr, (args, proc.stderr)
+    old = tmp_path / "old"                       # a repository whose one commit has the script, not the suite's world
+    (old / "benchmarks").mkdir(parents=True)
+    shutil.copy(script, old / "benchmarks")
+    git = ["git", "-C", str(old), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "old"]):
+        subprocess.run([*git, *cmd], check=True, capture_output=True)
+    proc = subprocess.run(["bash", str(old / "benchmarks" / "tiny_world.sh"), "--dir", str(tmp_path / "w"), "--suite",
+                           "HEAD"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "no suite world at" in proc.stderr, proc.stderr
     assert not (tmp_path / "w").exists()

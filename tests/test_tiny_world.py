@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from workflow_helpers import (default_config, foundation_config, job_stats, make_workdir, planned_jobs, snakemake,
                               suite_world_config, write_config)
@@ -29,7 +28,8 @@ def world(suite_world) -> Path:
 
 
 def _summary(wd: Path) -> pd.DataFrame:
-    return pd.read_parquet(wd / "results/evaluation/summary.parquet").set_index(["dataset", "model", "method"]).sort_index()
+    summary = pd.read_parquet(wd / "results/evaluation/summary.parquet")
+    return summary.set_index(["dataset", "model", "method"]).sort_index()
 
 
 def test_outputs_and_schemas(world):
@@ -75,8 +75,9 @@ def test_the_readme_world_plans_every_stage_and_builds_its_splits(tmp_path):
 @pytest.fixture(scope="module")
 def readme_seeds(world, tmp_path_factory) -> pd.DataFrame:
     """The README world's seed-mean AUROCs of the passive baselines: a copy of the suite's world whose config is
-    config.yaml's foundation (its seeds, datasets, base, control and sft) with only the passive baselines, scored there (the models are the suite world's, which are
-    the README world's: no training job is planned), then summarised as the evaluation stage does."""
+    config.yaml's foundation (its seeds, datasets, base, control and sft) with only the passive baselines, scored
+    there and summarised as the evaluation stage does. No training job is planned: config.yaml's models are the
+    suite world's, built."""
     from mialab.evaluation.stage import evaluate_tables, summarise
 
     wd = tmp_path_factory.mktemp("readme_seeds")
@@ -91,7 +92,8 @@ def readme_seeds(world, tmp_path_factory) -> pd.DataFrame:
     tables = [(p.parts[-5], p.parts[-4], int(p.parts[-2].removeprefix("seed-")), pd.read_parquet(p))
               for p in sorted(wd.glob("results/scores/*/*/*/seed-*/scores.parquet"))]
     assert len(tables) == len(cfg["seeds"]) * 6                     # 3 models x 2 datasets
-    return summarise(evaluate_tables(tables, [0.05]), [0.05]).set_index(["dataset", "model", "method"]).sort_index()
+    summary = summarise(evaluate_tables(tables, [0.05]), [0.05])
+    return summary.set_index(["dataset", "model", "method"]).sort_index()
 
 
 def test_contamination_is_visible_and_the_control_is_not(world, readme_seeds):

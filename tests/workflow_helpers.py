@@ -84,12 +84,12 @@ def default_config() -> dict:
 
 
 def suite_world_config() -> dict:
-    """The suite's world (the issue's "test world"): config.yaml with one seed and smaller method sizes, for the tests that check the
-    workflow's outputs rather than the README's AUROCs (the fixture ``suite_world``, tests/conftest.py).
+    """The suite's world: config.yaml with one seed and smaller method sizes, for the tests that check the workflow's
+    outputs rather than the README's AUROCs (the fixture ``suite_world``, tests/conftest.py).
 
     Every model that pretraining or SFT builds is config.yaml's own (same keys, so the same weights), and seed 0's
     splits are the README world's seed 0: its per-seed AUROCs of the passive baselines are the README world's.
-    What shrinks is what no test bounds: the seeds (1 of 3), MIMIR's masked LM (50 of 200 steps) and neighbours
+    What shrinks is bounded by no test beyond the control's chance interval: the seeds (1 of 3), MIMIR's masked LM (50 of 200 steps) and neighbours
     (2 a text of 5), VeilProbe's mapping models and DPDLLM's reference (1 epoch of 2), LaRA's perturbations (2
     neighbours of 5, 2 paraphrases of 3, 10 reference questions of 30) and CDD's samples (2 of 4), N-Sampling's
     rollouts (3 a candidate, n_min, of 4; 16 tokens of 32). The README's three seeds are read by
