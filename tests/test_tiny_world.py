@@ -6,6 +6,7 @@ Runs the real workflow (tokenizer, two pretrained models, DeepSpeed SFT, all bas
 in a scratch directory. Slow: minutes on 2 CPU cores.
 """
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -123,25 +124,29 @@ def test_second_run_does_nothing(world):
 
 
 def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
-    """WikiMIA's split size changes (64 to 16 a class: the new splits' score jobs a quarter of the texts): the dry
-    run plans only WikiMIA's jobs; the splits and the baseline scores (the `scores` stage target) are rebuilt
-    without touching AIME; switching back finds every earlier folder, so only the tables that merge both settings
-    would be redone."""
+    """WikiMIA's split size changes (64 to 16 a class): the dry run plans only WikiMIA's jobs; the splits, MIMIR's
+    neighbours and the control's baseline scores (the score job the others' R-Loss reads) are rebuilt without
+    touching AIME, leaving the stage target `scores` the other models' WikiMIA score jobs only; switching back
+    finds every earlier folder, so only the tables that merge both settings would be redone."""
     before = {p: p.stat().st_mtime_ns for p in (world / "results").rglob("*.parquet") if "/aime/" in str(p)}
     cfg = suite_world_config()
     cfg["datasets"]["wikimia"]["split"]["n_per_class"] = 16
     write_config(world, cfg)
-    jobs = planned_jobs(world)
+    proc = snakemake(world, "-n")
+    jobs = job_stats(proc.stdout + proc.stderr)
     assert jobs["build_split"] == len(cfg["seeds"]) and jobs["evaluate_dataset"] == 1
-    assert jobs["score_baselines"] == sum("wikimia" in m.get("datasets", ["wikimia"])
-                                             for m in cfg["models"].values() if m["kind"] != "mlm")   # not MIMIR's BERT
+    scoring = sum("wikimia" in m.get("datasets", ["wikimia"]) for m in cfg["models"].values()
+                  if m["kind"] != "mlm")                                # not MIMIR's BERT
+    assert jobs["score_baselines"] == scoring
     assert not {"build_pool", "train_tokenizer", "pretrain_model", "sft_contaminate", "rl_contaminate"} & set(jobs)
     assert not any(rule.startswith("lara_") for rule in jobs)          # LaRA reads only AIME
-    snakemake(world, "--cores", "2", "scores")
+    (control,) = set(re.findall(r"output: .*(results/scores/control/wikimia/\w+/manifest\.json)", proc.stdout))
+    snakemake(world, "--cores", "2", control)
     for path in world.glob("results/splits/wikimia/seed-*/*/split.parquet"):
         n = pd.read_parquet(path)["label"].value_counts().to_dict()
         assert n in ({1: 16, 0: 16}, {1: 64, 0: 64})                     # both settings' folders side by side
-    assert planned_jobs(world, "scores") == {}
+    assert json.loads((world / control).read_text())["rows"] == [32] * len(cfg["seeds"])
+    assert planned_jobs(world, "scores") == {"score_baselines": scoring - 1, "scores": 1}
     after = {p: p.stat().st_mtime_ns for p in before}
     assert before == after, "an aime output was rewritten"
     write_config(world, suite_world_config())
