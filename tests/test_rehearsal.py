@@ -314,8 +314,9 @@ def test_the_tiny_world_is_no_rehearsal():
 # The suite rehearses ADRA's AIME config end to end through the test SLURM (tests/test_slurm_workflow.py), LaRA's
 # on one of its datasets end to end (ONE_DATASET: the stand-ins, the dataset's RL contamination of each checkpoint
 # and its detection, up to the dataset's report: what `snakemake results/lara/report/<dataset>/lara.csv` reruns),
-# and CalibDCD's through its own stages (PARTIAL): stand-ins of its models, its pools and splits, its DPDLLM
-# reference and VeilProbe perturbation; the rules after those (CalibDCD's features and calibration, the tables) are
+# and CalibDCD's through its own stages (PARTIAL): stand-ins of its models, its pools, splits and partitions, and on
+# one of its datasets (PARTIAL_DATASET: the rehearsal's pools are texts of one length, the two stages the same code
+# on each) its DPDLLM reference and VeilProbe perturbation; the rules after those (CalibDCD's features and calibration, the tables) are
 # the tiny world's with other settings, checked at plan time. The other eight (PLANNED) are planned here (the dry
 # runs above) and rehearsed end to end by benchmarks/rehearse_paper_configs.sh, with all eleven: the suite
 # rehearsed them until it outgrew CI's 90 minutes on a 2-core AVX2 machine.
@@ -328,6 +329,10 @@ PLANNED = tuple(name for name in IDS if name not in (*THROUGH_SLURM, *ONE_DATASE
 #: the rules a partial rehearsal runs: what a config of its own data and models needs before any method's features
 OWN_RULES = {"rehearsal_model", "build_pool", "build_split", "calibdcd_partition", "calibdcd_reference",
              "calibdcd_perturbation"}
+#: of OWN_RULES, those a partial rehearsal runs on one dataset only (PARTIAL_DATASET): model passes over a pool
+PER_POOL_RULES = {"calibdcd_reference", "calibdcd_perturbation"}
+#: paper config -> the dataset its partial rehearsal runs PER_POOL_RULES on (the others stop at their partitions)
+PARTIAL_DATASET = {"calibdcd_instruct_models": "wikimia"}
 
 
 def stand_ins_written(name: str, results: Path) -> None:
@@ -396,25 +401,52 @@ def test_every_paper_config_is_rehearsed_or_planned():
         assert dataset in rehearsed[name]["datasets"], name
     for name, left_out in PARTIAL.items():
         assert ("calibdcd" in rehearsed[name]) == ("calibdcd_features" in left_out), name
+        assert PARTIAL_DATASET[name] in rehearsed[name]["calibdcd"]["datasets"], name
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", PARTIAL)
 def test_paper_config_rehearses_its_own_stages(name: str, tmp_path):
-    """Paper config ``name`` rehearsed locally up to its methods' features (OWN_RULES): only those jobs of its DAG
-    run, and a dry run then plans every job of its PARTIAL rules that the first dry run planned."""
+    """Paper config ``name`` rehearsed locally up to its methods' features (OWN_RULES; PER_POOL_RULES on
+    PARTIAL_DATASET's pool only): every job of OWN_RULES that the first dry run planned runs but the other datasets'
+    PER_POOL_RULES jobs, no other job runs, and a dry run then plans every job of its PARTIAL rules that the first
+    dry run planned."""
     workdir = make_workdir(tmp_path / "w", yaml.safe_load((REPO / "configs" / "paper" / f"{name}.yaml").read_text()))
-    planned = planned_jobs(workdir, "--config", "rehearsal=true")
+    proc = snakemake(workdir, "-n", "--config", "rehearsal=true")
+    planned = job_stats(proc.stdout)
+    jobs = planned_outputs(proc.stdout)
+    assert {rule for rule, _, _ in jobs} == set(planned), planned
+    dataset = PARTIAL_DATASET[name]
+    skipped = [(rule, wildcards) for rule, wildcards, _ in jobs
+               if rule in PER_POOL_RULES and wildcards.get("dataset") != dataset]
+    targets = [out for rule, wildcards, outputs in jobs if rule in OWN_RULES and (rule, wildcards) not in skipped
+               for out in outputs]
     start = time.monotonic()
     snakemake(workdir, "--profile", str(REPO / "profiles" / "local"), "--config", "rehearsal=true",
-              "--omit-from", *PARTIAL[name], timeout=1800)
+              "--omit-from", *PARTIAL[name], "--", *targets, timeout=1800)
     print(f"{name} rehearsal of its own stages: {time.monotonic() - start:.0f} s")
     left = planned_jobs(workdir, "--config", "rehearsal=true")
-    ran = set(planned) - set(left)
-    assert ran <= OWN_RULES and {"rehearsal_model", "build_split"} <= ran, ran
+    ran = {rule: planned[rule] - left.get(rule, 0) for rule in planned if left.get(rule, 0) < planned[rule]}
+    assert set(ran) == OWN_RULES, ran
+    assert {r: left.get(r, 0) for r in OWN_RULES} == {r: sum(s == r for s, _ in skipped) for r in OWN_RULES}
+    assert {r: n for r, n in ran.items() if r in PER_POOL_RULES} == {r: 1 for r in PER_POOL_RULES}   # one pool
     later = [r for r in PARTIAL[name] if r in planned]
     assert {r: left.get(r) for r in later} == {r: planned[r] for r in later}
     stand_ins_written(name, workdir / "results")
+
+
+def planned_outputs(out: str) -> list[tuple[str, dict[str, str], list[str]]]:
+    """(rule, wildcards, output files) of each job of a dry run's output."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?(?:rule|checkpoint) \w+:\n)", out):
+        head = re.match(r"(?:local)?(?:rule|checkpoint) (\w+):\n", block)
+        if not head:
+            continue
+        outputs = re.search(r"^\s+output: (.*)$", block, re.M)
+        wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        jobs.append((head.group(1), dict(w.split("=", 1) for w in wildcards.group(1).split(", ")) if wildcards else {},
+                     outputs.group(1).split(", ") if outputs else []))
+    return jobs
 
 
 @pytest.mark.slow
