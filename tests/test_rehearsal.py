@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from workflow_helpers import REPO, job_stats, make_workdir, planned_jobs, planned_wildcards, snakemake, validated
+from workflow_helpers import (REPO, job_stats, make_workdir, planned_jobs, planned_outputs, planned_wildcards,
+                              snakemake, validated)
 
 from mialab.data.registry import get_family
 from mialab.data.sources import is_file, is_hub
@@ -433,20 +434,6 @@ def test_paper_config_rehearses_its_own_stages(name: str, tmp_path):
     later = [r for r in PARTIAL[name] if r in planned]
     assert {r: left.get(r) for r in later} == {r: planned[r] for r in later}
     stand_ins_written(name, workdir / "results")
-
-
-def planned_outputs(out: str) -> list[tuple[str, dict[str, str], list[str]]]:
-    """(rule, wildcards, output files) of each job of a dry run's output."""
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?(?:rule|checkpoint) \w+:\n)", out):
-        head = re.match(r"(?:local)?(?:rule|checkpoint) (\w+):\n", block)
-        if not head:
-            continue
-        outputs = re.search(r"^\s+output: (.*)$", block, re.M)
-        wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
-        jobs.append((head.group(1), dict(w.split("=", 1) for w in wildcards.group(1).split(", ")) if wildcards else {},
-                     outputs.group(1).split(", ") if outputs else []))
-    return jobs
 
 
 @pytest.mark.slow

@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workflow_helpers import (default_config, foundation_config, job_stats, make_workdir, planned_jobs, snakemake,
-                              suite_world_config, write_config)
+from workflow_helpers import (default_config, foundation_config, job_stats, make_workdir, planned_jobs, planned_outputs,
+                              snakemake, suite_world_config, write_config)
 
 pytestmark = pytest.mark.slow
 
@@ -140,7 +140,8 @@ def test_changing_one_dataset_reruns_only_it_and_reverting_reuses(world):
     assert jobs["score_baselines"] == scoring
     assert not {"build_pool", "train_tokenizer", "pretrain_model", "sft_contaminate", "rl_contaminate"} & set(jobs)
     assert not any(rule.startswith("lara_") for rule in jobs)          # LaRA reads only AIME
-    (control,) = set(re.findall(r"output: .*(results/scores/control/wikimia/\w+/manifest\.json)", proc.stdout))
+    (control,) = [out for rule, wildcards, outputs in planned_outputs(proc.stdout) for out in outputs
+                  if rule == "score_baselines" and wildcards["model"] == "control" and out.endswith("manifest.json")]
     snakemake(world, "--cores", "2", control)
     for path in world.glob("results/splits/wikimia/seed-*/*/split.parquet"):
         n = pd.read_parquet(path)["label"].value_counts().to_dict()

@@ -181,6 +181,20 @@ def planned_wildcards(out: str, name: str) -> set[str]:
     return {m.group(1) for m in re.finditer(rf"^\s*wildcards: .*?\b{name}=([^,\s]+)", out, re.M)}
 
 
+def planned_outputs(out: str) -> list[tuple[str, dict[str, str], list[str]]]:
+    """(rule, wildcards, output files) of each job of a dry run's output."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?(?:rule|checkpoint) \w+:\n)", out):
+        head = re.match(r"(?:local)?(?:rule|checkpoint) (\w+):\n", block)
+        if not head:
+            continue
+        outputs = re.search(r"^\s+output: (.*)$", block, re.M)
+        wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        jobs.append((head.group(1), dict(w.split("=", 1) for w in wildcards.group(1).split(", ")) if wildcards else {},
+                     outputs.group(1).split(", ") if outputs else []))
+    return jobs
+
+
 def repo_copy(dest: Path) -> Path:
     """The checkout's files (tracked, and untracked but not ignored) copied to ``dest``.
 
