@@ -5,12 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# WordNet (Debian's wordnet-base) backs the offline paraphrasers; installed when missing and root.
-if ! dpkg -s wordnet-base >/dev/null 2>&1; then
+# Debian packages, installed when missing and root: WordNet (wordnet-base) backs the offline paraphrasers; ccache
+# makes the DeepSpeed op's compile below a cache hit in the next environment (mialab.core.launch.compiler_cache_dir).
+missing=$(for pkg in wordnet-base ccache; do dpkg -s "$pkg" >/dev/null 2>&1 || echo "$pkg"; done)
+if [ -n "$missing" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base >/dev/null
+        # shellcheck disable=SC2086  # one word per package
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
     else
-        echo "warning: Debian package wordnet-base missing (offline paraphrase backends need it)" >&2
+        echo "warning: Debian packages missing: $missing (wordnet-base: the offline paraphrase backends;" \
+            "ccache: the DeepSpeed op compiled again in each environment)" >&2
     fi
 fi
 if [ ! -x .venv/bin/python ]; then

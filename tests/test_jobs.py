@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 PROBE = """
 import sys
 from mialab.core.jobs import setup_job
@@ -88,14 +90,52 @@ def test_training_launches_build_ops_in_this_environment_with_its_own_ninja(monk
     bindir = os.path.dirname(sys.executable)
     monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", bindir, "/bin"]))
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.delenv("CCACHE_BASEDIR", raising=False)
     monkeypatch.setattr(launch, "visible_gpus", lambda: 0)
+    monkeypatch.setattr(launch, "CCACHE_LINK_DIRS", ())      # no ccache
     cmd, env = launch.launch_command("train.py", ["--x", "1"], "auto")
     assert cmd[-3:] == ["train.py", "--x", "1"] and "--nproc_per_node=1" in cmd
     assert env["DS_ACCELERATOR"] == "cpu"
     assert env["TORCH_EXTENSIONS_DIR"] == os.path.join(sys.prefix, "torch_extensions")
-    assert env["PATH"].split(os.pathsep) == [bindir, "/usr/bin", "/bin"]
+    assert env["PATH"].split(os.pathsep) == [bindir, "/usr/bin", "/bin"] and "CCACHE_BASEDIR" not in env
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/scratch/ops")      # a user's choice is kept
     assert launch.launch_command("train.py", [], 2)[1]["TORCH_EXTENSIONS_DIR"] == "/scratch/ops"
+
+
+def test_ccache_compiles_a_second_environments_op_from_the_cache(tmp_path, monkeypatch):
+    """Where ccache is installed, a training job's ``c++`` is ccache's, right after the environment's bin, and its
+    paths are taken relative to the environment (``CCACHE_BASEDIR``): the same source compiled in a second
+    environment at another path is a cache hit (what makes the op build of a fresh clone's install a hit)."""
+    import os
+    import shutil
+
+    from mialab.core import launch
+
+    if launch.compiler_cache_dir() is None:
+        pytest.skip("no ccache here (scripts/install.sh installs it on Debian as root)")
+    bindir = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", launch.compiler_cache_dir(), "/bin"]))
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CCACHE_BASEDIR", raising=False)
+    monkeypatch.delenv("CCACHE_DISABLE", raising=False)
+    env = launch.job_environment(dict(os.environ), gpus=0)
+    assert env["PATH"].split(os.pathsep) == [bindir, launch.compiler_cache_dir(), "/usr/bin", "/bin"]
+    assert env["CCACHE_BASEDIR"] == sys.prefix
+
+    def compile_in(prefix):
+        build = prefix / "torch_extensions" / "op"
+        build.mkdir(parents=True)
+        (prefix / "op.cpp").write_text("int twice(int x) { return 2 * x; }\n")
+        subprocess.run(["c++", "-O2", "-c", str(prefix / "op.cpp"), "-o", "op.o"], cwd=build, check=True,
+                       env={**env, "CCACHE_BASEDIR": str(prefix)})
+        stats = subprocess.run(["ccache", "--print-stats"], env=env, capture_output=True, text=True, check=True)
+        return dict(line.split("\t") for line in stats.stdout.splitlines())
+
+    first = compile_in(tmp_path / "env-a")
+    second = compile_in(tmp_path / "env-b")
+    hits = lambda stats: int(stats["direct_cache_hit"]) + int(stats["preprocessed_cache_hit"])  # noqa: E731
+    assert hits(first) == 0 and hits(second) == 1
+    shutil.rmtree(tmp_path / "cache")
 
 
 # --- a job's lifecycle (mialab.core.jobs.Job) --------------------------------------------------------------

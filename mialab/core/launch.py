@@ -35,15 +35,31 @@ def extensions_dir() -> str:
     return os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(sys.prefix, "torch_extensions")
 
 
+#: where a ccache install keeps its compiler links (``c++`` -> ccache: its "masquerade" mode), per distribution
+CCACHE_LINK_DIRS = ("/usr/lib/ccache", "/usr/lib64/ccache", "/usr/local/opt/ccache/libexec")
+
+
+def compiler_cache_dir() -> str | None:
+    """ccache's compiler links where ccache is installed, else None.
+
+    A JIT op is compiled again in every new environment (its build directory lives in it): a CI clone, a
+    second venv. Through ccache that compile is a cache hit after the first (``CCACHE_BASEDIR``, set by
+    ``job_environment``, makes the environment's absolute paths relative, so a clone elsewhere hits too);
+    ``CCACHE_DISABLE=1`` turns it off. The install script installs ccache where it may (Debian, as root).
+    """
+    return next((d for d in CCACHE_LINK_DIRS if os.access(os.path.join(d, "c++"), os.X_OK)), None)
+
+
 def tool_path(path: str | None) -> str:
-    """``path`` with this Python environment's ``bin`` directory first.
+    """``path`` with this Python environment's ``bin`` directory first, then ccache's compiler links.
 
     A JIT build runs ``ninja`` from ``PATH``: the environment's (pip's ``ninja``, always there) must
     win over a system one, which may be missing, and whose other build-log format would make each
-    of the two rebuild every op the other built.
+    of the two rebuild every op the other built. Its ``c++`` is ccache's where ccache is installed
+    (``compiler_cache_dir``).
     """
-    bindir = os.path.dirname(sys.executable)
-    return os.pathsep.join([bindir, *(p for p in (path or "").split(os.pathsep) if p and p != bindir)])
+    first = [os.path.dirname(sys.executable), *filter(None, [compiler_cache_dir()])]
+    return os.pathsep.join([*first, *(p for p in (path or "").split(os.pathsep) if p and p not in first)])
 
 
 def build_ops() -> list[str]:
@@ -66,9 +82,11 @@ def build_ops() -> list[str]:
 
 
 def job_environment(env: dict, gpus: int) -> dict:
-    """``env`` for a training job (and the op build): the op cache and ninja of this environment,
-    DeepSpeed's CPU accelerator when there is no GPU."""
+    """``env`` for a training job (and the op build): the op cache and ninja of this environment (and
+    ccache, its paths taken relative to the environment), DeepSpeed's CPU accelerator when there is no GPU."""
     env = {**env, "TORCH_EXTENSIONS_DIR": extensions_dir(), "PATH": tool_path(env.get("PATH"))}
+    if compiler_cache_dir():
+        env.setdefault("CCACHE_BASEDIR", sys.prefix)
     if gpus == 0:
         env.setdefault("DS_ACCELERATOR", "cpu")
     return env
