@@ -11,7 +11,8 @@ missing=$(for pkg in wordnet-base ccache; do dpkg -s "$pkg" >/dev/null 2>&1 || e
 if [ -n "$missing" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         # shellcheck disable=SC2086  # one word per package
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+        apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
     else
         echo "warning: Debian packages missing: $missing (wordnet-base: the offline paraphrase backends;" \
             "ccache: the DeepSpeed op compiled again in each environment)" >&2

@@ -317,10 +317,10 @@ def test_the_tiny_world_is_no_rehearsal():
 # and its detection, up to the dataset's report: what `snakemake results/lara/report/<dataset>/lara.csv` reruns),
 # and CalibDCD's through its own stages (PARTIAL): stand-ins of its models, its pools, splits and partitions, and on
 # one of its datasets (PARTIAL_DATASET: the rehearsal's pools are texts of one length, the two stages the same code
-# on each) its DPDLLM reference and VeilProbe perturbation; the rules after those (CalibDCD's features and calibration, the tables) are
-# the tiny world's with other settings, checked at plan time. The other eight (PLANNED) are planned here (the dry
-# runs above) and rehearsed end to end by benchmarks/rehearse_paper_configs.sh, with all eleven: the suite
-# rehearsed them until it outgrew CI's 90 minutes on a 2-core AVX2 machine.
+# on each) its DPDLLM reference and VeilProbe perturbation; the rules after those (CalibDCD's features and
+# calibration, the tables) are the tiny world's with other settings, checked at plan time. The other eight
+# (PLANNED) are planned here (the dry runs above) and rehearsed end to end by benchmarks/rehearse_paper_configs.sh,
+# with all eleven: the suite rehearsed them until it outgrew CI's 90 minutes on a 2-core AVX2 machine.
 THROUGH_SLURM = ("adra_aime",)
 #: paper config -> the dataset of it rehearsed end to end
 ONE_DATASET = {"lara_rl_models": "eurus_prime"}
