@@ -106,9 +106,6 @@ def test_ccache_compiles_a_second_environments_op_from_the_cache(tmp_path, monke
     """Where ccache is installed, a training job's ``c++`` is ccache's, right after the environment's bin, and its
     paths are taken relative to the environment (``CCACHE_BASEDIR``): the same source compiled in a second
     environment at another path is a cache hit (what makes the op build of a fresh clone's install a hit)."""
-    import os
-    import shutil
-
     from mialab.core import launch
 
     if launch.compiler_cache_dir() is None:
@@ -135,7 +132,6 @@ def test_ccache_compiles_a_second_environments_op_from_the_cache(tmp_path, monke
     second = compile_in(tmp_path / "env-b")
     hits = lambda stats: int(stats["direct_cache_hit"]) + int(stats["preprocessed_cache_hit"])  # noqa: E731
     assert hits(first) == 0 and hits(second) == 1
-    shutil.rmtree(tmp_path / "cache")
 
 
 # --- a job's lifecycle (mialab.core.jobs.Job) --------------------------------------------------------------
