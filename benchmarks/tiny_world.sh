@@ -7,9 +7,9 @@
 #   bash benchmarks/tiny_world.sh [--avx2] [--suite] [--dir DIR] REV [REV2]
 # --suite: the test suite's world instead (suite_world_config in that revision's tests/workflow_helpers.py, written
 # over its config.yaml), so that a change to the suite's world shows in the same tables.
-# --avx2: the CPU kind without AVX-512 and AMX simulated on a CPU with them (root: a private mount namespace):
-# the jobs read a /proc/cpuinfo without those flags, so `auto` resolves to fp32 as on that kind, and torch,
-# oneDNN and MKL are held to AVX2. The clock speed and caches stay this machine's.
+# --avx2: the CPU kind without AVX-512 and AMX simulated on a CPU with them (benchmarks/avx2.sh, root): the jobs
+# read a /proc/cpuinfo without those flags, so `auto` resolves to fp32 as on that kind, and torch, oneDNN and MKL
+# are held to AVX2. The clock speed and caches stay this machine's.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${MIALAB_PYTHON:-$here/.venv/bin/python}"
@@ -42,9 +42,7 @@ if [ "$suite" = 1 ]; then
 fi
 command -v /usr/bin/time > /dev/null || { echo "/usr/bin/time missing (Debian package time)" >&2; exit 2; }
 if [ "$avx2" = 1 ]; then
-    [ "$(id -u)" = 0 ] || { echo "--avx2 needs root (unshare -m, mount --bind)" >&2; exit 2; }
-    mkdir -p "$dir"
-    sed 's/ avx512[a-z0-9_]*//g; s/ amx[a-z0-9_]*//g' /proc/cpuinfo > "$dir/cpuinfo.avx2"
+    bash "$here/benchmarks/avx2.sh" true || { echo "--avx2: benchmarks/avx2.sh cannot run here" >&2; exit 2; }
 fi
 for rev in "${revs[@]}"; do
     wd="$dir/$rev"
@@ -59,12 +57,11 @@ yaml.safe_dump(w.suite_world_config(), open("../config.yaml", "w"), sort_keys=Fa
     (
         cd "$wd"
         export HF_HUB_OFFLINE=1
+        timed=(/usr/bin/time -f "%e %U %S" -o time.txt "${run[@]}")
         if [ "$avx2" = 1 ]; then
-            export ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
-            bind='mount --bind "$1" /proc/cpuinfo && shift && exec /usr/bin/time -f "%e %U %S" -o time.txt "$@"'
-            unshare -m sh -c "$bind" sh "$dir/cpuinfo.avx2" "${run[@]}" > run.log 2>&1
+            bash "$here/benchmarks/avx2.sh" "${timed[@]}" > run.log 2>&1
         else
-            /usr/bin/time -f "%e %U %S" -o time.txt "${run[@]}" > run.log 2>&1
+            "${timed[@]}" > run.log 2>&1
         fi
     ) || { echo "tiny world at $rev failed: $wd/run.log" >&2; tail -20 "$wd/run.log" >&2; exit 1; }
 done

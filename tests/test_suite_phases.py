@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
 
+import pytest
 from workflow_helpers import REPO
 
 spec = importlib.util.spec_from_file_location("suite_phases", REPO / "benchmarks" / "suite_phases.py")
@@ -132,3 +134,21 @@ def test_the_world_benchmark_refuses_bad_arguments_before_any_run(tmp_path):
                            "HEAD"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "no suite world at" in proc.stderr, proc.stderr
     assert not (tmp_path / "w").exists()
+
+
+def test_the_avx2_wrapper_hides_the_bf16_flags_from_all_the_command_starts():
+    """benchmarks/avx2.sh: the command and the processes it starts read a /proc/cpuinfo without AVX-512 and AMX, so
+    `auto` resolves to float32 and torch runs at AVX2; its status is the command's; without a command, its usage."""
+    script = REPO / "benchmarks" / "avx2.sh"
+    if os.geteuid() != 0 or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("benchmarks/avx2.sh needs root and a private mount namespace (unshare -m)")
+    child = ("import subprocess, torch; from mialab.lm.loading import resolve_dtype; "
+             "print(resolve_dtype('auto', 'cpu'), torch.backends.cpu.get_cpu_capability(), subprocess.run("
+             "['grep', '-c', 'avx512', '/proc/cpuinfo'], capture_output=True, text=True).stdout.strip())")
+    proc = subprocess.run(["bash", str(script), sys.executable, "-c", child], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["float32", "AVX2", "0"]
+    assert subprocess.run(["bash", str(script), "sh", "-c", "exit 7"], timeout=60).returncode == 7
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "usage:" in proc.stderr
