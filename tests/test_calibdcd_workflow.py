@@ -479,7 +479,8 @@ def test_dpdllm_reference_is_fine_tuned_once_per_pool_and_keys_the_features():
     cfg = validated(default_config())
     a = CalibDCDPlan(Plan(cfg), cfg)
     ref = a.reference("wikimia")
-    assert ref.manifest["base"]["model"] == "control" and ref.manifest["finetune"]["epochs"] == 2
+    finetune = cfg["calibdcd"]["detectors"]["dpdllm"]["finetune"]
+    assert ref.manifest["base"]["model"] == "control" and ref.manifest["finetune"]["epochs"] == finetune["epochs"]
     specs = a.detector_specs(a.lm_path, "wikimia")
     assert specs["dpdllm"]["reference_model"] == ref.path("model") and "finetune" not in specs["dpdllm"]
     assert specs["dpdllm"]["temperature"] == 0.7                               # DPDLLM's code samples at 0.7

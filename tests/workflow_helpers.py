@@ -90,29 +90,15 @@ def suite_world_config() -> dict:
     Every model that pretraining or SFT builds is config.yaml's own (same keys, so the same weights), and seed 0's
     splits are the README world's seed 0: its per-seed AUROCs of the passive baselines are the README world's.
     What shrinks is bounded by no test beyond the control's chance interval: the seeds (1 of 3), MIMIR's masked LM
-    (50 of 200 steps) and neighbours (2 a text of 5), the quantile regressor's epochs (4 of 10: one seed leaves
-    WikiMIA 207 known non-members where three leave 79, so 4 epochs are the README world's ~200 steps), VeilProbe's
-    mapping models and DPDLLM's reference (1 epoch of 2), the targets' continuations of CalibDCD's detectors (8
-    tokens of 16), LaRA's perturbations (2 neighbours of 5, 2 paraphrases of 3, 10 reference questions of 30), CDD's
-    samples (2 of 4) and the answers of CDD and self-critique (8 tokens of 16), N-Sampling's rollouts (3 a candidate,
-    n_min, of 4; 16 tokens of 32). The README's three seeds are read by tests/test_tiny_world.py's AUROC test,
-    which scores them with the passive baselines on these models."""
+    (50 of 100 steps), the quantile regressor's epochs (4 of 10: one seed leaves WikiMIA 207 known non-members where
+    three leave 79, so 4 epochs are the README world's ~200 steps), N-Sampling's rollouts (3 a candidate, n_min, of
+    4; 16 tokens of 32). The neighbours' number, CalibDCD's and LaRA's sizes are config.yaml's. The README's three
+    seeds are read by tests/test_tiny_world.py's AUROC test, which scores them with the passive baselines on these
+    models."""
     cfg = default_config()
     cfg["seeds"] = [0]
-    cfg["scoring"]["neighbourhood"]["n_neighbours"] = 2
     cfg["models"]["mimir_mlm"]["train"]["steps"] = 50
     cfg["scoring"]["quantile"]["epochs"] = 4
-    detectors = cfg["calibdcd"]["detectors"]
-    detectors["veilprobe"]["mapping"]["epochs"] = 1
-    detectors["dpdllm"]["finetune"]["epochs"] = 1
-    detectors["dpdllm"]["max_new_tokens"] = 8
-    cfg["calibdcd"]["generation"]["max_new_tokens"] = 8
-    lara = cfg["lara"]
-    lara["neighbours"]["n"] = 2
-    lara["paraphrase"]["n_variants"] = 2
-    lara["controls"]["n_reference"] = 10
-    lara["baselines"]["cdd"].update(n_samples=2, max_new_tokens=8)
-    lara["baselines"]["self_critique"]["max_new_tokens"] = 8
     cfg["n_sampling"]["n"] = cfg["n_sampling"]["metrics"]["n_min"]
     for task in cfg["n_sampling"]["tasks"].values():
         task["max_new_tokens"] = 16
