@@ -73,6 +73,23 @@ def test_the_readme_world_plans_every_stage_and_builds_its_splits(tmp_path):
         assert all(pd.read_parquet(p)["label"].value_counts().to_dict() == {1: n, 0: n} for p in paths)
 
 
+def _leaves(tree, path=()):
+    """``{key path: value}`` of a config's scalars and lists."""
+    if not isinstance(tree, dict):
+        return {path: tree}
+    return {k: v for key, sub in tree.items() for k, v in _leaves(sub, (*path, key)).items()}
+
+
+def test_the_suite_world_differs_from_the_readme_world_only_where_its_docstring_says():
+    """suite_world_config's promise: the README world's models (so its weights), splits and method sizes, but for its
+    one seed and the sizes it names. A size changed in config.yaml reaches the suite's world, which tests it."""
+    readme, suite = _leaves(default_config()), _leaves(suite_world_config())
+    assert readme.keys() == suite.keys()
+    assert sorted(".".join(k) for k in readme if readme[k] != suite[k]) == [
+        "models.mimir_mlm.train.steps", "n_sampling.n", "n_sampling.tasks.aime.max_new_tokens",
+        "n_sampling.tasks.wikimia.max_new_tokens", "scoring.quantile.epochs", "seeds"]
+
+
 @pytest.fixture(scope="module")
 def readme_seeds(world, tmp_path_factory) -> pd.DataFrame:
     """The README world's seed-mean AUROCs of the passive baselines: a copy of the suite's world whose config is
