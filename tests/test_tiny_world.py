@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from mialab.pipeline.config import walk_config
 from workflow_helpers import (default_config, foundation_config, job_stats, make_workdir, planned_jobs, planned_outputs,
                               snakemake, suite_world_config, write_config)
 
@@ -73,11 +74,9 @@ def test_the_readme_world_plans_every_stage_and_builds_its_splits(tmp_path):
         assert all(pd.read_parquet(p)["label"].value_counts().to_dict() == {1: n, 0: n} for p in paths)
 
 
-def _leaves(tree, path=()):
-    """``{key path: value}`` of a config's scalars and lists."""
-    if not isinstance(tree, dict):
-        return {path: tree}
-    return {k: v for key, sub in tree.items() for k, v in _leaves(sub, (*path, key)).items()}
+def _leaves(cfg: dict) -> dict:
+    """``{key path: value}`` of a config's scalars and lists (:func:`mialab.pipeline.config.walk_config`'s paths)."""
+    return {k: v for k, v in walk_config(cfg) if not isinstance(v, dict) and "[" not in k}
 
 
 def test_the_suite_world_differs_from_the_readme_world_only_where_its_docstring_says():
@@ -85,7 +84,7 @@ def test_the_suite_world_differs_from_the_readme_world_only_where_its_docstring_
     one seed and the sizes it names. A size changed in config.yaml reaches the suite's world, which tests it."""
     readme, suite = _leaves(default_config()), _leaves(suite_world_config())
     assert readme.keys() == suite.keys()
-    assert sorted(".".join(k) for k in readme if readme[k] != suite[k]) == [
+    assert sorted(k for k in readme if readme[k] != suite[k]) == [
         "models.mimir_mlm.train.steps", "n_sampling.n", "n_sampling.tasks.aime.max_new_tokens",
         "n_sampling.tasks.wikimia.max_new_tokens", "scoring.quantile.epochs", "seeds"]
 
