@@ -63,12 +63,15 @@ def main() -> int:
     if not headline_path.is_file():
         sys.exit(f"{headline_path}: no headline table; run the workflow first (snakemake --profile profiles/local)")
     props = config_schema()["properties"]["evaluation"]["properties"]
-    cfg = yaml.safe_load((work / "config.yaml").read_text()).get("evaluation", {}) if (work / "config.yaml").is_file() else {}
+    run = yaml.safe_load((work / "config.yaml").read_text()) if (work / "config.yaml").is_file() else None
+    if not run or "seeds" not in run:
+        sys.exit(f"{work / 'config.yaml'}: the run's config, with its seeds, is needed beside results/")
+    cfg = run.get("evaluation", {})
     targets = cfg.get("fpr_targets", props["fpr_targets"]["default"])
     baseline = cfg.get("baseline", props["baseline"]["default"])
     readme = Path(args.readme)
     updates = {readme: replace_section(readme.read_text(), results_section(pd.read_parquet(headline_path), targets,
-                                                                            baseline))}
+                                                                            baseline, len(run["seeds"])))}
     sweep_dir = Path(args.sweep or work) / "results/sweep/exposure"
     sweep = sweep_dir / "sweep.png"
     if sweep.is_file():

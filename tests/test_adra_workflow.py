@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from snakemake.utils import update_config
 from workflow_helpers import (
     PAPER_PLANS,
     REPO,
@@ -33,12 +34,28 @@ OVERLAY = REPO / "configs" / "tiny_adra.yaml"
 
 
 def adra_config() -> dict:
-    """The default tiny world with the ADRA overlay (configs/tiny_adra.yaml adds the `adra` section)."""
+    """The default tiny world with the ADRA overlay (configs/tiny_adra.yaml adds the `adra` section and sets
+    N-Sampling's N and rollout lengths, which ADRA's GRPO groups share), merged as Snakemake merges them."""
     cfg = default_config()
     overlay = yaml.safe_load(OVERLAY.read_text())
-    assert set(overlay) == {"overlay_of", "adra"}, "the overlay only adds the adra section"
-    cfg.update({k: copy.deepcopy(v) for k, v in overlay.items() if k != "overlay_of"})   # one complete config
+    assert set(overlay) == {"overlay_of", "adra", "n_sampling"}, "the overlay adds adra and sets N-Sampling's sizes"
+    assert set(overlay["n_sampling"]) == {"n", "tasks"} and set(overlay["n_sampling"]["tasks"]) == set(cfg["datasets"])
+    assert all(set(t) == {"max_new_tokens"} for t in overlay["n_sampling"]["tasks"].values())
+    update_config(cfg, {k: copy.deepcopy(v) for k, v in overlay.items() if k != "overlay_of"})  # one complete config
     return cfg
+
+
+def test_the_overlay_gives_grpo_a_group_the_default_n_sampling_would_not():
+    """config.yaml's N-Sampling (a CPU budget) does not divide ADRA's batch; the overlay's N does, and its tasks keep
+    config.yaml's templates and prompt budgets."""
+    cfg, default = adra_config(), default_config()
+    assert cfg["adra"]["train"]["batch_size"] % default["n_sampling"]["n"] != 0
+    assert cfg["adra"]["train"]["batch_size"] % cfg["n_sampling"]["n"] == 0
+    for name, task in cfg["n_sampling"]["tasks"].items():
+        assert {k: v for k, v in task.items() if k != "max_new_tokens"} == \
+            {k: v for k, v in default["n_sampling"]["tasks"][name].items() if k != "max_new_tokens"}
+    with pytest.raises(ConfigError, match="multiple of n_sampling.n"):
+        adra_plan({**cfg, "n_sampling": default["n_sampling"]})
 
 
 def adra_plan(cfg: dict) -> ADRAPlan:
@@ -132,8 +149,8 @@ def test_the_overlay_plans_adra_on_every_target_seed_and_policy(tmp_path):
     cfg = adra_config()
     a = adra_plan(cfg)
     runs = len(a.pairs()) * len(cfg["seeds"])
-    assert jobs["adra_train"] == runs * len(a.variants()) == 6
-    assert jobs["adra_eval"] == jobs["adra_scores"] == runs * len(a.policies()) == 9  # init + 2 finals per seed
+    assert jobs["adra_train"] == runs * len(a.variants()) == 4
+    assert jobs["adra_eval"] == jobs["adra_scores"] == runs * len(a.policies()) == 6  # init + 2 finals per seed
     assert jobs["adra_report"] == len(a.report_datasets()) == 2
     assert jobs["n_sampling_scores"] >= len(a.pairs())  # one N-Sampling job per target, every seed
     assert jobs["score_baselines"] >= len(a.pairs())      # ADRA+ waits for its weights
@@ -144,7 +161,7 @@ def test_the_overlay_plans_adra_on_every_target_seed_and_policy(tmp_path):
     proc = snakemake(wd, "-n", "evaluation", "--configfile", str(wd / "config.yaml"), str(OVERLAY))
     jobs = [b.split("\n[")[0] for b in (proc.stdout + proc.stderr).split("rule evaluate_dataset:")[1:]]  # to the next job
     inputs = [b.split("output:")[0] for b in jobs if "dataset=aime" in b][0]
-    assert inputs.count("results/adra/scores/sft/aime/seed-") == 3 * (1 + len(a.variants()))
+    assert inputs.count("results/adra/scores/sft/aime/seed-") == len(cfg["seeds"]) * (1 + len(a.variants()))
     assert all(f"/seed-{s}/init/" in inputs for s in cfg["seeds"])
 
 
@@ -153,8 +170,8 @@ def test_the_recon_overlay_plans_its_model_and_both_attacks_on_wikimia_only(tmp_
     wd = make_workdir(tmp_path)
     jobs = planned_jobs(wd, "n_sampling", "adra", "--configfile", str(wd / "config.yaml"),
                         str(REPO / "configs" / "tiny_recon.yaml"))
-    seeds = len(default_config()["seeds"])
-    assert jobs["adra_train"] == 2 * seeds and jobs["n_sampling_rollouts"] == 1  # one job for every seed
+    seeds = len(yaml.safe_load((REPO / "configs" / "tiny_recon.yaml").read_text())["seeds"])  # its figures' seeds
+    assert jobs["adra_train"] == 2 * seeds == 6 and jobs["n_sampling_rollouts"] == 1  # one job for every seed
     assert jobs["adra_report"] == 1  # wikimia only
 
 

@@ -257,10 +257,14 @@ def test_readme_section_is_regenerated_from_a_run_and_checked(tmp_path):
     readme.write_text(f"# x\n\nbefore\n\n{BEGIN}\nold\n{END}\n\nafter\n")
     run = lambda *a: subprocess.run([sys.executable, str(REPO / "scripts/readme_results.py"), "--workdir", str(tmp_path),
                                      "--readme", str(readme), *a], capture_output=True, text=True, timeout=120)
+    failed = run()
+    assert failed.returncode != 0 and "config.yaml: the run's config, with its seeds" in failed.stderr
+    (tmp_path / "config.yaml").write_text("seeds: [0, 1]\n")
     assert run("--check").returncode == 1  # the section is stale
     assert run().returncode == 0
     text = readme.read_text()
     assert text.startswith("# x\n\nbefore\n\n" + BEGIN) and text.endswith(END + "\n\nafter\n") and "old" not in text
+    assert "over the distinct candidates of the 2 seeds" in text  # the run's seeds, not a number in the code
     grid = [line for line in text.splitlines() if line.startswith("| ")]
     assert grid[0] == "| dataset / model | Loss | Min-K%++ | N-Sampling |" and grid[1].startswith("| d / m | ")
     split = lambda line: [c.strip() for c in line.strip().strip("|").split("|")]

@@ -56,7 +56,7 @@ def test_keys_change_only_downstream_of_what_changed():
     assert a.sampling(0)["seed"] != a.sampling(1)["seed"], "each evaluation seed samples its own rollouts"
     assert a.rollout_run(model, dataset).manifest["config"]["sampling"]["1"] == a.sampling(1)
     fewer = copy.deepcopy(cfg)
-    fewer["seeds"] = [0, 1]
+    fewer["seeds"] = cfg["seeds"][:-1]
     assert ns_plan(fewer).rollout_run(model, dataset).key != a.rollout_run(model, dataset).key
 
 

@@ -89,19 +89,14 @@ def suite_world_config() -> dict:
 
     Every model that pretraining or SFT builds is config.yaml's own (same keys, so the same weights), and seed 0's
     splits are the README world's seed 0: its per-seed AUROCs of the passive baselines are the README world's.
-    What shrinks is bounded by no test beyond the control's chance interval: the seeds (1 of 3), MIMIR's masked LM
-    (50 of 100 steps), the quantile regressor's epochs (4 of 10: one seed leaves WikiMIA 207 known non-members where
-    three leave 79, so 4 epochs are the README world's ~200 steps), N-Sampling's rollouts (3 a candidate, n_min, of
-    4; 16 tokens of 32). The neighbours' number, CalibDCD's and LaRA's sizes are config.yaml's. The README's three
-    seeds are read by tests/test_tiny_world.py's AUROC test, which scores them with the passive baselines on these
-    models."""
+    What shrinks is bounded by no test beyond the control's chance interval: the seeds (1 of 2), MIMIR's masked LM
+    (50 of 100 steps), the quantile regressor's epochs (4 of 10). The neighbours' number, N-Sampling's, CalibDCD's
+    and LaRA's sizes are config.yaml's. The README's seeds are read by tests/test_tiny_world.py's AUROC test, which
+    scores them with the passive baselines on these models."""
     cfg = default_config()
     cfg["seeds"] = [0]
     cfg["models"]["mimir_mlm"]["train"]["steps"] = 50
     cfg["scoring"]["quantile"]["epochs"] = 4
-    cfg["n_sampling"]["n"] = cfg["n_sampling"]["metrics"]["n_min"]
-    for task in cfg["n_sampling"]["tasks"].values():
-        task["max_new_tokens"] = 16
     return cfg
 
 

@@ -49,11 +49,11 @@ def sweep_onsets(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def results_section(headline: pd.DataFrame, fpr_targets: list[float], baseline: str) -> str:
-    """The markdown between the README's markers: the headline of the default tiny world as a grid."""
+def results_section(headline: pd.DataFrame, fpr_targets: list[float], baseline: str, seeds: int) -> str:
+    """The markdown between the README's markers: the headline of the default tiny world (``seeds`` seeds) as a grid."""
     text = [BEGIN, "",
             f"Headline of the default tiny world: AUROC (%) with its 95% bootstrap interval over the distinct "
-            f"candidates of the 3 seeds (members and non-members resampled apart); ▲ / ▼: the paired bootstrap test "
+            f"candidates of the {seeds} seeds (members and non-members resampled apart); ▲ / ▼: the paired bootstrap test "
             f"on the same candidates puts it above / below `{baseline}` (p < 0.05). `results/evaluation/summary.md` "
             f"has the TPR at {', '.join(f'{100 * t:g}%' for t in fpr_targets)} FPR, Δ and p of every row, and every "
             f"method and ablation; an empty cell: a method the tiny world does not run on that model.", "",
