@@ -147,8 +147,11 @@ def test_judge_config_defaults_come_from_the_schema_and_a_missing_judge_fails_at
     from mialab.pipeline.config import ConfigError
     from mialab.pipeline.plan import Plan
 
+    from snakemake.utils import update_config
+
     cfg = default_config()
-    cfg["adra"] = copy.deepcopy(yaml.safe_load((REPO / "configs" / "tiny_adra.yaml").read_text())["adra"])
+    overlay = yaml.safe_load((REPO / "configs" / "tiny_adra.yaml").read_text())
+    update_config(cfg, {k: copy.deepcopy(v) for k, v in overlay.items() if k != "overlay_of"})  # as Snakemake merges
     assert "judge" not in validated(copy.deepcopy(cfg))["adra"]["reward"]
     cfg["adra"]["reward"]["metric"] = "judge"
     with pytest.raises(ConfigError, match=r"adra.reward.judge: .* needs a judge model"):

@@ -467,7 +467,7 @@ def test_original_features_are_shared_by_seeds_and_survive_split_and_partition_c
     assert c.features("chat", "wikimia", VIEWS_SCOPE).key == a.features("chat", "wikimia", VIEWS_SCOPE).key
     # one calibration job per (model, dataset); a (detector, seed)'s tables in their own folder
     run = a.score_run("chat", "wikimia")
-    assert a.scores("chat", "wikimia", "veilprobe", 2).dir == f"{run.dir}/veilprobe/seed-2"
+    assert a.scores("chat", "wikimia", "veilprobe", 1).dir == f"{run.dir}/veilprobe/seed-1"
     assert a.scores("chat", "wikimia", "dpdllm", 0).key == run.key
     with pytest.raises(KeyError, match="detector 'nope' is not calibrated"):
         a.scores("chat", "wikimia", "nope", 0)
@@ -597,9 +597,9 @@ def test_sft_schema_members_optional_but_then_need_a_rate():
 
 def test_default_dag_runs_calibdcd_for_both_models_detectors_and_seeds(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path))
-    # partitions: 3 seeds; DPDLLM's reference: one per pool; features: 2 models x (original + every seed's
-    # views); calibration: one job per model for its 2 detectors x 3 seeds
-    assert (jobs["calibdcd_partition"], jobs["calibdcd_features"], jobs["calibdcd_calibrate"]) == (3, 4, 2)
+    # partitions: 2 seeds; DPDLLM's reference: one per pool; features: 2 models x (original + every seed's
+    # views); calibration: one job per model for its 2 detectors x 2 seeds
+    assert (jobs["calibdcd_partition"], jobs["calibdcd_features"], jobs["calibdcd_calibrate"]) == (2, 4, 2)
     assert jobs["calibdcd_reference"] == 1 and jobs["calibdcd_veilprobe"] == 2        # VeilProbe: one per model
     assert jobs["calibdcd_perturbation"] == 1                  # its perturbed prompts: once per pool, for both models
     assert jobs["calibdcd_report"] == 1

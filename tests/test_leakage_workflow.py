@@ -81,7 +81,7 @@ def test_leakage_checks_are_planned_for_every_split_of_the_default_config(tmp_pa
     assert "results/leakage/summary.md" in out
     # the per-dataset target checks that dataset's splits, nothing of the others
     out = snakemake(wd, "-n", "dataset_aime").stdout
-    assert plan.leakage("aime", 2).dir in out and "results/leakage/wikimia/" not in out
+    assert plan.leakage("aime", 1).dir in out and "results/leakage/wikimia/" not in out
 
 
 def test_paraphrase_rule_is_planned_when_a_dataset_asks_for_it(tmp_path):
@@ -89,7 +89,7 @@ def test_paraphrase_rule_is_planned_when_a_dataset_asks_for_it(tmp_path):
     cfg["datasets"]["wikimia"]["paraphrase"] = {"backend": "offline"}
     wd = make_workdir(tmp_path, cfg)
     jobs = planned_jobs(wd)
-    assert jobs["paraphrase"] == len(cfg["seeds"]) and jobs["build_split"] == 6
+    assert jobs["paraphrase"] == len(cfg["seeds"]) and jobs["build_split"] == 2 * len(cfg["seeds"])
     assert jobs["leakage_check"] == 2 and "paraphrase_pool" not in jobs
     out = snakemake(wd, "-n").stdout
     plan = Plan(validated(cfg))  # the schema's defaults (the pool's prefix_rounding) are in the keys

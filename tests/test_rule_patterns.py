@@ -7,7 +7,7 @@ import os
 import re
 
 import yaml
-from snakemake.utils import validate
+from snakemake.utils import update_config, validate
 from workflow_helpers import REPO, default_config, make_workdir, snakemake
 
 from mialab.adra.plan import ADRAPlan
@@ -24,13 +24,8 @@ RULE_FILES = sorted(set((REPO / "rules").glob("*.smk")) - {REPO / "rules" / "com
 def config_with_adra() -> dict:
     """The default tiny world with the ADRA overlay: every keyed rule but the paraphrase and rehearsal ones."""
     cfg = default_config()
-    for name in ("tiny_adra",):
-        overlay = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
-        for k, v in overlay.items():
-            if isinstance(v, dict) and isinstance(cfg.get(k), dict):
-                cfg[k] = {**cfg[k], **copy.deepcopy(v)}
-            elif k != "overlay_of":
-                cfg[k] = copy.deepcopy(v)
+    overlay = yaml.safe_load((REPO / "configs" / "tiny_adra.yaml").read_text())
+    update_config(cfg, {k: copy.deepcopy(v) for k, v in overlay.items() if k != "overlay_of"})  # as Snakemake merges
     return cfg
 
 

@@ -68,7 +68,7 @@ def test_the_readme_world_plans_every_stage_and_builds_its_splits(tmp_path):
     wd = make_workdir(tmp_path, readme)
     jobs = planned_jobs(wd)
     assert set(jobs) == set(planned_jobs(make_workdir(tmp_path / "suite", suite)))
-    assert jobs["build_split"] == len(readme["datasets"]) * len(readme["seeds"]) == 6
+    assert jobs["build_split"] == len(readme["datasets"]) * len(readme["seeds"]) == 4
     snakemake(wd, "--cores", "2", "splits")
     for dataset, ds in readme["datasets"].items():
         paths = sorted(wd.glob(f"results/splits/{dataset}/seed-*/*/split.parquet"))

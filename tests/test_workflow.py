@@ -14,21 +14,21 @@ from mialab.pipeline.plan import Plan
 
 def test_default_dag(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path))
-    assert jobs == {"build_pool": 2, "build_split": 6, "train_tokenizer": 1, "pretrain_model": 2,
+    assert jobs == {"build_pool": 2, "build_split": 4, "train_tokenizer": 1, "pretrain_model": 2,
                     "sft_contaminate": 2, "score_baselines": 9, "evaluate_dataset": 2, "summarize": 1, "all": 1,
-                    "calibdcd_partition": 3, "calibdcd_features": 4, "calibdcd_calibrate": 2, "calibdcd_report": 1,
+                    "calibdcd_partition": 2, "calibdcd_features": 4, "calibdcd_calibrate": 2, "calibdcd_report": 1,
                     # DPDLLM's reference fine-tuned once per pool; VeilProbe's mapping models per (model, dataset)
                     "calibdcd_reference": 1, "calibdcd_veilprobe": 2,
                     # VeilProbe's key-token perturbation once per pool, for every target
                     "calibdcd_perturbation": 1,
                     # RL contamination: grpo_e1 and grpo_e2 are epochs 1 and 2 of one GRPO run (scored on aime)
                     "rl_contaminate": 2,
-                    # LaRA on sft, grpo_e1, grpo_e2 x aime, one job per model for the 3 seeds; perturbations are model-free (one job)
+                    # LaRA on sft, grpo_e1, grpo_e2 x aime, one job per model for the 2 seeds; perturbations are model-free (one job)
                     "lara_perturbations": 1, "lara_features": 3, "lara_baselines": 3, "lara_scores": 3,
                     "lara_report": 1,
                     # leakage / shift checks of every split (one job per dataset) and their summary
                     "leakage_check": 2, "leakage_summary": 1,
-                    # N-Sampling on sft x aime and base x wikimia (one job per target for the 3 seeds), a
+                    # N-Sampling on sft x aime and base x wikimia (one job per target for the 2 seeds), a
                     # reconstruction report per dataset; ADRA is in configs/tiny_adra.yaml (tests/test_adra_workflow.py)
                     "n_sampling_rollouts": 2, "n_sampling_scores": 2, "adra_report": 2,
                     # MIMIR's masked LM, and the neighbourhood attack's neighbours once per dataset
@@ -37,7 +37,7 @@ def test_default_dag(tmp_path):
 
 def test_foundation_dag(tmp_path):
     jobs = planned_jobs(make_workdir(tmp_path, foundation_config()))
-    assert jobs == {"build_pool": 2, "build_split": 6, "train_tokenizer": 1, "pretrain_model": 2,
+    assert jobs == {"build_pool": 2, "build_split": 4, "train_tokenizer": 1, "pretrain_model": 2,
                     "sft_contaminate": 1, "score_baselines": 6, "evaluate_dataset": 2, "summarize": 1, "all": 1,
                     "leakage_check": 2, "leakage_summary": 1}
 
