@@ -139,19 +139,14 @@ def test_judge_config_defaults_come_from_the_schema_and_a_missing_judge_fails_at
     schema fills the code's defaults; ``metric: judge`` without it is a plan-time error naming the key."""
     import copy
 
-    import yaml
-    from workflow_helpers import REPO, default_config, validated
+    from workflow_helpers import merged_config, validated
 
     from mialab.adra.plan import ADRAPlan
     from mialab.n_sampling.plan import NSamplingPlan
     from mialab.pipeline.config import ConfigError
     from mialab.pipeline.plan import Plan
 
-    from snakemake.utils import update_config
-
-    cfg = default_config()
-    overlay = yaml.safe_load((REPO / "configs" / "tiny_adra.yaml").read_text())
-    update_config(cfg, {k: copy.deepcopy(v) for k, v in overlay.items() if k != "overlay_of"})  # as Snakemake merges
+    cfg = merged_config("config.yaml", "configs/tiny_adra.yaml")
     assert "judge" not in validated(copy.deepcopy(cfg))["adra"]["reward"]
     cfg["adra"]["reward"]["metric"] = "judge"
     with pytest.raises(ConfigError, match=r"adra.reward.judge: .* needs a judge model"):

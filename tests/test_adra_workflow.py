@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import update_config
 from workflow_helpers import (
     PAPER_PLANS,
     REPO,
@@ -18,6 +17,7 @@ from workflow_helpers import (
     dry_run_as_documented,
     job_stats,
     make_workdir,
+    merged_config,
     planned_jobs,
     run_line,
     snakemake,
@@ -36,13 +36,12 @@ OVERLAY = REPO / "configs" / "tiny_adra.yaml"
 def adra_config() -> dict:
     """The default tiny world with the ADRA overlay (configs/tiny_adra.yaml adds the `adra` section and sets
     N-Sampling's N and rollout lengths, which ADRA's GRPO groups share), merged as Snakemake merges them."""
-    cfg = default_config()
     overlay = yaml.safe_load(OVERLAY.read_text())
     assert set(overlay) == {"overlay_of", "adra", "n_sampling"}, "the overlay adds adra and sets N-Sampling's sizes"
-    assert set(overlay["n_sampling"]) == {"n", "tasks"} and set(overlay["n_sampling"]["tasks"]) == set(cfg["datasets"])
+    assert set(overlay["n_sampling"]) == {"n", "tasks"}
+    assert set(overlay["n_sampling"]["tasks"]) == set(default_config()["datasets"])
     assert all(set(t) == {"max_new_tokens"} for t in overlay["n_sampling"]["tasks"].values())
-    update_config(cfg, {k: copy.deepcopy(v) for k, v in overlay.items() if k != "overlay_of"})  # one complete config
-    return cfg
+    return merged_config("config.yaml", str(OVERLAY.relative_to(REPO)))
 
 
 def test_the_overlay_gives_grpo_a_group_the_default_n_sampling_would_not():

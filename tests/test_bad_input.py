@@ -36,8 +36,7 @@ import pandas as pd
 import pytest
 import yaml
 from safetensors.numpy import save_file
-from snakemake.utils import update_config
-from workflow_helpers import REPO, default_config, make_workdir, snakemake
+from workflow_helpers import REPO, default_config, make_workdir, merged_config, snakemake
 
 from mialab.adra.plan import ADRAPlan
 from mialab.calibdcd.plan import CalibDCDPlan
@@ -113,10 +112,9 @@ def start_checks(cfg: dict) -> None:
 
 @cache
 def _base(name: str) -> dict:
-    cfg = default_config()
-    if name == "adra":  # the ADRA / ADRA+ overlay, merged as Snakemake merges --configfile files
-        update_config(cfg, yaml.safe_load((REPO / "configs/tiny_adra.yaml").read_text()))
-    return cfg
+    if name == "adra":  # the ADRA / ADRA+ overlay
+        return merged_config("config.yaml", "configs/tiny_adra.yaml")
+    return default_config()
 
 
 # -- bad files ---------------------------------------------------------------------------------------

@@ -6,9 +6,8 @@ import copy
 import os
 import re
 
-import yaml
-from snakemake.utils import update_config, validate
-from workflow_helpers import REPO, default_config, make_workdir, snakemake
+from snakemake.utils import validate
+from workflow_helpers import REPO, make_workdir, merged_config, snakemake
 
 from mialab.adra.plan import ADRAPlan
 from mialab.calibdcd.plan import CalibDCDPlan
@@ -23,10 +22,7 @@ RULE_FILES = sorted(set((REPO / "rules").glob("*.smk")) - {REPO / "rules" / "com
 
 def config_with_adra() -> dict:
     """The default tiny world with the ADRA overlay: every keyed rule but the paraphrase and rehearsal ones."""
-    cfg = default_config()
-    overlay = yaml.safe_load((REPO / "configs" / "tiny_adra.yaml").read_text())
-    update_config(cfg, {k: copy.deepcopy(v) for k, v in overlay.items() if k != "overlay_of"})  # as Snakemake merges
-    return cfg
+    return merged_config("config.yaml", "configs/tiny_adra.yaml")
 
 
 def planned(out: str) -> list[tuple[str, dict, list[str]]]:

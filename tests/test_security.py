@@ -17,7 +17,7 @@ import jsonschema
 import pandas as pd
 import pytest
 import yaml
-from workflow_helpers import REPO, foundation_config, make_workdir, snakemake
+from workflow_helpers import REPO, foundation_config, make_workdir, merged_config, snakemake
 
 AIME = REPO / "resources/data/aime/aime_1983_2023.json"
 SCHEMA = yaml.safe_load((REPO / "schemas/config.schema.yaml").read_text())
@@ -144,10 +144,7 @@ PLANTED = {"hf": [("trust_remote_code", {"trust_remote_code": True}),
 def generating_config() -> dict:
     """The tiny world with the ADRA overlay, LaRA's instruction model, ADRA's judge and a paraphrased
     dataset: every generation path of the workflow configured."""
-    from snakemake.utils import update_config
-
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    update_config(cfg, yaml.safe_load((REPO / "configs/tiny_adra.yaml").read_text()))
+    cfg = merged_config("config.yaml", "configs/tiny_adra.yaml")
     cfg["lara"]["llm"] = {"model": INSTRUCT}
     cfg["adra"]["reward"]["judge"] = {"model": INSTRUCT}
     cfg["datasets"]["wikimia"]["paraphrase"] = {"backend": "hf", "options": {"model": INSTRUCT}}

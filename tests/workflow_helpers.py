@@ -309,9 +309,17 @@ def command_config(root: Path, command: str) -> dict:
             if arg.startswith("-"):
                 break
             files.append(arg)
+    return merged_config(*(files or ["config.yaml"]), root=root)
+
+
+def merged_config(*files: str, root: Path = REPO) -> dict:
+    """The config that ``--configfile`` ``files`` give, as one complete config (a workdir's config.yaml): each file
+    merged over the ones before as Snakemake merges them (deep), without the overlays' ``overlay_of``, e.g.
+    ``merged_config("config.yaml", "configs/tiny_adra.yaml")``."""
     config: dict = {}
-    for name in files or ["config.yaml"]:
+    for name in files:
         update_config(config, yaml.safe_load((root / name).read_text()))
+    config.pop("overlay_of", None)
     return config
 
 
