@@ -130,7 +130,8 @@ def test_lara_plan_checks_cross_references_and_keys_change_only_downstream():
     assert other.scores("sft", "aime", 0).key != lara.scores("sft", "aime", 0).key
     # one job per (model, dataset) covers every seed; a seed's tables sit in its own folder
     run = lara.score_run("sft", "aime")
-    assert run.manifest["seeds"] == cfg["seeds"] and set(run.manifest["upstream"]["splits"]) == {str(s) for s in cfg["seeds"]}
+    assert run.manifest["seeds"] == cfg["seeds"]
+    assert set(run.manifest["upstream"]["splits"]) == {str(s) for s in cfg["seeds"]}
     assert lara.scores("sft", "aime", 1).dir == f"{run.dir}/seed-1" and lara.scores("sft", "aime", 1).key == run.key
     with pytest.raises(KeyError, match="seed 7 is not in"):
         lara.scores("sft", "aime", 7)

@@ -274,10 +274,8 @@ def fetch_stand_ins(root: Path, command: str) -> subprocess.CompletedProcess | N
     (a command meant to fail, e.g. two complete configs) is returned, not raised."""
     from mialab.pipeline.lock import file_sources, hub_sources
 
-    argv = shlex.split(command)
-    files = tuple(argv[argv.index("--configfile") + 1:]) if "--configfile" in argv else ("config.yaml",)
-    files = tuple(f for f in files[:next((i for i, f in enumerate(files) if f.startswith("-")), len(files))])
-    config = command_config(root, command)
+    files = config_files(command)
+    config = merged_config(*files, root=root)
     if (root, files) in _FETCHED or not (hub_sources(config) or file_sources(config)):
         return None
     proc = run_documented(root, shlex.join(["snakemake", "prefetch", "--cores", "1", "--configfile", *files]), dry=False)
@@ -299,17 +297,22 @@ def run_documented(root: Path, command: str, timeout: int = 600, *, dry: bool = 
     return subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def command_config(root: Path, command: str) -> dict:
-    """The config a ``snakemake`` command line runs with: its --configfile files merged in order, else
-    config.yaml (the Snakefile's rule)."""
+def config_files(command: str) -> tuple[str, ...]:
+    """The config files a ``snakemake`` command line runs with: its --configfile files in order, else config.yaml
+    (the Snakefile's rule)."""
     argv = shlex.split(command)
-    files = []
+    files: list[str] = []
     if "--configfile" in argv:
         for arg in argv[argv.index("--configfile") + 1:]:
             if arg.startswith("-"):
                 break
             files.append(arg)
-    return merged_config(*(files or ["config.yaml"]), root=root)
+    return tuple(files) or ("config.yaml",)
+
+
+def command_config(root: Path, command: str) -> dict:
+    """The config a ``snakemake`` command line runs with (:func:`config_files` merged in order)."""
+    return merged_config(*config_files(command), root=root)
 
 
 def merged_config(*files: str, root: Path = REPO) -> dict:
