@@ -38,8 +38,9 @@ export HF_HUB_OFFLINE=1
 # module a job imports first.
 unset PYTHONDONTWRITEBYTECODE
 set +e
-# Two pytest-xdist workers: the tiny world's tests run on one (its Snakemake uses both cores, but
-# not all the time), the SLURM tests and the quick ones beside it (tests/conftest.py groups them).
+# Two pytest-xdist workers: the tiny world's tests start on one (its Snakemake uses both cores, but
+# not all the time), the SLURM tests on the other, then the other slow tests and the quick ones fill in
+# (tests/conftest.py groups and orders them).
 begin
 .venv/bin/python -m pytest -n "${MIALAB_TEST_WORKERS:-2}" --dist loadgroup --junitxml .suite/first.xml tests "$@"
 rc=$?

@@ -35,11 +35,18 @@ def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``-n 2 --dist loadgroup``, scripts/test.sh) each world is built once:
     every test that uses it (directly or through another fixture) joins its worker's group, while
     the other tests spread over the workers."""
+    rank = {}
     for item in items:
-        for group, fixtures in WORLDS.items():
+        for order, (group, fixtures) in enumerate(WORLDS.items()):
             if fixtures & set(item.fixturenames):
                 item.add_marker(pytest.mark.xdist_group(group))
+                rank[item] = order
                 break
+        else:
+            rank[item] = len(WORLDS) + (item.get_closest_marker("slow") is None)
+    # Longest first, so that no core waits at either end (pytest_configure keeps this order under xdist): the
+    # worlds' groups (the suite's world, then SLURM), the other slow tests, then the quick ones that fill the gaps.
+    items.sort(key=rank.__getitem__)
 
 
 def pytest_configure(config):
@@ -49,13 +56,18 @@ def pytest_configure(config):
     thread count (mialab.core.jobs.setup_job).
 
     pytest 9.2 with pytest-xdist <= 3.8 does not group under ``--dist loadgroup`` (pytest-xdist#1386):
-    every worker would build the suite's world itself. Say so before any test starts."""
+    every worker would build the suite's world itself. Say so before any test starts.
+
+    Under ``--dist loadgroup`` the workers take the tests in the order pytest_collection_modifyitems gives them
+    (pytest-xdist's ``--no-loadscope-reorder``). Its default hands out the group with the most tests first (the
+    87 dry runs of ``paper_plans``, one core for two minutes) and leaves whatever test comes last to run alone."""
     if not (config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None)):
         return
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     for var in THREAD_VARIABLES:
         os.environ.setdefault(var, "1")
     if config.getoption("dist", None) == "loadgroup":
+        config.option.loadscopereorder = False
         import importlib.metadata
 
         xdist = tuple(int(x) for x in importlib.metadata.version("pytest-xdist").split(".")[:2])
